@@ -1,0 +1,3 @@
+"""repro: reproduce published deep-learning benchmark tables with one command."""
+
+__version__ = "0.1.0"
