@@ -1,0 +1,158 @@
+"""The ``repro`` command line: one thin command per verb.
+
+This is the only module that prints, chooses exit codes or configures logging;
+everything it calls raises ReproError subclasses that carry their own exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+from tabulate import tabulate
+
+from repro import __version__
+from repro.errors import InputError, ReproError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(err: ReproError) -> None:
+    if isinstance(err, InputError):
+        for p in err.problems:
+            click.echo(f"error: {p}", err=True)
+            if p.hint:
+                click.echo(f"  hint: {p.hint}", err=True)
+    else:
+        click.echo(f"error: {err}", err=True)
+        if err.hint:
+            click.echo(f"hint: {err.hint}", err=True)
+    sys.exit(err.exit_code)
+
+
+def reports_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ReproError as e:
+            _fail(e)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_filter(text: str) -> dict[str, Any]:
+    """``nodes=4,precision=amp`` -> {'nodes': 4, 'precision': 'amp'}."""
+    keys = {"nodes", "gpus_per_node", "gpus", "precision", "batch_size"}
+    out: dict[str, Any] = {}
+    for part in filter(None, text.split(",")):
+        k, sep, v = part.partition("=")
+        if not sep or k not in keys:
+            raise UsageError(f"bad cell filter {part!r}", hint=f"use KEY=VALUE[,KEY=VALUE], KEY one of {', '.join(sorted(keys))}")
+        out[k] = v if k == "precision" else _int(v, part)
+    return out
+
+
+def _int(v: str, part: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise UsageError(f"bad cell filter {part!r}: {v!r} is not a whole number") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="repro")
+def cli() -> None:
+    """Reproduce published deep-learning benchmark tables with one command."""
+
+
+@cli.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def list_targets(fmt: str) -> None:
+    """List the shipped targets and the publication each reproduces."""
+    from repro.manifest import load_catalog, manifest_files
+
+    catalog = load_catalog(manifest_files())
+    rows = [{"id": m.id, "framework": m.framework, "cells": len(m.cells()),
+             "published": ", ".join(f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
+                                    f"{t.cite['path']}" for t in m.published)} for m in catalog.values()]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--format", "fmt", type=click.Choice(["text", "yaml", "json"]), default="text")
+@reports_errors
+def show(target: str, fmt: str) -> None:
+    """Show one target: pins, launch, matrix, protocol and published tables."""
+    from repro.manifest import find_target
+    from repro.describe import describe_manifest
+
+    m = find_target(target)
+    if fmt == "json":
+        click.echo(json.dumps(m.data, indent=2))
+    elif fmt == "yaml":
+        click.echo(yaml.safe_dump(dict(m.data), sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        click.echo(describe_manifest(m), nl=False)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@reports_errors
+def validate(paths: tuple[Path, ...]) -> None:
+    """Validate manifests or hosts files (default: every shipped manifest)."""
+    from repro.hosts import load_hosts
+    from repro.manifest import load_catalog, manifest_files
+    from repro.schema import read_yaml
+
+    files = list(paths) or manifest_files()
+    hosts = [p for p in files if p.is_file() and isinstance(read_yaml(p).data, dict) and "nodes" in read_yaml(p).data]
+    problems = []
+    for h in hosts:
+        try:
+            load_hosts(h)
+        except InputError as e:
+            problems += e.problems
+    try:
+        catalog = load_catalog([p for p in files if p not in hosts])
+    except InputError as e:
+        raise InputError(problems + e.problems) from None
+    if problems:
+        raise InputError(problems)
+    for m in catalog.values():
+        click.echo(f"ok {m.path} ({m.id})")
+    for h in hosts:
+        click.echo(f"ok {h} (hosts)")
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
+@click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
+@reports_errors
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) -> None:
+    """Dry run: image, container options and exact command for every cell and node."""
+    from repro.hosts import load_hosts
+    from repro.manifest import find_target
+    from repro.plan import render_plan, select_cells
+
+    m = find_target(target)
+    cells = select_cells(m, [parse_filter(f) for f in cell_filters])
+    if not cells:
+        raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
+    click.echo(render_plan(m, load_hosts(hosts_file), cells), nl=False)
+
+
+def main() -> None:
+    cli()

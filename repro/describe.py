@@ -1,0 +1,49 @@
+"""``repro show``: a manifest as a person reads it."""
+
+from __future__ import annotations
+
+import shlex
+
+from repro.manifest import Manifest
+from repro.plan import image_reference
+
+
+def describe_manifest(m: Manifest) -> str:
+    lines = [f"{m.id}: {m.title}", f"  file: {m.path}", f"  sha256: {m.sha256}",
+             f"  framework: {m.framework}, model: {m.model}"]
+    if "registry" in m.image:
+        pinned = "pinned" if m.image["registry"]["digest"] else "NOT pinned: run `repro lock`"
+        lines.append(f"  image: {image_reference(m)} ({pinned})")
+    else:
+        b = m.image["build"]
+        base = b["base"]["ref"] + (f"@{b['base']['digest']}" if b["base"]["digest"] else " (base not pinned)")
+        lines.append(f"  image: built from dockerfiles/{b['dockerfile']} as {b['tag']}, FROM {base}")
+    if m.source:
+        lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
+        lines += [f"    patch {p['file']}: {p['why']}" for p in m.source.get("patches", [])]
+    ofed = m.ofed
+    lines.append("  ofed: " + (f"mlnx {ofed['version']} ({ofed['distro']}, user space only)" if ofed["kind"] == "mlnx" else ofed["kind"]))
+    lines.append(f"  launch ({m.launch.kind}): {shlex.join(m.launch.command)}")
+    for prec, toks in m.launch.precision_args.items():
+        lines.append(f"    {{precision_args}} for {prec}: {shlex.join(toks) or '(none)'}")
+    if m.launch.env:
+        lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(m.launch.env.items())))
+    cells = m.cells()
+    lines.append(f"  matrix: {len(cells)} cells x {m.repeats} repeats: {', '.join(c.key for c in cells)}")
+    lines.append(f"  measure: parser {m.measure.parser}, protocol {dict(m.measure.protocol)}")
+    lines += [f"    when {dict(w)}: {dict(p)}" for w, p in m.measure.overrides]
+    if m.measure.repeats:
+        lines.append(f"    repeats: {dict(m.measure.repeats)}")
+    if m.measure.speedup:
+        lines.append(f"    speedup: {dict(m.measure.speedup)}")
+    for t in m.published:
+        c = t.cite
+        lines.append(f"  published {t.id}: {c['title']}")
+        lines.append(f"    {c['repository']} @ {c['commit']} {c['path']} (tolerance {t.tolerance_pct}%)")
+        for cell in t.cells:
+            log = f"  log: {cell.logs[0].name}" + (f" (+{len(cell.logs) - 1})" if len(cell.logs) > 1 else "") if cell.logs else ""
+            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: {cell.value} {t.unit}{log}")
+    if m.expect:
+        lines.append("  expect: " + ", ".join(f"{k}={v}" for k, v in m.expect.items()))
+    lines += [f"  note: {n}" for n in m.notes]
+    return "\n".join(lines) + "\n"

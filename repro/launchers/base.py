@@ -1,0 +1,75 @@
+"""The launcher interface: render what each node runs for one cell.
+
+Rendering is pure: a manifest's launch section, a cell and the nodes in rank order go
+in; one NodeCommand per node comes out. Commands are token lists handed to the
+container runtime as argv, never joined into a shell string (``shlex.join`` is for
+display only), so a manifest value with shell metacharacters stays one literal argument.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from repro.hosts import Node
+from repro.manifest import Cell, Launch
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    node: Node
+    rank: int
+    role: str  # worker | mpi-head | mpi-sshd
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # container path -> text the kit writes there
+
+
+def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int) -> dict[str, str]:
+    return {
+        "batch_size": str(cell.batch_size),
+        "global_batch_size": str(cell.batch_size * cell.gpus),
+        "gpus_per_node": str(cell.gpus_per_node),
+        "gpus": str(cell.gpus),
+        "gpu_list": ",".join(str(i) for i in range(cell.gpus_per_node)),
+        "nnodes": str(cell.nodes),
+        "node_rank": str(rank),
+        "master_addr": nodes[0].address,
+        "master_port": str(launch.master_port),
+        "hosts": ",".join(n.address for n in nodes),
+        "precision": cell.precision,
+    }
+
+
+def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int) -> tuple[str, ...]:
+    """The command tokens with every placeholder filled for one node."""
+    values = placeholder_values(launch, cell, nodes, rank)
+    out: list[str] = []
+    for tok in tokens:
+        if tok == "{precision_args}":
+            out.extend(launch.precision_args.get(cell.precision, ()))
+        elif tok == "{cell_args}":
+            out.extend(a for when, args in launch.cell_args if cell.matches(when) for a in args)
+        else:
+            out.append(tok.format_map(values))
+    return tuple(out)
+
+
+class Launcher(abc.ABC):
+    """How one launcher kind starts a cell on its nodes."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node]) -> list[NodeCommand]:
+        """One NodeCommand per node, in rank order."""
+
+
+class SameCommandOnEveryNode(Launcher):
+    """The framework's own launcher runs on every node and finds its peers from the arguments."""
+
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node]) -> list[NodeCommand]:
+        return [NodeCommand(node, rank, "worker", fill(launch.command, launch, cell, nodes, rank), dict(launch.env))
+                for rank, node in enumerate(nodes)]

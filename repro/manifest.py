@@ -1,0 +1,327 @@
+"""Manifests: load, validate (schema + meaning), and expose as frozen dataclasses.
+
+One manifest is one reproduction target, fully pinned: what runs (image, source
+commit, launch command), how its number is measured, and which published table it
+must reproduce. Everything a reader of the results needs is in the file; nothing
+that changes a number comes from the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro import paths
+from repro.errors import InputError, Problem, UsageError
+from repro.schema import YamlDoc, read_yaml, validate
+
+#: Placeholders a launch command may use; each is filled per cell and node.
+PLACEHOLDERS = {
+    "batch_size": "per-GPU batch size of the cell",
+    "global_batch_size": "batch_size x total GPUs",
+    "gpus_per_node": "GPUs used on each node",
+    "gpus": "total GPUs of the cell (nodes x gpus_per_node)",
+    "gpu_list": "0,1,...,gpus_per_node-1",
+    "nnodes": "number of nodes of the cell",
+    "node_rank": "this node's rank, 0 on the master",
+    "master_addr": "address of the rank-0 node",
+    "master_port": "launch.master_port",
+    "hosts": "comma-separated node addresses, rank order",
+    "precision": "the cell's precision name",
+    "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
+    "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
+}
+#: Placeholders that expand to several tokens and so must stand alone as one token.
+SPLICED = ("precision_args", "cell_args")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: where and how one measurement runs."""
+
+    nodes: int
+    gpus_per_node: int
+    precision: str
+    batch_size: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def key(self) -> str:
+        return f"{self.nodes}n{self.gpus_per_node}g-{self.precision}-bs{self.batch_size}"
+
+    def matches(self, flt: Mapping[str, Any]) -> bool:
+        values = {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "gpus": self.gpus,
+                  "precision": self.precision, "batch_size": self.batch_size}
+        return all(values[k] == v for k, v in flt.items())
+
+
+@dataclass(frozen=True)
+class PublishedCell:
+    nodes: int
+    gpus: int
+    precision: str
+    batch_size: int
+    value: str
+    tolerance_pct: float
+    logs: tuple[Path, ...] = ()
+    repeats: tuple[str, ...] = ()
+    speedup: str | None = None
+    label: str | None = None
+    note: str | None = None
+
+    @property
+    def decimals(self) -> int:
+        return len(self.value.partition(".")[2])
+
+    def matches(self, flt: Mapping[str, Any]) -> bool:
+        values = {"nodes": self.nodes, "gpus": self.gpus, "gpus_per_node": self.gpus // self.nodes,
+                  "precision": self.precision, "batch_size": self.batch_size}
+        return all(values[k] == v for k, v in flt.items())
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    id: str
+    cite: Mapping[str, str]
+    unit: str
+    tolerance_pct: float
+    cells: tuple[PublishedCell, ...]
+    column: str | None = None
+    logs_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    parser: str
+    protocol: Mapping[str, Any]
+    overrides: tuple[tuple[Mapping[str, Any], Mapping[str, Any]], ...] = ()
+    repeats: Mapping[str, Any] = field(default_factory=dict)
+    speedup: Mapping[str, Any] | None = None
+
+    def protocol_for(self, cell: Cell | PublishedCell) -> dict[str, Any]:
+        """The protocol for one cell: the default, then every matching override on top."""
+        merged = dict(self.protocol)
+        for when, proto in self.overrides:
+            if cell.matches(when):
+                merged.update(proto)
+        return merged
+
+
+@dataclass(frozen=True)
+class Launch:
+    kind: str
+    command: tuple[str, ...]
+    precision_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    cell_args: tuple[tuple[Mapping[str, Any], tuple[str, ...]], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    master_port: int = 29500
+    timeout_s: int = 3600
+    mpi: Mapping[str, Any] = field(default_factory=dict)
+    container: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    id: str
+    title: str
+    framework: str
+    model: str
+    path: Path
+    sha256: str
+    data: Mapping[str, Any]
+    image: Mapping[str, Any]
+    ofed: Mapping[str, Any]
+    launch: Launch
+    matrix: Mapping[str, Any]
+    measure: Measure
+    published: tuple[PublishedTable, ...]
+    source: Mapping[str, Any] | None = None
+    expect: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def repeats(self) -> int:
+        return int(self.matrix.get("repeats", 1))
+
+    @property
+    def retries(self) -> int:
+        return int(self.matrix.get("retries", 0))
+
+    def cells(self) -> list[Cell]:
+        """The matrix expanded in run order (fewest nodes first), excludes removed."""
+        m = self.matrix
+        out = [Cell(n, g, p, b) for n, g, p, b in itertools.product(
+            sorted(m["nodes"]), sorted(m["gpus_per_node"]), m["precision"], m["batch_size"])]
+        return [c for c in out if not any(c.matches(x) for x in m.get("exclude", []))]
+
+    def table(self, table_id: str | None = None) -> PublishedTable:
+        if table_id is None:
+            return self.published[0]
+        for t in self.published:
+            if t.id == table_id:
+                return t
+        raise UsageError(f"{self.id}: no published table {table_id!r}; it has: {', '.join(t.id for t in self.published)}")
+
+
+def canonical_sha256(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read, validate and build one manifest; raises InputError with every problem found."""
+    doc = read_yaml(path)
+    problems = validate(doc, "manifest.v1")
+    if not problems:
+        problems = _check_meaning(doc)
+    if problems:
+        raise InputError(problems)
+    return _build(doc)
+
+
+def _placeholders(token: str) -> list[str]:
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
+    except ValueError:
+        return ["{"]
+
+
+def _check_meaning(doc: YamlDoc) -> list[Problem]:
+    """What a schema cannot say: placeholders, plugin names, files, cross-field rules."""
+    from repro.parsers import PARSERS  # lazy: parsers import nothing from here
+
+    d = doc.data
+    out: list[Problem] = []
+    launch, matrix = d["launch"], d["matrix"]
+    used: set[str] = set()
+    for i, tok in enumerate(launch["command"]):
+        for name in _placeholders(tok):
+            used.add(name)
+            if name not in PLACEHOLDERS:
+                out.append(doc.problem(["launch", "command", i], f"unknown placeholder {{{name}}} in {tok!r}",
+                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
+            elif name in SPLICED and tok != f"{{{name}}}":
+                out.append(doc.problem(["launch", "command", i], f"{{{name}}} must be a whole token",
+                                       "write it as its own list item; it expands to several tokens"))
+    if "precision_args" in used:
+        for p in matrix["precision"]:
+            if p not in launch.get("precision_args", {}):
+                out.append(doc.problem(["launch", "precision_args"], f"no tokens for matrix precision {p!r}",
+                                       f"add `{p}: [...]` (an empty list is fine)"))
+    multi = max(matrix["nodes"]) > 1
+    needs = {"torch": ("node_rank", "master_addr"), "paddle": ("hosts",)}.get(launch["kind"], ())
+    for name in needs:
+        if multi and name not in used:
+            out.append(doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
+                                   f"pass {{{name}}} to the framework's launcher so each node knows its place"))
+    if d["measure"]["parser"] not in PARSERS.names():
+        out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
+                               f"available parsers: {', '.join(PARSERS.names())}"))
+    for ti, table in enumerate(d["published"]):
+        logs_dir = paths.data_root() / table["logs"] if "logs" in table else None
+        if logs_dir is not None and not logs_dir.is_dir():
+            out.append(doc.problem(["published", ti, "logs"], f"no such directory {table['logs']!r}",
+                                   "published logs live under logs/published/<source>@<commit>/"))
+            logs_dir = None
+        for ci, cell in enumerate(table["cells"]):
+            where = ["published", ti, "cells", ci]
+            if cell["gpus"] % cell["nodes"]:
+                out.append(doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes"))
+            for li, rel in enumerate(cell.get("logs", [cell["log"]] if "log" in cell else [])):
+                if logs_dir is None and "logs" not in table:
+                    out.append(doc.problem(where, "a cell names a log but its table has no 'logs' directory"))
+                elif logs_dir is not None and not (logs_dir / rel).is_file():
+                    field_ = where + (["logs", li] if "logs" in cell else ["log"])
+                    out.append(doc.problem(field_, f"no such log {rel!r} under {table['logs']}"))
+    return out
+
+
+def _build(doc: YamlDoc) -> Manifest:
+    d = doc.data
+    L = d["launch"]
+    launch = Launch(
+        kind=L["kind"], command=tuple(L["command"]),
+        precision_args={k: tuple(v) for k, v in L.get("precision_args", {}).items()},
+        cell_args=tuple((dict(c["when"]), tuple(c["args"])) for c in L.get("cell_args", [])),
+        env=dict(L.get("env", {})), workdir=L.get("workdir"), master_port=L.get("master_port", 29500),
+        timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})), container=dict(L.get("container", {})),
+    )
+    M = d["measure"]
+    measure = Measure(
+        parser=M["parser"], protocol=dict(M["protocol"]),
+        overrides=tuple((dict(o["when"]), dict(o["protocol"])) for o in M.get("overrides", [])),
+        repeats=dict(M.get("repeats", {})), speedup=M.get("speedup"),
+    )
+    tables = []
+    for t in d["published"]:
+        logs_dir = paths.data_root() / t["logs"] if "logs" in t else None
+        cells = tuple(
+            PublishedCell(
+                nodes=c["nodes"], gpus=c["gpus"], precision=c["precision"], batch_size=c["batch_size"],
+                value=c["value"], tolerance_pct=c.get("tolerance_pct", t["tolerance_pct"]),
+                logs=tuple(logs_dir / p for p in c.get("logs", [c["log"]] if "log" in c else [])) if logs_dir else (),
+                repeats=tuple(c.get("repeats", ())), speedup=c.get("speedup"), label=c.get("label"), note=c.get("note"),
+            )
+            for c in t["cells"]
+        )
+        tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"], tolerance_pct=t["tolerance_pct"],
+                                     cells=cells, column=t.get("column"), logs_dir=logs_dir))
+    return Manifest(
+        id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
+        sha256=canonical_sha256(d), data=d, image=d["image"], ofed=d["ofed"], launch=launch, matrix=d["matrix"],
+        measure=measure, published=tuple(tables), source=d.get("source"), expect=d.get("expect", {}),
+        notes=tuple(d.get("notes", ())),
+    )
+
+
+def manifest_files(dirs: Iterable[Path] | None = None) -> list[Path]:
+    dirs = list(dirs) if dirs else [paths.manifests_dir()]
+    return sorted(p for d in dirs for p in d.glob("*.yaml"))
+
+
+def load_catalog(files: Iterable[Path]) -> dict[str, Manifest]:
+    """Load many manifests; all problems of all files are reported together, duplicate ids too."""
+    catalog: dict[str, Manifest] = {}
+    problems: list[Problem] = []
+    for f in files:
+        try:
+            m = load_manifest(f)
+        except InputError as e:
+            problems.extend(e.problems)
+            continue
+        if m.id in catalog:
+            problems.append(Problem(str(f), read_yaml(f).line(["id"]), "id",
+                                    f"duplicate target id {m.id!r} (also in {catalog[m.id].path})",
+                                    "target ids must be unique; rename one"))
+        else:
+            catalog[m.id] = m
+    if problems:
+        raise InputError(problems)
+    return catalog
+
+
+def find_target(name: str, dirs: Iterable[Path] | None = None) -> Manifest:
+    """A target by id (from the manifest directories) or by path to a manifest file."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") or p.is_file():
+        return load_manifest(p)
+    files = manifest_files(dirs)
+    for f in files:
+        if f.stem == name:
+            m = load_manifest(f)
+            if m.id == name:
+                return m
+    catalog = load_catalog(files)
+    if name in catalog:
+        return catalog[name]
+    close = [t for t in catalog if name.split("-")[0] in t]
+    raise UsageError(f"unknown target {name!r}", hint=f"`repro list` shows the targets{'; did you mean ' + ', '.join(close[:3]) + '?' if close else ''}")

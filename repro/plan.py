@@ -1,0 +1,115 @@
+"""The dry run of a reproduction: for every cell and node, the image, the container
+options and the exact command, with ranks, master and host list filled in.
+
+Pure functions only; ``repro plan`` prints what ``render_plan`` returns, and the
+launch step starts containers from the same NodePlan objects.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from repro.hosts import Hosts, Node
+from repro.launchers import LAUNCHERS, NodeCommand
+from repro.manifest import Cell, Manifest
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    cell: Cell
+    command: NodeCommand
+    image: str
+    container: Mapping[str, Any]  # Docker SDK ``containers.run`` keyword arguments
+
+
+def image_reference(manifest: Manifest) -> str:
+    """What every node runs: ``repo:tag@sha256:...`` when pinned, the build tag for built images."""
+    if "registry" in manifest.image:
+        ref, digest = manifest.image["registry"]["ref"], manifest.image["registry"]["digest"]
+        return f"{ref}@{digest}" if digest else ref
+    return str(manifest.image["build"]["tag"])
+
+
+def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir: str | None) -> dict[str, Any]:
+    c = manifest.launch.container
+    ulimits = {"memlock": -1, **c.get("ulimits", {})}
+    opts: dict[str, Any] = {
+        "network_mode": "host",
+        "ipc_mode": c.get("ipc", "host"),
+        "ulimits": [{"name": k, "soft": v, "hard": v} for k, v in sorted(ulimits.items())],
+        "environment": dict(cmd.env),
+        "labels": {"repro.target": manifest.id, "repro.cell": cell.key, "repro.rank": str(cmd.rank)},
+    }
+    if "shm_size" in c:
+        opts["shm_size"] = c["shm_size"]
+    if manifest.launch.workdir:
+        opts["working_dir"] = manifest.launch.workdir
+    if cmd.node.gpus != 0:
+        opts["device_requests"] = [{"Driver": "nvidia", "DeviceIDs": [str(i) for i in range(cell.gpus_per_node)],
+                                    "Capabilities": [["gpu"]]}]
+    if c.get("devices"):
+        opts["devices"] = [f"{d}:{d}" for d in c["devices"]]
+    if c.get("cap_add"):
+        opts["cap_add"] = list(c["cap_add"])
+    if c.get("privileged"):
+        opts["privileged"] = True
+    mounts = [(data_dir if m["source"] == "{data}" else m["source"], m["target"], m.get("read_only", False))
+              for m in c.get("mounts", [])]
+    if mounts:
+        opts["volumes"] = {src or "{data}": {"bind": dst, "mode": "ro" if ro else "rw"} for src, dst, ro in mounts}
+    return opts
+
+
+def plan_cell(manifest: Manifest, cell: Cell, hosts: Hosts) -> list[NodePlan]:
+    nodes: Sequence[Node] = hosts.take(cell.nodes)
+    launcher = LAUNCHERS.get(manifest.launch.kind)()
+    image = image_reference(manifest)
+    return [NodePlan(cell, cmd, image, container_options(manifest, cell, cmd, hosts.data))
+            for cmd in launcher.render(manifest.launch, cell, nodes)]
+
+
+def select_cells(manifest: Manifest, filters: Sequence[Mapping[str, Any]] = ()) -> list[Cell]:
+    cells = manifest.cells()
+    return [c for c in cells if not filters or any(c.matches(f) for f in filters)]
+
+
+def docker_run_flags(opts: Mapping[str, Any]) -> list[str]:
+    """The container options as the equivalent ``docker run`` flags, for people to read."""
+    flags = [f"--network={opts['network_mode']}", f"--ipc={opts['ipc_mode']}"]
+    if "shm_size" in opts:
+        flags.append(f"--shm-size={opts['shm_size']}")
+    flags += [f"--ulimit={u['name']}={u['soft']}" for u in opts["ulimits"]]
+    for req in opts.get("device_requests", []):
+        flags.append(f"--gpus=\"device={','.join(req['DeviceIDs'])}\"")
+    flags += [f"--device={d}" for d in opts.get("devices", [])]
+    flags += [f"--cap-add={c}" for c in opts.get("cap_add", [])]
+    if opts.get("privileged"):
+        flags.append("--privileged")
+    flags += [f"-v={src}:{m['bind']}:{m['mode']}" for src, m in opts.get("volumes", {}).items()]
+    if "working_dir" in opts:
+        flags.append(f"-w={opts['working_dir']}")
+    flags += [f"-e={k}={v}" for k, v in sorted(opts["environment"].items())]
+    return flags
+
+
+def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
+    """The human-readable plan: exact-text tested, printed by ``repro plan``."""
+    lines = [f"target {manifest.id}: {manifest.title}",
+             f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats"]
+    for cell in cells:
+        plans = plan_cell(manifest, cell, hosts)
+        lines += ["", f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "
+                      f"{cell.precision}, batch {cell.batch_size}/GPU",
+                  f"  image: {plans[0].image}"]
+        for p in plans:
+            c = p.command
+            lines.append(f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]")
+            lines.append(f"    docker run {shlex.join(docker_run_flags(p.container))} IMAGE")
+            lines.append(f"    $ {shlex.join(c.command)}")
+            for path, text in c.files.items():
+                lines.append(f"    file {path}:")
+                lines += [f"      {ln}" for ln in text.splitlines()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,189 @@
+"""Load the shipped JSON Schemas and validate YAML documents against them.
+
+Every problem is reported at once, each located at ``file:line`` by walking the YAML
+node tree that PyYAML composes, and phrased for a person with a hint where one helps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from repro.errors import InputError, Problem
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """The schema ``repro/schemas/<name>.json`` as a dict."""
+    text = resources.files("repro.schemas").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = load_schema(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+class YamlDoc:
+    """A parsed YAML document that remembers where each value came from."""
+
+    def __init__(self, path: Path, node: yaml.Node | None, data: Any) -> None:
+        self.path = path
+        self.node = node
+        self.data = data
+
+    def line(self, field_path: Sequence[str | int], *, key: bool = False) -> int | None:
+        """1-based line of the value at ``field_path`` (or of its key), else of the nearest parent."""
+        node = self.node
+        line = node.start_mark.line + 1 if node is not None else None
+        for i, part in enumerate(field_path):
+            child, key_node = _child(node, part)
+            if child is None:
+                break
+            last = i == len(field_path) - 1
+            node = child
+            line = (key_node if (key and last and key_node is not None) else child).start_mark.line + 1
+        return line
+
+    def problem(self, field_path: Sequence[str | int], message: str, hint: str | None = None) -> Problem:
+        return Problem(str(self.path), self.line(field_path), dotted(field_path), message, hint)
+
+    def problem_at_key(self, field_path: Sequence[str | int], message: str, hint: str | None = None) -> Problem:
+        return Problem(str(self.path), self.line(field_path, key=True), dotted(field_path), message, hint)
+
+
+def _child(node: yaml.Node | None, part: str | int) -> tuple[yaml.Node | None, yaml.Node | None]:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if k.value == part:
+                return v, k
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part], None
+    return None, None
+
+
+def dotted(field_path: Sequence[str | int]) -> str:
+    out = ""
+    for part in field_path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _duplicate_keys(node: yaml.Node | None, path: list[str | int]) -> Iterator[tuple[list[str | int], int]]:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for k, v in node.value:
+            if k.value in seen:
+                yield [*path, k.value], k.start_mark.line + 1
+            seen.add(k.value)
+            yield from _duplicate_keys(v, [*path, k.value])
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            yield from _duplicate_keys(v, [*path, i])
+
+
+def read_yaml(path: Path) -> YamlDoc:
+    """Parse one YAML file; syntax errors and duplicate keys become located problems."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError([Problem(str(path), None, "", "no such file")]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError([Problem(str(path), None, "", f"cannot read: {e}")]) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        what = getattr(e, "problem", None) or str(e)
+        raise InputError([Problem(str(path), mark.line + 1 if mark else None, "",
+                                  f"invalid YAML: {what}", "fix the YAML syntax at that line")]) from None
+    doc = YamlDoc(path, node, data)
+    dups = [Problem(str(path), line, dotted(p), "duplicate key", "each key may appear once in a mapping")
+            for p, line in _duplicate_keys(node, [])]
+    if dups:
+        raise InputError(dups)
+    return doc
+
+
+def validate(doc: YamlDoc, schema_name: str) -> list[Problem]:
+    """All schema problems of ``doc`` as located, readable problems (empty when valid)."""
+    if not isinstance(doc.data, dict):
+        return [Problem(str(doc.path), doc.line([]), "", "expected a mapping at the top level",
+                        f"see an example in the shipped files; schema {schema_name}")]
+    errors = sorted(_validator(schema_name).iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [_explain(doc, e, schema_name) for e in errors]
+
+
+def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) -> Problem:
+    path = list(err.absolute_path)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    hint = schema.get("description")
+    v = err.validator
+    if v in ("additionalProperties", "unevaluatedProperties"):
+        allowed = sorted(_allowed_keys(schema_name, schema))
+        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
+        key = extra[0] if extra else ""
+        return doc.problem_at_key([*path, key], f"unknown key {key!r}",
+                                  f"allowed keys here: {', '.join(allowed)}" if allowed else None) \
+            if key else doc.problem(path, err.message)
+    if v == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return doc.problem(path, f"missing required key {missing!r}", _required_hint(schema, missing))
+    if v == "const" and path == ["schema_version"]:
+        return doc.problem(path, f"unsupported schema_version: required {err.validator_value}, found {err.instance!r}",
+                           "this kit reads schema_version 1")
+    if v == "enum":
+        return doc.problem(path, f"{err.instance!r} is not one of: {', '.join(map(str, err.validator_value))}", hint)
+    if v == "type":
+        want = err.validator_value
+        extra = " (quote published figures so their printed precision is kept)" if want == "string" and isinstance(err.instance, (int, float)) else ""
+        return doc.problem(path, f"expected {want}, found {type(err.instance).__name__} {err.instance!r}{extra}", hint)
+    if v == "pattern":
+        return doc.problem(path, f"{err.instance!r} does not match the required form {err.validator_value}", hint)
+    if v in ("minProperties", "maxProperties") and set(schema.get("properties", {})) and schema.get("maxProperties") == 1:
+        return doc.problem(path, f"give exactly one of: {', '.join(schema['properties'])}", None)
+    if v == "not" and path and path[-1:] and isinstance(err.instance, dict):
+        return doc.problem(path, "contradictory keys: " + _not_message(err), None)
+    if v == "minItems" and err.validator_value == 1:
+        return doc.problem(path, "must not be empty", hint)
+    return doc.problem(path, err.message, hint)
+
+
+def _allowed_keys(schema_name: str, schema: dict[str, Any]) -> set[str]:
+    keys = set(schema.get("properties", {}))
+    for sub in [schema, *schema.get("allOf", [])]:
+        if "$ref" in sub:
+            keys |= set(_resolve(schema_name, sub["$ref"]).get("properties", {}))
+        elif sub is not schema:
+            keys |= set(sub.get("properties", {}))
+    return keys
+
+
+def _resolve(schema_name: str, ref: str) -> dict[str, Any]:
+    """A local '#/$defs/name' reference of the named schema."""
+    return load_schema(schema_name).get("$defs", {}).get(ref.rsplit("/", 1)[-1], {})
+
+
+def _required_hint(schema: dict[str, Any], key: str) -> str | None:
+    sub = schema.get("properties", {}).get(key, {})
+    if isinstance(sub, dict) and "$ref" in sub and sub["$ref"].endswith("/digest"):
+        return "write digest: \"\" and run `repro lock TARGET` to fill it"
+    return sub.get("description") if isinstance(sub, dict) else None
+
+
+def _not_message(err: jsonschema.ValidationError) -> str:
+    keys = [k for k in ("log", "logs", "version", "distro", "url") if k in err.instance]
+    if {"log", "logs"} <= set(keys):
+        return "give either 'log' or 'logs', not both"
+    return f"{', '.join(keys)} only apply to ofed kind 'mlnx'"
+
