@@ -1,0 +1,76 @@
+"""Shared test setup.
+
+Tests that need a real component (Docker engine, the SSH test cluster) carry a marker.
+Where the component is missing they are skipped with the reason locally, but they FAIL
+when ``CI`` is set or ``REPRO_REQUIRE`` names the component: a CI lane that is meant to
+have Docker can never go green by skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Written by ``scripts/test-cluster up``; describes the engine, registry and nodes.
+CLUSTER_ENV = Path(os.environ.get("REPRO_TEST_CLUSTER", "/tmp/repro-cluster/cluster.json"))
+
+
+def _required(component: str) -> bool:
+    wanted = {c.strip() for c in os.environ.get("REPRO_REQUIRE", "").split(",") if c.strip()}
+    return bool(os.environ.get("CI")) or component in wanted or "all" in wanted
+
+
+def _cluster() -> dict | None:
+    try:
+        return json.loads(CLUSTER_ENV.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _docker_reason() -> str | None:
+    info = _cluster()
+    if info is None:
+        return f"no test cluster description at {CLUSTER_ENV} (run: scripts/test-cluster up)"
+    try:
+        import docker
+
+        docker.DockerClient(base_url=info["docker_host"]).ping()
+    except Exception as e:  # noqa: BLE001 - any failure means the engine is not usable
+        return f"Docker engine {info.get('docker_host')} not reachable: {e}"
+    return None
+
+
+def _ssh_reason() -> str | None:
+    info = _cluster()
+    if info is None:
+        return f"no test cluster description at {CLUSTER_ENV} (run: scripts/test-cluster up)"
+    if not info.get("nodes"):
+        return "the test cluster has no SSH nodes"
+    return None
+
+
+_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for name, check in _CHECKS.items():
+        if item.get_closest_marker(name) is None:
+            continue
+        reason = check()
+        if reason is None:
+            continue
+        if _required(name):
+            pytest.fail(f"{name} is required here (CI or REPRO_REQUIRE) but unavailable: {reason}", pytrace=False)
+        pytest.skip(f"{name} unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> dict:
+    """The test cluster description (engine, registry, nodes); marker checks ran first."""
+    info = _cluster()
+    assert info is not None, f"missing {CLUSTER_ENV}"
+    return info
