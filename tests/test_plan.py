@@ -1,0 +1,327 @@
+"""``repro plan``: exact text for each launcher kind, argv safety, and --cells filters.
+
+The expected texts below were written from the launch commands in docs/domain.md §1
+(DLPerf single_node_train.sh for NGC PyTorch, PaddlePaddle/Perf clas_fp32.sh /
+tf_test_dist_all.sh), not copied from the kit's output.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro.cli import parse_filter
+from repro.errors import InputError, UsageError
+from repro.hosts import load_hosts, local_hosts
+from repro.manifest import Cell, find_target, load_manifest
+from repro.plan import plan_cell, render_plan, select_cells
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD = Path(__file__).resolve().parent / "data" / "good"
+DLPERF = "dlperf-ngc-pytorch-rn50-v100"
+
+
+def rel(p: Path) -> str:
+    return os.path.relpath(p, REPO)
+
+
+def repro(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+# --- torch: DLPerf NGC PyTorch on 4 nodes --------------------------------------------------------------
+
+# multiproc.py --nnodes N --node_rank R --nproc_per_node G --master_addr M --master_port=P main.py ... with
+# LR = total batch / 1000 = 256 * 32 / 1000 = 8.192, TRAIN_STEPS 150, PREC "--amp --dynamic-loss-scale".
+DLPERF_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
+                 "'--gpus=\"device=0,1,2,3,4,5,6,7\"' -v=/datasets/imagenet:/data/imagenet:ro "
+                 "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
+DLPERF_MAIN = ("./main.py --data-backend dali-cpu --raport-file raport.json -j8 -p 1 --lr 8.192 "
+               "--optimizer-batch-size -1 --warmup 8 --arch resnet50 -c fanin --label-smoothing 0.1 "
+               "--lr-schedule cosine --mom 0.125 --wd 3.0517578125e-05 --workspace /tmp/repro-workspace -b 256 "
+               "--epochs 1 --prof 150 --training-only --no-checkpoints --amp --dynamic-loss-scale /data/imagenet")
+
+DLPERF_4N_AMP = f"""\
+target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
+launcher torch, 1 cells x 5 repeats
+
+cell 4n8g-amp-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), amp, batch 256/GPU
+  image: repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca
+  rank 0 on node1 (10.11.0.2) [worker]
+    {DLPERF_DOCKER}
+    $ python ./multiproc.py --nnodes 4 --node_rank 0 --nproc_per_node 8 --master_addr 10.11.0.2 --master_port=22333 {DLPERF_MAIN}
+  rank 1 on node2 (10.11.0.3) [worker]
+    {DLPERF_DOCKER}
+    $ python ./multiproc.py --nnodes 4 --node_rank 1 --nproc_per_node 8 --master_addr 10.11.0.2 --master_port=22333 {DLPERF_MAIN}
+  rank 2 on node3 (10.11.0.4) [worker]
+    {DLPERF_DOCKER}
+    $ python ./multiproc.py --nnodes 4 --node_rank 2 --nproc_per_node 8 --master_addr 10.11.0.2 --master_port=22333 {DLPERF_MAIN}
+  rank 3 on node4 (10.11.0.5) [worker]
+    {DLPERF_DOCKER}
+    $ python ./multiproc.py --nnodes 4 --node_rank 3 --nproc_per_node 8 --master_addr 10.11.0.2 --master_port=22333 {DLPERF_MAIN}
+"""
+
+
+def test_torch_plan_dlperf_4_nodes_amp() -> None:
+    proc = repro("plan", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=4,precision=amp")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout == DLPERF_4N_AMP
+
+
+def test_torch_ranks_and_master_at_api_level() -> None:
+    m = find_target(DLPERF)
+    hosts = load_hosts(GOOD / "hosts-4.yaml")
+    plans = plan_cell(m, Cell(4, 8, "amp", 256), hosts)
+    assert [p.command.rank for p in plans] == [0, 1, 2, 3]
+    assert [p.command.node.address for p in plans] == ["10.11.0.2", "10.11.0.3", "10.11.0.4", "10.11.0.5"]
+    for rank, p in enumerate(plans):
+        argv = p.command.command
+        assert argv[argv.index("--node_rank") + 1] == str(rank)
+        assert argv[argv.index("--master_addr") + 1] == "10.11.0.2"
+        assert argv[argv.index("--lr") + 1] == "8.192"
+        assert p.image == "repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca"
+        assert p.container["labels"] == {"repro.target": DLPERF, "repro.cell": "4n8g-amp-bs256",
+                                         "repro.rank": str(rank)}
+    # the learning rate follows the GPU count of each cell (DLPerf: total batch / 1000)
+    lrs = {c.key: (lambda a: a[a.index("--lr") + 1])(plan_cell(m, c, hosts)[0].command.command)
+           for c in m.cells()}
+    assert lrs == {"1n1g-fp32-bs128": "0.128", "1n1g-amp-bs256": "0.256", "1n4g-fp32-bs128": "0.512",
+                   "1n4g-amp-bs256": "1.024", "1n8g-fp32-bs128": "1.024", "1n8g-amp-bs256": "2.048",
+                   "2n8g-fp32-bs128": "2.048", "2n8g-amp-bs256": "4.096", "4n8g-fp32-bs128": "4.096",
+                   "4n8g-amp-bs256": "8.192"}
+
+
+# --- paddle: the same command, with --ips=<all nodes>, on every node ---------------------------------------
+
+PADDLE_DOCKER = ("docker run --network=host --ipc=host --shm-size=64g --ulimit=memlock=-1 "
+                 "'--gpus=\"device=0,1,2,3,4,5,6,7\"' -v=/data/imagenet:/workspace/PaddleClas/data:ro "
+                 "-w=/workspace/PaddleClas -e=FLAGS_conv_workspace_size_limit=4000 "
+                 "-e=FLAGS_cudnn_batchnorm_spatial_persistent=1 -e=FLAGS_cudnn_exhaustive_search=1 IMAGE")
+PADDLE_CMD = ("$ python -m paddle.distributed.launch --log_dir=./mylog --gpus=0,1,2,3,4,5,6,7 "
+              "--ips=10.10.0.1,10.10.0.2,10.10.0.3,10.10.0.4 ppcls/static/train.py "
+              "-c ppcls/configs/ImageNet/ResNet/ResNet50.yaml -o Global.print_batch_step=10 "
+              "-o DataLoader.Train.sampler.batch_size=256 -o Global.eval_during_train=False "
+              "-o fuse_elewise_add_act_ops=True -o enable_addto=True -o DataLoader.Train.loader.num_workers=8 "
+              "-o Global.epochs=1 -o Global.use_dali=True")
+
+PADDLE_4N = f"""\
+target test-paddle-multinode: Perf 2.5 PaddleClas ResNet50 static graph, 4 nodes x 8 V100, FP32 bs256
+launcher paddle, 1 cells x 1 repeats
+
+cell 4n8g-fp32-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), fp32, batch 256/GPU
+  image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04@sha256:{"ab" * 32}
+  rank 0 on 10.10.0.1 (10.10.0.1) [worker]
+    {PADDLE_DOCKER}
+    {PADDLE_CMD}
+  rank 1 on 10.10.0.2 (10.10.0.2) [worker]
+    {PADDLE_DOCKER}
+    {PADDLE_CMD}
+  rank 2 on 10.10.0.3 (10.10.0.3) [worker]
+    {PADDLE_DOCKER}
+    {PADDLE_CMD}
+  rank 3 on 10.10.0.4 (10.10.0.4) [worker]
+    {PADDLE_DOCKER}
+    {PADDLE_CMD}
+"""
+
+
+def test_paddle_plan_same_ips_on_every_node() -> None:
+    proc = repro("plan", rel(GOOD / "paddle-multinode.yaml"), "--hosts", rel(GOOD / "hosts-perf.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == PADDLE_4N
+
+
+def test_paddle_commands_are_identical_across_nodes() -> None:
+    m = load_manifest(GOOD / "paddle-multinode.yaml")
+    plans = plan_cell(m, m.cells()[0], load_hosts(GOOD / "hosts-perf.yaml"))
+    assert len({p.command.command for p in plans}) == 1
+    assert "--ips=10.10.0.1,10.10.0.2,10.10.0.3,10.10.0.4" in plans[0].command.command
+
+
+# --- mpi: mpirun on rank 0, sshd on the others ------------------------------------------------------------
+
+MPI_DOCKER = ("docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus=\"device=0,1,2,3,4,5,6,7\"' "
+              "-w=/workspace/rn50v15_tf -e=NCCL_DEBUG=INFO -e=NCCL_IB_DISABLE=0 -e=NCCL_IB_GID_INDEX=3 IMAGE")
+MPI_SSH = ("'ssh -p 10000 -i /run/repro-mpi/id_ed25519 -o IdentitiesOnly=yes "
+           "-o UserKnownHostsFile=/run/repro-mpi/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes'")
+
+
+def mpi_sshd(addr: str) -> str:
+    return (f"$ /usr/sbin/sshd -D -e -p 10000 -o ListenAddress={addr} -o HostKey=/run/repro-mpi/host_ed25519 "
+            "-o AuthorizedKeysFile=/run/repro-mpi/authorized_keys -o PasswordAuthentication=no "
+            "-o PermitRootLogin=prohibit-password -o StrictModes=no -o UsePAM=no")
+
+
+MPI_4N_AMP = f"""\
+target test-mpi-ngc-tf1: Perf NGC TensorFlow 20.12-tf1 ResNet-50 v1.5 under Horovod, 4 nodes x 8 V100, FP32 and AMP bs256
+launcher mpi, 1 cells x 1 repeats
+
+cell 4n8g-amp-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), amp, batch 256/GPU
+  image: nvcr.io/nvidia/tensorflow:20.12-tf1-py3
+  rank 0 on node1 (10.11.0.2) [mpi-head]
+    {MPI_DOCKER}
+    $ mpirun --allow-run-as-root -np 32 --hostfile /run/repro-mpi/hostfile --bind-to none --map-by slot -mca plm_rsh_agent {MPI_SSH} -x PATH -x LD_LIBRARY_PATH -x NCCL_DEBUG -x NCCL_IB_DISABLE -x NCCL_IB_GID_INDEX -mca btl_tcp_if_exclude docker0,lo python main.py --mode=training_benchmark --use_xla --warmup_steps 200 --num_iter 500 --iter_unit batch --batch_size 256 --data_dir=./data/tfrecords/ --results_dir=/tmp/result --use_tf_amp --use_static_loss_scaling --lr_init=0.01 --loss_scale=128
+    file /run/repro-mpi/hostfile:
+      10.11.0.2 slots=8
+      10.11.0.3 slots=8
+      10.11.0.4 slots=8
+      10.11.0.5 slots=8
+  rank 1 on node2 (10.11.0.3) [mpi-sshd]
+    {MPI_DOCKER}
+    {mpi_sshd("10.11.0.3")}
+  rank 2 on node3 (10.11.0.4) [mpi-sshd]
+    {MPI_DOCKER}
+    {mpi_sshd("10.11.0.4")}
+  rank 3 on node4 (10.11.0.5) [mpi-sshd]
+    {MPI_DOCKER}
+    {mpi_sshd("10.11.0.5")}
+"""
+
+
+def test_mpi_plan_head_and_sshd() -> None:
+    proc = repro("plan", rel(GOOD / "mpi-ngc-tf1.yaml"), "--hosts", rel(GOOD / "hosts-4.yaml"),
+                 "--cells", "precision=amp")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == MPI_4N_AMP
+
+
+def test_mpi_render_at_api_level() -> None:
+    m = load_manifest(GOOD / "mpi-ngc-tf1.yaml")
+    plans = plan_cell(m, Cell(4, 8, "fp32", 256), load_hosts(GOOD / "hosts-4.yaml"))
+    head, *others = [p.command for p in plans]
+    assert head.role == "mpi-head" and [o.role for o in others] == ["mpi-sshd"] * 3
+    assert head.command[head.command.index("-np") + 1] == "32"
+    assert head.files == {"/run/repro-mpi/hostfile": "".join(f"10.11.0.{i} slots=8\n" for i in range(2, 6))}
+    forwarded = [head.command[i + 1] for i, t in enumerate(head.command) if t == "-x"]
+    assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX"]
+    assert head.command[-1] == "--results_dir=/tmp/result"  # fp32: {precision_args} adds nothing
+    for o in others:
+        assert o.command[o.command.index("-p") + 1] == "10000"
+        assert o.env == {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "INFO"}
+
+
+# --- plain: one node, this machine -------------------------------------------------------------------------
+
+PLAIN_LOCAL = """\
+target test-plain-paddle-1gpu: Perf 2.5 PaddleClas ResNet50 static graph, 1 V100, FP32 and AMP bs256
+launcher plain, 2 cells x 1 repeats
+
+cell 1n1g-fp32-bs256: 1 node(s) x 1 GPU(s) = 1 GPU(s), fp32, batch 256/GPU
+  image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04
+  rank 0 on HOSTNAME (127.0.0.1) [worker]
+    docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus="device=0"' -w=/workspace/PaddleClas IMAGE
+    $ python -u ppcls/static/train.py -c ppcls/configs/ImageNet/ResNet/ResNet50.yaml -o Global.print_batch_step=10 -o DataLoader.Train.sampler.batch_size=256 -o Global.eval_during_train=False -o Global.epochs=1
+
+cell 1n1g-amp-bs256: 1 node(s) x 1 GPU(s) = 1 GPU(s), amp, batch 256/GPU
+  image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04
+  rank 0 on HOSTNAME (127.0.0.1) [worker]
+    docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus="device=0"' -w=/workspace/PaddleClas IMAGE
+    $ python -u ppcls/static/train.py -c ppcls/configs/ImageNet/ResNet/ResNet50_amp_O2_ultra.yaml -o 'Global.image_shape=[4,224,224]' -o AMP.use_pure_fp16=False -o Global.print_batch_step=10 -o DataLoader.Train.sampler.batch_size=256 -o Global.eval_during_train=False -o Global.epochs=1
+"""
+
+
+def test_plain_plan_on_this_machine() -> None:
+    proc = repro("plan", rel(GOOD / "plain-single.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == PLAIN_LOCAL.replace("HOSTNAME", socket.gethostname())
+
+
+# --- argv safety -------------------------------------------------------------------------------------------
+
+
+def test_shell_metacharacters_stay_literal_tokens() -> None:
+    m = load_manifest(GOOD / "shell-metachars.yaml")
+    (plan,) = plan_cell(m, m.cells()[0], local_hosts())
+    assert plan.command.command == (
+        "python", "main.py", "--tag", "; rm -rf / #", "--name=$(reboot)", "-b", "64",
+        "--note=x | sh", "'quoted'", '"dq"', "`id` && echo pwned > /etc/passwd", "a b\tc")
+    assert plan.container["environment"] == {"NOTE": "$(reboot); `id`", "LD_PRELOAD": "/tmp/x.so && reboot"}
+    # the printed command is for people; quoted so that a shell would give back the same tokens
+    text = render_plan(m, local_hosts(), m.cells())
+    (shown,) = [ln.removeprefix("    $ ") for ln in text.splitlines() if ln.startswith("    $ ")]
+    assert shlex.split(shown) == list(plan.command.command)
+    assert "'; rm -rf / #'" in shown
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "repro/launchers/base.py fill() splices launch.precision_args and launch.cell_args tokens without filling "
+    "their placeholders, and repro/manifest.py _check_meaning only checks launch.command, so "
+    "'--global-batch={global_batch_size}' in precision_args validates and reaches the container literally; it should be filled "
+    "(or rejected by validation)"))
+def test_placeholders_in_spliced_tokens_are_filled_or_rejected(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text((GOOD / "plain-single.yaml").read_text().replace(
+        "fp32: [-c, ppcls/configs/ImageNet/ResNet/ResNet50.yaml]",
+        'fp32: [-c, ppcls/configs/ImageNet/ResNet/ResNet50.yaml, "--global-batch={global_batch_size}"]'))
+    try:
+        m = load_manifest(f)
+    except InputError:
+        return  # rejected at validation: fine
+    (plan,) = plan_cell(m, Cell(1, 1, "fp32", 256), local_hosts())
+    assert "--global-batch=256" in plan.command.command
+
+
+# --- --cells ---------------------------------------------------------------------------------------------
+
+
+def test_parse_filter() -> None:
+    assert parse_filter("nodes=4,precision=amp") == {"nodes": 4, "precision": "amp"}
+    assert parse_filter("gpus=32") == {"gpus": 32}
+    assert parse_filter("batch_size=256,gpus_per_node=8") == {"batch_size": 256, "gpus_per_node": 8}
+    for bad in ("nodes", "gpu=8", "nodes=four", "precision"):
+        with pytest.raises(UsageError):
+            parse_filter(bad)
+
+
+def test_several_cells_options_are_alternatives() -> None:
+    m = find_target(DLPERF)
+    cells = select_cells(m, [parse_filter("nodes=1,gpus_per_node=1"), parse_filter("gpus=32,precision=fp32")])
+    assert [c.key for c in cells] == ["1n1g-fp32-bs128", "1n1g-amp-bs256", "4n8g-fp32-bs128"]
+    assert len(select_cells(m, [])) == 10
+
+
+@pytest.mark.parametrize(("cells", "message", "hint"), [
+    ("nodes=four", "error: bad cell filter 'nodes=four': 'four' is not a whole number\n", None),
+    ("gpu=8", "error: bad cell filter 'gpu=8'\n",
+     "hint: use KEY=VALUE[,KEY=VALUE], KEY one of batch_size, gpus, gpus_per_node, nodes, precision\n"),
+    ("nodes", "error: bad cell filter 'nodes'\n", None),
+    ("nodes=3", "error: no cell of dlperf-ngc-pytorch-rn50-v100 matches nodes=3\n",
+     "hint: `repro show TARGET` lists its cells\n"),
+])
+def test_cells_filter_errors(cells: str, message: str, hint: str | None) -> None:
+    proc = repro("plan", DLPERF, "--cells", cells)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(message)
+    if hint:
+        assert hint in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_too_few_hosts_for_a_cell(tmp_path: Path) -> None:
+    hosts = tmp_path / "two.yaml"
+    hosts.write_text("schema_version: 1\nnodes:\n  - {address: 10.11.0.2}\n  - {address: 10.11.0.3}\n")
+    with pytest.raises(InputError, match="the cell needs 4 nodes, the inventory has 2"):
+        plan_cell(find_target(DLPERF), Cell(4, 8, "amp", 256), load_hosts(hosts))
+    proc = repro("plan", DLPERF, "--hosts", str(hosts), "--cells", "nodes=4")
+    assert proc.returncode == 2
+    assert f"error: {hosts}: nodes: the cell needs 4 nodes, the inventory has 2" in proc.stderr
+    assert "hint: add nodes to the hosts file or filter the cells with --cells" in proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "repro/plan.py container_options: with no hosts file (or one without 'data'), a '{data}' mount source is "
+    "kept as the literal text '{data}' and the plan prints -v='{data}:/data/imagenet:ro' without a word; "
+    "it should fail (exit 2) saying the target needs a data directory, or resolve it"))
+def test_data_mount_without_a_data_directory_is_reported() -> None:
+    proc = repro("plan", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    assert "{data}" not in proc.stdout
+    assert proc.returncode == 2 and "data" in proc.stderr
