@@ -42,6 +42,9 @@ KNOWN_BUGS = {
     "hosts-missing-nodes": "repro/cli.py validate: a file is taken for a hosts file only if it has 'nodes', so a "
                            "hosts file without 'nodes' is validated as a manifest and gets 10 'missing required "
                            "key' errors plus \"unknown key 'data'\" instead of \"missing required key 'nodes'\"",
+    "published-cell-not-in-matrix": "repro/manifest.py _check_meaning never compares published cells with the "
+                                    "matrix, so a published figure no cell will ever run (here nodes 4 for 1, "
+                                    "which still divides the GPU count) validates silently",
 }
 
 

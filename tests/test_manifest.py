@@ -73,6 +73,14 @@ def test_every_shipped_parser_is_registered() -> None:
         assert parser in names, f"{f.name}: parser {parser!r} not in {names}"
 
 
+def test_every_published_cell_is_a_matrix_cell() -> None:
+    for m in load_catalog(manifest_files()).values():
+        runs = {(c.nodes, c.gpus, c.precision, c.batch_size) for c in m.cells()}
+        for t in m.published:
+            for c in t.cells:
+                assert (c.nodes, c.gpus, c.precision, c.batch_size) in runs, f"{m.id} {t.id}: {c} is never run"
+
+
 # --- schema meta-tests -------------------------------------------------------------------------------------
 
 
