@@ -1,0 +1,145 @@
+"""Training-log parsers: the registry, format detection and the one place that opens log files.
+
+``parse_file`` streams a file in blocks of whole lines (memory stays flat whatever the file
+size, apart from the records themselves), decodes UTF-8 with replacement characters, accepts
+CRLF, strips MPI output tags and ignores any line no rule knows (NCCL chatter, warnings,
+tracebacks).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from repro.errors import ParseError
+from repro.parsers.base import (
+    BLOCK_CHARS,
+    LogParser,
+    ParseResult,
+    PatternParser,
+    Record,
+    Series,
+    clean_text,
+)
+from repro.registry import Registry
+
+__all__ = ["PARSERS", "LogParser", "ParseResult", "Record", "Series", "detect", "parse_file"]
+
+#: Built-in parsers, in detection order (first match wins).
+PARSERS = Registry[LogParser]("parser", [
+    "repro.parsers.paddleclas",
+    "repro.parsers.ngc_pytorch",
+    "repro.parsers.ngc_tf1",
+    "repro.parsers.ngc_mxnet",
+    "repro.parsers.tf2_keras",
+    "repro.parsers.tf_cnn",
+])
+
+HEAD_LINES = 200  # what detect() looks at first
+DEEP_HEAD_LINES = 5000  # second look when the first 200 lines are all preamble
+_BINARY_PROBE = 64 * 1024
+
+
+def detect(head: Sequence[str]) -> type[LogParser]:
+    """The first registered parser whose ``detect`` accepts these head lines."""
+    for cls in PARSERS.plugins():
+        if cls.detect(head):
+            return cls
+    raise ParseError(
+        f"not a log format the kit knows (known parsers: {', '.join(PARSERS.names())})",
+        hint="name the parser explicitly if the log is in one of these formats",
+    )
+
+
+def parse_file(path: str | os.PathLike[str], parser: str | None = None) -> ParseResult:
+    """Parse one log file; ``parser=None`` detects the format from the head of the file."""
+    p = Path(path)
+    _check_file(p)
+    if parser is not None:
+        cls = PARSERS.get(parser)
+    else:
+        cls = _detect_file(p)
+    inst = cls()
+    if isinstance(inst, PatternParser):
+        with p.open("rb") as raw:
+            return inst.parse_blocks(_blocks(raw))
+    with _open(p) as f:
+        return inst.parse(_clean_lines(f))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_file(p: Path) -> None:
+    try:
+        with p.open("rb") as f:
+            probe = f.read(_BINARY_PROBE)
+    except FileNotFoundError:
+        raise ParseError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ParseError(f"{p}: is a directory, not a log file") from None
+    except OSError as e:
+        raise ParseError(f"{p}: cannot read: {e.strerror or e}") from None
+    if not probe.strip():
+        raise ParseError(f"{p}: the file is empty", hint="the run may have failed before it logged anything")
+    if b"\0" in probe:
+        raise ParseError(f"{p}: looks like a binary file (NUL bytes), not a text log")
+
+
+def _open(p: Path) -> IO[str]:
+    return p.open("r", encoding="utf-8", errors="replace")
+
+
+def _detect_file(p: Path) -> type[LogParser]:
+    with _open(p) as f:
+        head = _head(f, HEAD_LINES)
+        for cls in PARSERS.plugins():
+            if cls.detect(head):
+                return cls
+        head += _head(f, DEEP_HEAD_LINES - HEAD_LINES)
+    try:
+        return detect(head)
+    except ParseError as e:
+        raise ParseError(f"{p}: {e.message}", hint=e.hint) from None
+
+
+def _head(f: IO[str], n: int) -> list[str]:
+    out: list[str] = []
+    for line in f:
+        out.append(line)
+        if len(out) >= n:
+            break
+    return out
+
+
+def _blocks(raw: IO[bytes]) -> Iterator[str]:
+    """Blocks of whole lines; the last one keeps a missing final newline missing.
+
+    Bytes are decoded here (incrementally, so a UTF-8 sequence split between two reads is
+    decoded whole) because that is several times faster than a text-mode file.
+    """
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    rest = ""
+    while True:
+        data = raw.read(BLOCK_CHARS)
+        chunk = decode(data, not data)
+        if rest:
+            chunk = rest + chunk
+        if not data:
+            if chunk:
+                yield chunk
+            return
+        cut = chunk.rfind("\n") + 1
+        if cut == 0:
+            rest = chunk  # one line longer than a block: keep reading
+            continue
+        rest = chunk[cut:]
+        yield chunk[:cut]
+
+
+def _clean_lines(f: IO[str]) -> Iterator[str]:
+    for line in f:
+        yield clean_text(line)

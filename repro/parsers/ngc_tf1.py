@@ -1,0 +1,47 @@
+"""NVIDIA DeepLearningExamples TensorFlow 1.x ConvNets (``main.py``), DLLogger text output.
+
+Records are ``(epoch, step) total_ips : x`` (``--mode=training_benchmark``, logged every
+``display_every`` steps after the warm-up) or ``imgs_per_sec : x`` (``--mode=train``); both are
+global images/s. The summary is ``() train_throughput : x``, the mean of every post-warm-up step.
+The ``PARAMETER`` line gives batch size per GPU and the AMP, XLA and DALI switches.
+"""
+
+from __future__ import annotations
+
+import re
+
+from repro.parsers import PARSERS
+from repro.parsers.base import NUM, Builder, PatternParser, Rule, params_of, to_bool, to_int
+
+
+@PARSERS.register("ngc-tf1")
+class NgcTf1(PatternParser):
+    record_hints = ("total_ips", "imgs_per_sec", "train_throughput")
+    detect_any = (
+        re.compile(r"\(\d+, \d+\) (?:total_ips|imgs_per_sec) : "),
+        re.compile(r"\(\) train_throughput : "),
+        re.compile(r"PARAMETER [^\n]* xla : (?:True|False)"),
+    )
+    rules = (
+        Rule(rf"\((?P<epoch>\d+), (?P<iteration>\d+)\) (?:total_ips|imgs_per_sec) : (?P<value>{NUM})(?=\s)", "record"),
+        Rule(rf"\(\) train_throughput : (?P<value>{NUM})(?=\s)", "summary"),
+        Rule(r"PARAMETER (arch : [^\n]*)", "on_params"),
+        Rule(r"Num GPUs (\d+)\n", "fact:gpus", to_int),
+        Rule(r"Per-GPU Batch Size (\d+)\n", "fact:batch_size", to_int),
+    )
+
+    def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
+        p = params_of(m.group(1))
+        b.new_run()
+        b.fact("batch_size", to_int(p.get("batch_size", "")), line)
+        if "amp" in p:
+            amp = bool(to_bool(p["amp"]))
+            b.fact("amp", amp, line)
+            b.fact("precision", "amp" if amp else "fp32", line)
+        for key in ("xla", "dali"):
+            if key in p:
+                b.fact(key, to_bool(p[key]), line)
+        if "data_format" in p:
+            b.fact("data_format", p["data_format"], line)
+        if "mode" in p:
+            b.fact("mode", p["mode"], line)

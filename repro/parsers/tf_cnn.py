@@ -1,0 +1,44 @@
+"""tensorflow/benchmarks ``tf_cnn_benchmarks.py``.
+
+Each display step prints ``<step>\\timages/sec: <x> +/- <u> (jitter = <j>)\\t<loss>...``; the
+run ends with ``total images/sec: <x>``, which is the summary. Facts come from the header block
+(``TensorFlow:``, ``Batch size: N global`` / ``M per device``, ``Devices: [...]``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from repro.parsers import PARSERS
+from repro.parsers.base import NUM, Builder, PatternParser, Rule, to_int
+
+
+@PARSERS.register("tf-cnn-benchmarks")
+class TfCnnBenchmarks(PatternParser):
+    record_hints = ("images/sec: ",)
+    detect_any = (
+        re.compile(rf"(?m)^\d+\timages/sec: {NUM} \+/- {NUM} \(jitter = {NUM}\)"),
+        re.compile(rf"(?m)^total images/sec: {NUM}"),
+        re.compile(r"(?m)^TensorFlow: +\S+\nModel: +\S+"),
+    )
+    rules = (
+        # the step number starts the line; the handler reads it back from the line start
+        Rule(rf"\timages/sec: (?P<value>{NUM}) \+/- {NUM} \(jitter = {NUM}\)", "on_step"),
+        Rule(rf"total images/sec: (?P<value>{NUM})(?=\s)", "summary"),
+        Rule(r"TensorFlow: +(\S+)\n", "on_header"),
+        Rule(r"Batch size: +\d+ global\n +(\d+) per device", "fact:batch_size", to_int),
+        Rule(r"Devices: +\[([^\]\n]*)\]", "on_devices"),
+    )
+
+    def on_step(self, b: Builder, m: re.Match[str], line: int) -> None:
+        text = m.string
+        step = to_int(text[text.rfind("\n", 0, m.start()) + 1:m.start()])
+        if step is not None:
+            b.record(float(m.group("value")), step, None, line)
+
+    def on_header(self, b: Builder, m: re.Match[str], line: int) -> None:
+        b.new_run()
+        b.fact("framework_version", m.group(1), line)
+
+    def on_devices(self, b: Builder, m: re.Match[str], line: int) -> None:
+        b.fact("gpus", len([d for d in m.group(1).split(",") if d.strip()]), line)
