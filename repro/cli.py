@@ -111,29 +111,11 @@ def show(target: str, fmt: str) -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @reports_errors
 def validate(paths: tuple[Path, ...]) -> None:
-    """Validate manifests or hosts files (default: every shipped manifest)."""
-    from repro.hosts import load_hosts
-    from repro.manifest import load_catalog, manifest_files
-    from repro.schema import read_yaml
+    """Validate manifests, hosts files or directories of them (default: every shipped manifest)."""
+    from repro.manifest import validate_files
 
-    files = list(paths) or manifest_files()
-    hosts = [p for p in files if p.is_file() and isinstance(read_yaml(p).data, dict) and "nodes" in read_yaml(p).data]
-    problems = []
-    for h in hosts:
-        try:
-            load_hosts(h)
-        except InputError as e:
-            problems += e.problems
-    try:
-        catalog = load_catalog([p for p in files if p not in hosts])
-    except InputError as e:
-        raise InputError(problems + e.problems) from None
-    if problems:
-        raise InputError(problems)
-    for m in catalog.values():
-        click.echo(f"ok {m.path} ({m.id})")
-    for h in hosts:
-        click.echo(f"ok {h} (hosts)")
+    for path, what in validate_files(list(paths)):
+        click.echo(f"ok {path} ({what})")
 
 
 @cli.command()
@@ -152,6 +134,55 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) ->
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
     click.echo(render_plan(m, load_hosts(hosts_file), cells), nl=False)
+
+
+@cli.command()
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--parser", "parser_name", help="log format (default: detected from the head of the file)")
+@click.option("--skip-records", type=click.IntRange(min=0), help="drop the first N throughput records")
+@click.option("--from-iteration", type=click.IntRange(min=0), help="keep records from iteration K on")
+@click.option("--window", type=click.IntRange(min=1), help="then keep at most N records")
+@click.option("--aggregate", type=click.Choice(["mean", "median", "harmonic", "summary"]), default="mean", show_default=True)
+@click.option("--gpus", type=click.IntRange(min=1), help="GPU count; multiplies per-GPU figures (PaddleClas rank-0 logs)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def parse(log: Path, parser_name: str | None, skip_records: int | None, from_iteration: int | None,
+          window: int | None, aggregate: str, gpus: int | None, fmt: str) -> None:
+    """Apply one measurement protocol to one log file."""
+    from repro.report import render_parse_text
+    from repro.reproduce import parse_and_measure
+
+    if skip_records is not None and from_iteration is not None:
+        raise UsageError("give --skip-records or --from-iteration, not both")
+    out = parse_and_measure(log, parser_name, skip_records=skip_records, from_iteration=from_iteration,
+                            window=window, aggregate=aggregate, gpus=gpus)
+    click.echo(json.dumps(out, indent=2) if fmt == "json" else render_parse_text(out), nl=fmt == "json")
+    if not any(r["throughput"] is not None for r in out["results"]):
+        raise UsageError(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+
+
+@cli.command()
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--published", "table_id", help="which published table of the target (default: its first)")
+@click.option("--from-logs", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="a directory of your logs (or a repro up run directory) instead of the bundled published logs")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write a scaling chart (PNG)")
+@reports_errors
+def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, fmt: str, plot: Path | None) -> None:
+    """Re-derive published tables from raw logs, side by side with the published figures.
+
+    TARGETS are target ids, or the id of a published table several targets share
+    (e.g. a whole comparison table: its Paddle and NGC columns).
+    """
+    from repro.report import RENDERERS, plot_scaling
+    from repro.reproduce import reproduce_table, resolve_tables
+
+    results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
+    click.echo(RENDERERS[fmt](results), nl=False)
+    if plot:
+        plot_scaling(results, plot)
+        click.echo(f"plot written to {plot}", err=True)
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ def describe_manifest(m: Manifest) -> str:
     lines.append(f"  launch ({m.launch.kind}): {shlex.join(m.launch.command)}")
     for prec, toks in m.launch.precision_args.items():
         lines.append(f"    {{precision_args}} for {prec}: {shlex.join(toks) or '(none)'}")
+    for when, toks in m.launch.cell_args:
+        lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(toks)}")
     if m.launch.env:
         lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(m.launch.env.items())))
     cells = m.cells()

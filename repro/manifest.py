@@ -8,6 +8,7 @@ that changes a number comes from the environment.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -188,11 +189,35 @@ def load_manifest(path: Path) -> Manifest:
     return _build(doc)
 
 
-def _placeholders(token: str) -> list[str]:
+def _placeholders(token: str) -> list[str] | None:
+    """Placeholder names in a token; None when its braces do not balance."""
     try:
         return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
     except ValueError:
-        return ["{"]
+        return None
+
+
+def _check_tokens(doc: YamlDoc, where: list[str | int], tokens: list[str], *, spliced_ok: bool) -> tuple[set[str], list[Problem]]:
+    used: set[str] = set()
+    out: list[Problem] = []
+    for i, tok in enumerate(tokens):
+        names = _placeholders(tok)
+        if names is None:
+            out.append(doc.problem([*where, i], f"unbalanced brace in {tok!r}",
+                                   "placeholders are {name}; write a literal brace as {{ or }}"))
+            continue
+        for name in names:
+            used.add(name)
+            if name not in PLACEHOLDERS:
+                out.append(doc.problem([*where, i], f"unknown placeholder {{{name}}} in {tok!r}",
+                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
+                                       "a literal brace is written {{ or }}"))
+            elif name in SPLICED and not spliced_ok:
+                out.append(doc.problem([*where, i], f"{{{name}}} cannot be used inside {where[-1]}"))
+            elif name in SPLICED and tok != f"{{{name}}}":
+                out.append(doc.problem([*where, i], f"{{{name}}} must be a whole token",
+                                       "write it as its own list item; it expands to several tokens"))
+    return used, out
 
 
 def _check_meaning(doc: YamlDoc) -> list[Problem]:
@@ -202,16 +227,11 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
     d = doc.data
     out: list[Problem] = []
     launch, matrix = d["launch"], d["matrix"]
-    used: set[str] = set()
-    for i, tok in enumerate(launch["command"]):
-        for name in _placeholders(tok):
-            used.add(name)
-            if name not in PLACEHOLDERS:
-                out.append(doc.problem(["launch", "command", i], f"unknown placeholder {{{name}}} in {tok!r}",
-                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"))
-            elif name in SPLICED and tok != f"{{{name}}}":
-                out.append(doc.problem(["launch", "command", i], f"{{{name}}} must be a whole token",
-                                       "write it as its own list item; it expands to several tokens"))
+    used, out = _check_tokens(doc, ["launch", "command"], launch["command"], spliced_ok=True)
+    for prec, toks in launch.get("precision_args", {}).items():
+        out += _check_tokens(doc, ["launch", "precision_args", prec], toks, spliced_ok=False)[1]
+    for ci, entry in enumerate(launch.get("cell_args", [])):
+        out += _check_tokens(doc, ["launch", "cell_args", ci, "args"], entry["args"], spliced_ok=False)[1]
     if "precision_args" in used:
         for p in matrix["precision"]:
             if p not in launch.get("precision_args", {}):
@@ -226,6 +246,8 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
     if d["measure"]["parser"] not in PARSERS.names():
         out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
                                f"available parsers: {', '.join(PARSERS.names())}"))
+    matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
+                    for p in matrix["precision"] for b in matrix["batch_size"]}
     for ti, table in enumerate(d["published"]):
         logs_dir = paths.data_root() / table["logs"] if "logs" in table else None
         if logs_dir is not None and not logs_dir.is_dir():
@@ -236,6 +258,10 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
             where = ["published", ti, "cells", ci]
             if cell["gpus"] % cell["nodes"]:
                 out.append(doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes"))
+            elif (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"], cell["batch_size"]) not in matrix_cells:
+                out.append(doc.problem(where, f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), "
+                                       f"{cell['precision']}, batch {cell['batch_size']} is not a cell of the matrix",
+                                       "a published cell must be one the matrix can run; extend matrix or fix the cell"))
             for li, rel in enumerate(cell.get("logs", [cell["log"]] if "log" in cell else [])):
                 if logs_dir is None and "logs" not in table:
                     out.append(doc.problem(where, "a cell names a log but its table has no 'logs' directory"))
@@ -323,5 +349,40 @@ def find_target(name: str, dirs: Iterable[Path] | None = None) -> Manifest:
     catalog = load_catalog(files)
     if name in catalog:
         return catalog[name]
-    close = [t for t in catalog if name.split("-")[0] in t]
-    raise UsageError(f"unknown target {name!r}", hint=f"`repro list` shows the targets{'; did you mean ' + ', '.join(close[:3]) + '?' if close else ''}")
+    prefixed = [t for t in sorted(catalog) if t.startswith(name)]
+    close = list(dict.fromkeys(prefixed + difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.5)))[:3]
+    raise UsageError(f"unknown target {name!r}",
+                     hint="`repro list` shows the targets" + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
+def _is_hosts_file(doc: YamlDoc) -> bool:
+    return isinstance(doc.data, dict) and "id" not in doc.data and bool({"nodes", "defaults", "data"} & set(doc.data))
+
+
+def validate_files(inputs: list[Path]) -> list[tuple[Path, str]]:
+    """Validate manifests and hosts files (directories: their *.yaml); every problem of every file at once."""
+    from repro.hosts import load_hosts
+
+    files = [f for p in (inputs or [paths.manifests_dir()]) for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
+    problems: list[Problem] = []
+    manifests: list[Path] = []
+    ok: list[tuple[Path, str]] = []
+    for f in files:
+        try:
+            if _is_hosts_file(read_yaml(f)):
+                load_hosts(f)
+                ok.append((f, "hosts"))
+            else:
+                manifests.append(f)
+        except InputError as e:
+            problems += e.problems
+    try:
+        catalog = load_catalog(manifests)
+    except InputError as e:
+        problems += e.problems
+        catalog = {}
+    if problems:
+        raise InputError(problems)
+    return [(m.path, m.id) for m in catalog.values()] + ok
+
+

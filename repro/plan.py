@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repro.errors import UsageError
 from repro.hosts import Hosts, Node
 from repro.launchers import LAUNCHERS, NodeCommand
 from repro.manifest import Cell, Manifest
@@ -58,8 +59,11 @@ def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir
         opts["privileged"] = True
     mounts = [(data_dir if m["source"] == "{data}" else m["source"], m["target"], m.get("read_only", False))
               for m in c.get("mounts", [])]
+    if any(src is None for src, _, _ in mounts):
+        raise UsageError(f"{manifest.id} mounts the dataset ({{data}}) but no data directory is known",
+                         hint="give a hosts file with `data: /path/to/dataset` (repro plan TARGET --hosts FILE)")
     if mounts:
-        opts["volumes"] = {src or "{data}": {"bind": dst, "mode": "ro" if ro else "rw"} for src, dst, ro in mounts}
+        opts["volumes"] = {src: {"bind": dst, "mode": "ro" if ro else "rw"} for src, dst, ro in mounts}
     return opts
 
 

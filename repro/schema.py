@@ -103,8 +103,13 @@ def read_yaml(path: Path) -> YamlDoc:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        what = getattr(e, "problem", None) or str(e)
+        # an unclosed quote or bracket is reported where parsing gave up; the context
+        # mark is where it opened, which is the line a person has to fix
+        context = getattr(e, "context", None) or ""
+        problem = getattr(e, "problem", None) or str(e)
+        opened = "quoted scalar" in context or "flow" in context
+        mark = getattr(e, "context_mark", None) if opened else getattr(e, "problem_mark", None)
+        what = f"{problem} ({context.removeprefix('while ')} that starts on this line)" if opened else problem
         raise InputError([Problem(str(path), mark.line + 1 if mark else None, "",
                                   f"invalid YAML: {what}", "fix the YAML syntax at that line")]) from None
     doc = YamlDoc(path, node, data)
@@ -121,7 +126,15 @@ def validate(doc: YamlDoc, schema_name: str) -> list[Problem]:
         return [Problem(str(doc.path), doc.line([]), "", "expected a mapping at the top level",
                         f"see an example in the shipped files; schema {schema_name}")]
     errors = sorted(_validator(schema_name).iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    return [_explain(doc, e, schema_name) for e in errors]
+    return [_explain(doc, e, schema_name) for e in errors if not _echo_of_failed_branch(e, schema_name)]
+
+
+def _echo_of_failed_branch(err: jsonschema.ValidationError, schema_name: str) -> bool:
+    """'unevaluatedProperties' also fires for known keys whose own check failed; that is noise."""
+    if err.validator != "unevaluatedProperties" or not isinstance(err.instance, dict):
+        return False
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    return not set(err.instance) - _allowed_keys(schema_name, schema)
 
 
 def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) -> Problem:
@@ -134,19 +147,21 @@ def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) ->
         extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
         key = extra[0] if extra else ""
         return doc.problem_at_key([*path, key], f"unknown key {key!r}",
-                                  f"allowed keys here: {', '.join(allowed)}" if allowed else None) \
-            if key else doc.problem(path, err.message)
+                                  f"allowed keys here: {', '.join(allowed)}" if allowed else None)
     if v == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
         return doc.problem(path, f"missing required key {missing!r}", _required_hint(schema, missing))
     if v == "const" and path == ["schema_version"]:
-        return doc.problem(path, f"unsupported schema_version: required {err.validator_value}, found {err.instance!r}",
+        return doc.problem(path, f"unsupported version: required {err.validator_value}, found {err.instance!r}",
                            "this kit reads schema_version 1")
     if v == "enum":
         return doc.problem(path, f"{err.instance!r} is not one of: {', '.join(map(str, err.validator_value))}", hint)
     if v == "type":
         want = err.validator_value
-        extra = " (quote published figures so their printed precision is kept)" if want == "string" and isinstance(err.instance, (int, float)) else ""
+        extra = ""
+        if want == "string" and isinstance(err.instance, (int, float)):
+            extra = (" (quote published figures so their printed precision is kept)" if path[-1:] in (["value"], ["speedup"])
+                     or (len(path) > 1 and path[-2] == "repeats") else " (quote it to keep it as text)")
         return doc.problem(path, f"expected {want}, found {type(err.instance).__name__} {err.instance!r}{extra}", hint)
     if v == "pattern":
         return doc.problem(path, f"{err.instance!r} does not match the required form {err.validator_value}", hint)
@@ -175,6 +190,8 @@ def _resolve(schema_name: str, ref: str) -> dict[str, Any]:
 
 
 def _required_hint(schema: dict[str, Any], key: str) -> str | None:
+    if key in ("version", "distro") and "if" in schema:
+        return "MLNX_OFED is pinned by version and distro, e.g. version: 4.9-0.1.7.0, distro: ubuntu18.04"
     sub = schema.get("properties", {}).get(key, {})
     if isinstance(sub, dict) and "$ref" in sub and sub["$ref"].endswith("/digest"):
         return "write digest: \"\" and run `repro lock TARGET` to fill it"
@@ -185,5 +202,5 @@ def _not_message(err: jsonschema.ValidationError) -> str:
     keys = [k for k in ("log", "logs", "version", "distro", "url") if k in err.instance]
     if {"log", "logs"} <= set(keys):
         return "give either 'log' or 'logs', not both"
-    return f"{', '.join(keys)} only apply to ofed kind 'mlnx'"
+    return f"{' and '.join(repr(k) for k in keys)} {'is' if len(keys) == 1 else 'are'} only for ofed kind 'mlnx'"
 

@@ -34,18 +34,7 @@ ERROR_LINE = re.compile(r"^error: (?P<file>\S+?\.ya?ml)(?::(?P<line>\d+))?: (?P<
 LOCATED = re.compile(r"^[\w.@/-]+\.ya?ml(?::\d+)?: ")
 
 #: Corpus cases the kit gets wrong today (see the reasons); strict, so they fail once fixed.
-KNOWN_BUGS = {
-    "hosts-bad-port": "repro/schema.py _explain: a node whose 'port' fails its $ref'd 'settings' schema also "
-                      "gets a raw 'Unevaluated properties are not allowed (port was unexpected)' error, because "
-                      "keys of a failed allOf branch count as unevaluated; _explain falls back to err.message "
-                      "when no key is actually unknown instead of dropping the error",
-    "hosts-missing-nodes": "repro/cli.py validate: a file is taken for a hosts file only if it has 'nodes', so a "
-                           "hosts file without 'nodes' is validated as a manifest and gets 10 'missing required "
-                           "key' errors plus \"unknown key 'data'\" instead of \"missing required key 'nodes'\"",
-    "published-cell-not-in-matrix": "repro/manifest.py _check_meaning never compares published cells with the "
-                                    "matrix, so a published figure no cell will ever run (here nodes 4 for 1, "
-                                    "which still divides the GPU count) validates silently",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def rel(p: Path) -> str:
@@ -166,10 +155,6 @@ def test_problems_of_several_files_are_reported_together() -> None:
     assert sorted(Path(m["file"]).name for m in errors) == sorted(f.name for f in files)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "repro/cli.py validate calls read_yaml() on every path while sorting hosts files from manifests, outside any "
-    "try; the first file with a YAML syntax error raises InputError there and the problems of all other files "
-    "are never reported (load_catalog itself would have collected them)"))
 def test_a_yaml_syntax_error_does_not_hide_other_files_problems() -> None:
     files = [BAD / "yaml-tab-indent.yaml", BAD / "unknown-parser.yaml", BAD / "hosts-unknown-key-node.yaml"]
     proc = run_validate(*(rel(f) for f in files))
@@ -178,10 +163,6 @@ def test_a_yaml_syntax_error_does_not_hide_other_files_problems() -> None:
     assert sorted(Path(m["file"]).name for m in errors) == sorted(f.name for f in files)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "repro/manifest.py _placeholders maps a format-string ValueError to the name '{', so an unbalanced brace is "
-    "reported as \"unknown placeholder {{} in '{batch_size'\" with the list of known placeholders; it should say "
-    "the brace is unbalanced (and that literal braces are written {{ }})"))
 def test_unbalanced_brace_is_called_an_unbalanced_brace() -> None:
     proc = run_validate(rel(BAD / "command-unbalanced-brace.yaml"))
     assert proc.returncode == 2
@@ -189,10 +170,6 @@ def test_unbalanced_brace_is_called_an_unbalanced_brace() -> None:
     assert "brace" in proc.stderr.lower()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "repro/schema.py read_yaml reports only PyYAML's problem_mark; for an unclosed quote that is where the "
-    "parser gave up (the next line, or the end of the file), while the mistake is at the context_mark "
-    "('while scanning a quoted scalar' / 'while parsing a flow mapping'), which is dropped"))
 def test_unclosed_quote_error_names_the_line_where_the_quote_opened(tmp_path: Path) -> None:
     f = tmp_path / "unclosed.yaml"
     f.write_text("schema_version: 1\nid: x\ntitle: \"Perf 2.5 NGC PyTorch\nframework: pytorch\nmodel: resnet50\n")

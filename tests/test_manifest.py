@@ -146,8 +146,8 @@ def test_find_target_by_id_and_by_path() -> None:
     by_id = find_target(DLPERF)
     by_path = find_target(str(REPO / "manifests" / f"{DLPERF}.yaml"))
     assert by_id.id == by_path.id == DLPERF and by_id.sha256 == by_path.sha256
-    with pytest.raises(UsageError, match="unknown target 'dlperf-nope'") as e:
-        find_target("dlperf-nope")
+    with pytest.raises(UsageError, match="unknown target 'dlperf-ngc-pytorch-rn50-v10'") as e:
+        find_target("dlperf-ngc-pytorch-rn50-v10")
     assert "did you mean dlperf-ngc-pytorch-rn50-v100" in (e.value.hint or "")
 
 

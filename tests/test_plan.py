@@ -251,11 +251,6 @@ def test_shell_metacharacters_stay_literal_tokens() -> None:
     assert "'; rm -rf / #'" in shown
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "repro/launchers/base.py fill() splices launch.precision_args and launch.cell_args tokens without filling "
-    "their placeholders, and repro/manifest.py _check_meaning only checks launch.command, so "
-    "'--global-batch={global_batch_size}' in precision_args validates and reaches the container literally; it should be filled "
-    "(or rejected by validation)"))
 def test_placeholders_in_spliced_tokens_are_filled_or_rejected(tmp_path: Path) -> None:
     f = tmp_path / "m.yaml"
     f.write_text((GOOD / "plain-single.yaml").read_text().replace(
@@ -317,10 +312,6 @@ def test_too_few_hosts_for_a_cell(tmp_path: Path) -> None:
     assert "hint: add nodes to the hosts file or filter the cells with --cells" in proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "repro/plan.py container_options: with no hosts file (or one without 'data'), a '{data}' mount source is "
-    "kept as the literal text '{data}' and the plan prints -v='{data}:/data/imagenet:ro' without a word; "
-    "it should fail (exit 2) saying the target needs a data directory, or resolve it"))
 def test_data_mount_without_a_data_directory_is_reported() -> None:
     proc = repro("plan", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
     assert "{data}" not in proc.stdout

@@ -49,9 +49,9 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
     out: list[str] = []
     for tok in tokens:
         if tok == "{precision_args}":
-            out.extend(launch.precision_args.get(cell.precision, ()))
+            out.extend(t.format_map(values) for t in launch.precision_args.get(cell.precision, ()))
         elif tok == "{cell_args}":
-            out.extend(a for when, args in launch.cell_args if cell.matches(when) for a in args)
+            out.extend(a.format_map(values) for when, args in launch.cell_args if cell.matches(when) for a in args)
         else:
             out.append(tok.format_map(values))
     return tuple(out)
