@@ -106,7 +106,7 @@ def test_show_dlperf_text() -> None:
     assert launch.startswith("  launch (torch): python ./multiproc.py --nnodes '{nnodes}' --node_rank '{node_rank}'")
     measure = next(ln for ln in lines if ln.startswith("  measure: "))
     assert measure.startswith("  measure: parser ngc-pytorch, protocol ")
-    assert "'from_iteration': 25" in measure and "'window': 100" in measure
+    assert "'from_iteration': 26" in measure and "'window': 100" in measure
     assert "  expect: gpu_model=Tesla V100-SXM2-16GB, gpu_memory_gb=16, gpus_per_node=8, nodes=4" in proc.stdout
     notes = yaml.safe_load(DLPERF_FILE.read_text(encoding="utf-8"))["notes"]
     assert [ln.removeprefix("  note: ") for ln in lines if ln.startswith("  note: ")] == notes

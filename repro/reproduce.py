@@ -1,0 +1,239 @@
+"""Re-derive a published table from raw logs with the manifest's measurement protocol.
+
+For each published cell: parse its log(s) with the manifest's parser, measure each
+log with the cell's protocol, aggregate repeats as the publication did, and give a
+verdict. The verdict never rounds a number into a match: a published figure that
+lies outside every record of its log cannot be derived from that log, whatever the
+tolerance says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+from repro.manifest import Manifest, PublishedCell, PublishedTable
+from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
+from repro.parsers import ParseResult, Series, parse_file
+
+MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
+
+
+@dataclass
+class CellResult:
+    target: str
+    column: str
+    nodes: int
+    gpus: int
+    precision: str
+    batch_size: int
+    published: str | None
+    reproduced: float | None = None
+    repeats: list[float] = field(default_factory=list)
+    delta_pct: float | None = None
+    verdict: str = NO_LOG
+    exact: bool = False
+    detail: str = ""
+    flags: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    records_used: list[int] = field(default_factory=list)
+    published_speedup: str | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    label: str | None = None
+
+    @property
+    def column_key(self) -> str:
+        return f"{self.precision} bs{self.batch_size}"
+
+
+@dataclass
+class TableResult:
+    manifest: Manifest
+    table: PublishedTable
+    cells: list[CellResult]
+    source: str  # where the logs came from
+
+
+def _series_for(result: ParseResult, gpus: int) -> Series | None:
+    exact = [s for s in result.series if s.gpus == gpus]
+    if exact:
+        return exact[0]
+    unknown = [s for s in result.series if s.gpus is None]
+    return unknown[0] if len(unknown) == 1 and len(result.series) == 1 else None
+
+
+def _contradictions(result: ParseResult, cell: PublishedCell) -> list[str]:
+    """What the log says about its run that disagrees with the cell it is meant to measure."""
+    facts, out = result.facts, []
+    if "batch_size" in facts and int(facts["batch_size"]) != cell.batch_size:  # type: ignore[call-overload]
+        out.append(f"log says batch size {facts['batch_size']}/GPU, the cell says {cell.batch_size}")
+    if "precision" in facts and facts["precision"] != cell.precision:
+        out.append(f"log says precision {facts['precision']}, the cell says {cell.precision}")
+    if cell.label and "amp" in cell.label.lower() and facts.get("amp") is False:
+        out.append(f"published as {cell.label!r} but the log says amp False"
+                   + (f", dtype {facts['dtype']}" if "dtype" in facts else ""))
+    return out
+
+
+def _measure_log(path: Path, manifest: Manifest, cell: PublishedCell) -> tuple[Measurement, ParseResult]:
+    result = parse_file(path, manifest.measure.parser)
+    protocol = Protocol.from_dict(manifest.measure.protocol_for(cell))
+    series = _series_for(result, cell.gpus)
+    if series is None:
+        found = ", ".join(str(s.gpus) for s in result.series) or "none"
+        return Measurement(cell.gpus, None, 0, None, None, [f"no run with {cell.gpus} GPUs in the log (found: {found})"]), result
+    return measure(series, protocol, gpus=cell.gpus), result
+
+
+def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCell, logs: Sequence[Path]) -> CellResult:
+    r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
+                   cell.batch_size, cell.value, published_speedup=cell.speedup, label=cell.label,
+                   logs=[str(p) for p in logs])
+    if not logs:
+        r.detail = "; ".join(filter(None, [cell.note, _published_repeats_check(manifest, cell)]))
+        return r
+    lows, highs, issues = [], [], []
+    for path in logs:
+        m, parsed = _measure_log(path, manifest, cell)
+        r.flags += [f for f in _contradictions(parsed, cell) if f not in r.flags]
+        issues += m.issues
+        r.records_used.append(m.records_used)
+        if m.value is None:
+            r.verdict, r.detail = NOT_DERIVABLE, "; ".join(issues) or "no figure"
+            return r
+        r.repeats.append(m.value)
+        if m.low is not None and m.high is not None:
+            lows.append(m.low)
+            highs.append(m.high)
+    how = manifest.measure.repeats
+    r.reproduced = (r.repeats[0] if len(r.repeats) == 1
+                    else aggregate_repeats(r.repeats, how.get("aggregate", "median"), how.get("round")))
+    _judge(r, cell, min(lows) if lows else None, max(highs) if highs else None,
+           manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    if issues:
+        r.detail = "; ".join([r.detail, *issues]).strip("; ")
+    return r
+
+
+def is_exact(value: float, published: str) -> bool:
+    """Does ``value``, written out and rounded half-up to the published decimals, read ``published``?
+
+    Publications round the decimal figure they computed (363.765 -> 363.77), not the
+    binary float behind it, so the comparison works on the shortest decimal repr.
+    """
+    step = Decimal(1).scaleb(-len(published.partition(".")[2]))
+    return Decimal(repr(value)).quantize(step, rounding=ROUND_HALF_UP) == Decimal(published)
+
+
+def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
+    """With per-repeat figures but no logs, at least check the publication's own aggregation."""
+    if not cell.repeats:
+        return ""
+    how = manifest.measure.repeats
+    agg = aggregate_repeats([float(v) for v in cell.repeats], how.get("aggregate", "median"), how.get("round"))
+    verdict = "consistent with" if is_exact(agg, cell.value) else "INCONSISTENT with"
+    return (f"the {len(cell.repeats)} published repeats give {how.get('aggregate', 'median')} {agg}, "
+            f"{verdict} the published {cell.value}")
+
+
+def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool) -> None:
+    assert r.reproduced is not None
+    pub = float(cell.value)
+    r.delta_pct = (r.reproduced - pub) / pub * 100
+    r.exact = is_exact(r.reproduced, cell.value)
+    half_ulp = 0.5 * 10 ** -cell.decimals
+    if not r.exact and not summary and low is not None and high is not None and not (low - half_ulp <= pub <= high + half_ulp):
+        r.verdict = NOT_DERIVABLE
+        r.detail = (f"published {cell.value} lies outside every record of the log "
+                    f"({low:.3f} .. {high:.3f}), so no window of it can give that figure")
+    elif r.exact or abs(r.delta_pct) <= cell.tolerance_pct:
+        r.verdict = MATCH
+        r.detail = "exact at published precision" if r.exact else f"within {cell.tolerance_pct}%"
+    else:
+        r.verdict = DEVIATES
+        r.detail = f"{r.delta_pct:+.2f}% is outside the {cell.tolerance_pct}% tolerance"
+
+
+def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
+    """Speedup and scaling efficiency per row, against the manifest's speedup base (default 1 GPU)."""
+    sp = manifest.measure.speedup or {"base": {"gpus": 1}}
+    digits = sp.get("round")
+    for r in cells:
+        base = next((b for b in cells if b.column_key == r.column_key and b.column == r.column
+                     and all(getattr(b, k) == v for k, v in sp["base"].items() if hasattr(b, k))), None)
+        if base is None or base.reproduced is None or r.reproduced is None:
+            continue
+        r.speedup = speedup(r.reproduced, base.reproduced, digits)
+        r.efficiency = r.reproduced / base.reproduced / (r.gpus / base.gpus)
+
+
+def find_user_logs(root: Path, cell: PublishedCell) -> list[Path]:
+    """The user's copies of a cell's logs under ``root``, matched by file name."""
+    out = []
+    for published in cell.logs:
+        hits = sorted(root.rglob(published.name))
+        if hits:
+            out.append(hits[0])
+    return out
+
+
+def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | None = None) -> TableResult:
+    cells = []
+    for cell in table.cells:
+        logs = find_user_logs(from_logs, cell) if from_logs else list(cell.logs)
+        cells.append(reproduce_cell(manifest, table, cell, logs))
+    _add_scaling(manifest, cells)
+    return TableResult(manifest, table, cells, str(from_logs) if from_logs else "bundled published logs")
+
+
+def non_monotonic(cells: Iterable[CellResult]) -> list[str]:
+    """Columns whose reproduced throughput drops as GPUs are added."""
+    out = []
+    by_col: dict[tuple[str, str], list[CellResult]] = {}
+    for c in cells:
+        by_col.setdefault((c.column, c.column_key), []).append(c)
+    for (col, key), group in by_col.items():
+        pts = sorted((c.gpus, c.reproduced) for c in group if c.reproduced is not None)
+        for (g1, v1), (g2, v2) in zip(pts, pts[1:]):
+            if v2 < v1:
+                out.append(f"{col} {key}: {v2:.2f} images/s on {g2} GPUs is below {v1:.2f} on {g1}")
+    return out
+
+
+def resolve_tables(names: Sequence[str], table_id: str | None = None) -> list[tuple[Manifest, PublishedTable]]:
+    """Targets (or a published table id shared by several targets) -> (manifest, table) pairs."""
+    from repro.errors import UsageError
+    from repro.manifest import find_target, load_catalog, manifest_files
+
+    catalog: dict[str, Manifest] | None = None
+    out: list[tuple[Manifest, PublishedTable]] = []
+    for name in names:
+        if catalog is None:
+            catalog = load_catalog(manifest_files())
+        if name in catalog or Path(name).suffix in (".yaml", ".yml"):
+            m = catalog[name] if name in catalog else find_target(name)
+            out.append((m, m.table(table_id)))
+            continue
+        shared = [(m, t) for m in catalog.values() for t in m.published if t.id == name]
+        if not shared:
+            raise UsageError(f"unknown target or published table {name!r}",
+                             hint="`repro list` shows targets; `repro show TARGET` shows its published tables")
+        out += shared
+    return out
+
+
+def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None, **protocol: object) -> dict:
+    """``repro parse``: one protocol applied to every run found in one log."""
+    result = parse_file(log, parser)
+    proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
+    out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
+           "facts": result.facts, "results": [], "issues": list(result.issues)}
+    for s in result.series:
+        m = measure(s, proto, gpus=gpus if gpus is not None else s.gpus)
+        out["results"].append({"gpus": gpus if gpus is not None else s.gpus, "throughput": m.value,
+                               "records_used": m.records_used, "records": len(s.records), "summary": s.summary})
+        out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if len(result.series) > 1 else i for i in m.issues]
+    return out
