@@ -28,6 +28,8 @@ def describe_manifest(m: Manifest) -> str:
         lines.append(f"    {{precision_args}} for {prec}: {shlex.join(toks) or '(none)'}")
     for when, toks in m.launch.cell_args:
         lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(toks)}")
+    for when, env in m.launch.cell_env:
+        lines.append(f"    env when {dict(when)}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     if m.launch.env:
         lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(m.launch.env.items())))
     cells = m.cells()

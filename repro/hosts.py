@@ -8,7 +8,8 @@ With no file, the target runs on this machine alone.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.errors import InputError, Problem
@@ -32,6 +33,7 @@ class Hosts:
     nodes: tuple[Node, ...]
     path: Path | None = None
     data: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def take(self, n: int) -> tuple[Node, ...]:
         """The first ``n`` nodes, in rank order."""
@@ -68,4 +70,4 @@ def load_hosts(path: Path | None) -> Hosts:
         raise InputError(problems)
     defaults = doc.data.get("defaults", {})
     nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data["nodes"])
-    return Hosts(nodes, path, doc.data.get("data"))
+    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})))

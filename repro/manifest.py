@@ -123,12 +123,22 @@ class Launch:
     command: tuple[str, ...]
     precision_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     cell_args: tuple[tuple[Mapping[str, Any], tuple[str, ...]], ...] = ()
+    cell_env: tuple[tuple[Mapping[str, Any], Mapping[str, str]], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     master_port: int = 29500
     timeout_s: int = 3600
     mpi: Mapping[str, Any] = field(default_factory=dict)
     container: Mapping[str, Any] = field(default_factory=dict)
+
+    def env_for(self, cell: Cell, site: Mapping[str, str] | None = None) -> dict[str, str]:
+        """One cell's env: the manifest's, every matching cell_args entry's, then the site's (hosts file)."""
+        env = dict(self.env)
+        for when, extra in self.cell_env:
+            if cell.matches(when):
+                env.update(extra)
+        env.update(site or {})
+        return env
 
 
 @dataclass(frozen=True)
@@ -231,7 +241,7 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
     for prec, toks in launch.get("precision_args", {}).items():
         out += _check_tokens(doc, ["launch", "precision_args", prec], toks, spliced_ok=False)[1]
     for ci, entry in enumerate(launch.get("cell_args", [])):
-        out += _check_tokens(doc, ["launch", "cell_args", ci, "args"], entry["args"], spliced_ok=False)[1]
+        out += _check_tokens(doc, ["launch", "cell_args", ci, "args"], entry.get("args", []), spliced_ok=False)[1]
     if "precision_args" in used:
         for p in matrix["precision"]:
             if p not in launch.get("precision_args", {}):
@@ -277,7 +287,8 @@ def _build(doc: YamlDoc) -> Manifest:
     launch = Launch(
         kind=L["kind"], command=tuple(L["command"]),
         precision_args={k: tuple(v) for k, v in L.get("precision_args", {}).items()},
-        cell_args=tuple((dict(c["when"]), tuple(c["args"])) for c in L.get("cell_args", [])),
+        cell_args=tuple((dict(c["when"]), tuple(c["args"])) for c in L.get("cell_args", []) if "args" in c),
+        cell_env=tuple((dict(c["when"]), dict(c["env"])) for c in L.get("cell_args", []) if "env" in c),
         env=dict(L.get("env", {})), workdir=L.get("workdir"), master_port=L.get("master_port", 29500),
         timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})), container=dict(L.get("container", {})),
     )

@@ -6,10 +6,16 @@ aggregate (mean, median, harmonic mean, or the summary the log printed itself), 
 figures to the cell's GPU count, and round the way the publisher's script did. Rounding uses
 numpy's half-to-even-after-scaling rule because DLPerf's scripts call ``round`` on numpy floats;
 Python's own ``round`` gives different last digits on several published numbers.
+
+``measure`` itself needs no numpy (parsing a log should not pay for importing it): its rounding
+reproduces numpy's exactly (scale by 10**n, round half to even, scale back; the tests compare
+the two), and sums use ``math.fsum``. ``aggregate_repeats`` calls numpy as DLPerf did.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -121,13 +127,10 @@ def aggregate_repeats(values: Sequence[float], how: str = "median", digits: int 
 
     if len(values) == 0:
         raise ValueError("no repeat values to aggregate")
-    if how == "median":
-        x = float(np.median(np.asarray(values, dtype=float)))
-    elif how == "mean":
-        x = float(np.mean(np.asarray(values, dtype=float)))
-    else:
+    if how not in ("median", "mean"):
         raise ValueError(f"repeat aggregate {how!r} is not one of median, mean")
-    return x if digits is None else _round(x, digits)
+    x = (np.median if how == "median" else np.mean)(np.asarray(values, dtype=float))
+    return float(x) if digits is None else float(round(np.float64(x), digits))
 
 
 def speedup(value: float, base: float, digits: int | None = 2) -> float:
@@ -162,20 +165,21 @@ def _select(records: list[Record], p: Protocol, issues: list[str]) -> tuple[list
 
 
 def _aggregate(values: list[float], how: str, issues: list[str]) -> float | None:
-    import numpy as np
-
-    v = np.asarray(values, dtype=float)
     if how == "mean":
-        return float(np.mean(v))
+        return math.fsum(values) / len(values)
     if how == "median":
-        return float(np.median(v))
-    if np.any(v <= 0):
+        return float(statistics.median(values))
+    if any(v <= 0 for v in values):
         issues.append("harmonic mean needs positive values; a record is zero or negative")
         return None
-    return float(len(v) / np.sum(1.0 / v))
+    return len(values) / math.fsum(1.0 / v for v in values)
 
 
 def _round(x: float, digits: int) -> float:
-    import numpy as np
+    """``numpy.round(x, digits)`` for ``digits >= 0``, without importing numpy.
 
-    return float(np.round(np.float64(x), digits))
+    numpy multiplies by ``10.0 ** digits``, rounds half to even (``rint``) and divides again;
+    Python's ``round(y)`` on a float is the same half-to-even rounding of the same product.
+    """
+    scale = 10.0 ** digits
+    return round(x * scale) / scale

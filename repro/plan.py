@@ -72,7 +72,7 @@ def plan_cell(manifest: Manifest, cell: Cell, hosts: Hosts) -> list[NodePlan]:
     launcher = LAUNCHERS.get(manifest.launch.kind)()
     image = image_reference(manifest)
     return [NodePlan(cell, cmd, image, container_options(manifest, cell, cmd, hosts.data))
-            for cmd in launcher.render(manifest.launch, cell, nodes)]
+            for cmd in launcher.render(manifest.launch, cell, nodes, manifest.launch.env_for(cell, hosts.env))]
 
 
 def select_cells(manifest: Manifest, filters: Sequence[Mapping[str, Any]] = ()) -> list[Cell]:

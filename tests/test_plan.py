@@ -316,3 +316,20 @@ def test_data_mount_without_a_data_directory_is_reported() -> None:
     proc = repro("plan", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
     assert "{data}" not in proc.stdout
     assert proc.returncode == 2 and "data" in proc.stderr
+
+
+def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) -> None:
+    from repro.hosts import load_hosts
+    from repro.manifest import find_target
+    from repro.plan import plan_cell
+
+    hosts_file = tmp_path / "site.yaml"
+    hosts_file.write_text("schema_version: 1\ndata: /data\nenv: {NCCL_SOCKET_IFNAME: ib0}\n"
+                          "nodes:\n" + "".join(f"  - {{address: 10.0.0.{i}}}\n" for i in range(1, 5)))
+    m = find_target("ngc-pytorch-rn50-v100")
+    hosts = load_hosts(hosts_file)
+    one, four = [next(c for c in m.cells() if c.nodes == n) for n in (1, 4)]
+    env1 = plan_cell(m, one, hosts)[0].command.env
+    env4 = plan_cell(m, four, hosts)[0].command.env
+    assert "NCCL_IB_GID_INDEX" not in env1 and env1["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert env4["NCCL_IB_GID_INDEX"] == "3" and env4["NCCL_SOCKET_IFNAME"] == "ib0"

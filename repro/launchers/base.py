@@ -63,13 +63,13 @@ class Launcher(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node]) -> list[NodeCommand]:
-        """One NodeCommand per node, in rank order."""
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+        """One NodeCommand per node, in rank order; ``env`` is the cell's resolved environment."""
 
 
 class SameCommandOnEveryNode(Launcher):
     """The framework's own launcher runs on every node and finds its peers from the arguments."""
 
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node]) -> list[NodeCommand]:
-        return [NodeCommand(node, rank, "worker", fill(launch.command, launch, cell, nodes, rank), dict(launch.env))
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+        return [NodeCommand(node, rank, "worker", fill(launch.command, launch, cell, nodes, rank), dict(env))
                 for rank, node in enumerate(nodes)]

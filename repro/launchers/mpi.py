@@ -8,7 +8,7 @@ ranks through that sshd. The keys live in a per-run directory the kit mounts at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from repro.hosts import Node
 from repro.launchers import LAUNCHERS
@@ -31,11 +31,11 @@ def ssh_command(port: int) -> str:
 
 @LAUNCHERS.register("mpi")
 class MpiLauncher(Launcher):
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node]) -> list[NodeCommand]:
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
         port = int(launch.mpi.get("ssh_port", DEFAULT_SSH_PORT))
         slots = launch.mpi.get("slots", "gpus_per_node")
         np_ = cell.gpus if slots == "gpus_per_node" else cell.nodes
-        env = dict(launch.env)
+        env = dict(env)
         forwarded = [tok for name in ("PATH", "LD_LIBRARY_PATH", *sorted(env)) for tok in ("-x", name)]
         head = (
             "mpirun", "--allow-run-as-root", "-np", str(np_), "--hostfile", f"{MPI_DIR}/hostfile",

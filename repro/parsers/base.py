@@ -19,6 +19,7 @@ import gc
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import ClassVar
 
 #: A decimal number as training scripts print it (``394.81086``, ``1e-05``, ``12671.899230200308``).
@@ -299,40 +300,63 @@ class PatternParser(LogParser):
         return b.finish(self.name, lines)
 
     def _scan(self, b: Builder, blocks: Iterable[str]) -> tuple[int, str]:
-        regexes = [r.regex for r in self.rules]
-        # record rules are handled inline (the hot path), every other rule by its action
-        inline = [_record_layout(r.regex) if r.action == "record" else None for r in self.rules]
-        actions = [self._action(r) for r in self.rules]
+        """Count lines and dispatch every match in file order; returns (lines, last block)."""
+        record_rules = [(r.regex, _record_layout(r.regex)) for r in self.rules if r.action == "record"]
+        other_rules = [(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
+        actions = [a for _, a in other_rules]
         base = 0  # newlines before the current block
         tail = ""
         for raw in blocks:
             block = clean_text(raw)
-            events: list[tuple[int, int, re.Match[str]]] = []
-            for i, rx in enumerate(regexes):
-                events += [(m.start(), i, m) for m in rx.finditer(block)]
-            events.sort()  # file order; (start, rule) is unique, so matches are never compared
-            pos, n = 0, base
-            count = block.count
-            for start, i, m in events:
-                n += count("\n", pos, start)
-                pos = start
-                layout = inline[i]
-                if layout is None:
-                    actions[i](b, m, n + 1)  # type: ignore[misc]
-                    continue
-                names, it, ep = layout
-                g = m.group(*names)
-                iteration = g[it] if it else None
-                epoch = g[ep] if ep else None
-                b.current().records.append(_new_record(
-                    float(g[0]), int(iteration) if iteration else None, int(epoch) if epoch else None, n + 1))
-                b.last_record_line = n + 1
-            base = n + count("\n", pos)
+            others: list[tuple[int, int, re.Match[str]]] = []
+            for i, (rx, _) in enumerate(other_rules):
+                others += [(m.start(), i, m) for m in rx.finditer(block)]
+            others.sort()  # file order; (start, rule) is unique, so matches are never compared
+            base = self._dispatch(b, block, base, _record_matches(block, record_rules), others, actions)
             if block:
                 tail = block
         if tail and not tail.endswith("\n"):
             base += 1
         return base, tail
+
+    @staticmethod
+    def _dispatch(b: Builder, block: str, base: int, records: Iterator[tuple[re.Match[str], _Layout]],
+                  others: list[tuple[int, int, re.Match[str]]], actions: list[Callable]) -> int:
+        """The hot loop: walk record matches and the (few) other matches merged by position.
+
+        Records are the bulk of the matches, so they are handled inline, without building an
+        event per match or calling a handler; the current series can only change in a handler.
+        """
+        count = block.count
+        pos, n = 0, base
+        k, n_others = 0, len(others)
+        next_other = others[0][0] if others else -1
+        recs = b.current().records if b.series else None
+        for m, (names, it, ep) in records:
+            start = m.start()
+            while 0 <= next_other < start:
+                _, i, om = others[k]
+                n += count("\n", pos, next_other)
+                pos = next_other
+                actions[i](b, om, n + 1)
+                k += 1
+                next_other = others[k][0] if k < n_others else -1
+                recs = None
+            n += count("\n", pos, start)
+            pos = start
+            g = m.group(*names)
+            iteration = g[it] if it else None
+            epoch = g[ep] if ep else None
+            if recs is None:
+                recs = b.current().records
+            recs.append(_new_record(float(g[0]), int(iteration) if iteration else None,
+                                    int(epoch) if epoch else None, n + 1))
+            b.last_record_line = n + 1
+        for start, i, om in others[k:]:
+            n += count("\n", pos, start)
+            pos = start
+            actions[i](b, om, n + 1)
+        return n + count("\n", pos)
 
     def finish(self, b: Builder) -> None:
         """Hook: derive facts that need the whole log."""
@@ -382,7 +406,20 @@ _set_value, _set_iteration, _set_epoch, _set_line = (
     Record.__dict__[f].__set__ for f in ("value", "iteration", "epoch", "line"))
 
 
-def _record_layout(regex: re.Pattern[str]) -> tuple[tuple[str, ...], int, int]:
+_Layout = tuple[tuple[str, ...], int, int]
+
+
+def _record_matches(block: str, rules: list[tuple[re.Pattern[str], _Layout]]) -> Iterator[tuple[re.Match[str], _Layout]]:
+    """Record matches of all record rules in file order (one rule: straight from the scan)."""
+    if len(rules) == 1:
+        rx, layout = rules[0]
+        return zip(rx.finditer(block), repeat(layout))
+    found = [(m.start(), i, m) for i, (rx, _) in enumerate(rules) for m in rx.finditer(block)]
+    found.sort()
+    return ((m, rules[i][1]) for _, i, m in found)
+
+
+def _record_layout(regex: re.Pattern[str]) -> _Layout:
     """For a record rule: the group names to fetch (always two or more, so ``m.group`` returns a
     tuple) and the positions of iteration and epoch in that tuple (0 when the rule has none)."""
     extra = tuple(g for g in ("iteration", "epoch") if g in regex.groupindex)
