@@ -29,14 +29,17 @@ from repro.registry import Registry
 __all__ = ["PARSERS", "LogParser", "ParseResult", "Record", "Series", "detect", "parse_file"]
 
 #: Built-in parsers, in detection order (first match wins).
-PARSERS = Registry[LogParser]("parser", [
-    "repro.parsers.paddleclas",
-    "repro.parsers.ngc_pytorch",
-    "repro.parsers.ngc_tf1",
-    "repro.parsers.ngc_mxnet",
-    "repro.parsers.tf2_keras",
-    "repro.parsers.tf_cnn",
-])
+PARSERS = Registry[LogParser](
+    "parser",
+    [
+        "repro.parsers.paddleclas",
+        "repro.parsers.ngc_pytorch",
+        "repro.parsers.ngc_tf1",
+        "repro.parsers.ngc_mxnet",
+        "repro.parsers.tf2_keras",
+        "repro.parsers.tf_cnn",
+    ],
+)
 
 HEAD_LINES = 200  # what detect() looks at first
 DEEP_HEAD_LINES = 5000  # second look when the first 200 lines are all preamble

@@ -235,8 +235,10 @@ class Builder:
             return
         old = self.facts.get(key)
         if old is not None and old != value:
-            self.issue(f"contradicting {key}: {old!r} (line {self._fact_line[key]}) and {value!r} (line {line}); "
-                       f"keeping the first")
+            self.issue(
+                f"contradicting {key}: {old!r} (line {self._fact_line[key]}) and {value!r} (line {line}); "
+                f"keeping the first"
+            )
             return
         if old is None:
             self.facts[key] = value
@@ -295,7 +297,7 @@ class PatternParser(LogParser):
             if gc_was_on:
                 gc.enable()
         if tail and not tail.endswith("\n"):
-            self._check_cut_line(b, tail[tail.rfind("\n") + 1:], lines)
+            self._check_cut_line(b, tail[tail.rfind("\n") + 1 :], lines)
         self.finish(b)
         return b.finish(self.name, lines)
 
@@ -320,8 +322,14 @@ class PatternParser(LogParser):
         return base, tail
 
     @staticmethod
-    def _dispatch(b: Builder, block: str, base: int, records: Iterator[tuple[re.Match[str], _Layout]],
-                  others: list[tuple[int, int, re.Match[str]]], actions: list[Callable]) -> int:
+    def _dispatch(
+        b: Builder,
+        block: str,
+        base: int,
+        records: Iterator[tuple[re.Match[str], _Layout]],
+        others: list[tuple[int, int, re.Match[str]]],
+        actions: list[Callable],
+    ) -> int:
         """The hot loop: walk record matches and the (few) other matches merged by position.
 
         Records are the bulk of the matches, so they are handled inline, without building an
@@ -349,8 +357,11 @@ class PatternParser(LogParser):
             epoch = g[ep] if ep else None
             if recs is None:
                 recs = b.current().records
-            recs.append(_new_record(float(g[0]), int(iteration) if iteration else None,
-                                    int(epoch) if epoch else None, n + 1))
+            recs.append(
+                _new_record(
+                    float(g[0]), int(iteration) if iteration else None, int(epoch) if epoch else None, n + 1
+                )
+            )
             b.last_record_line = n + 1
         for start, i, om in others[k:]:
             n += count("\n", pos, start)
@@ -367,8 +378,11 @@ class PatternParser(LogParser):
         for r in cls.rules:  # fail at import, not in the middle of a log
             if r.action in ("record", "summary") and "value" not in r.regex.groupindex:
                 raise TypeError(f"{cls.__name__}: {r.action} rule {r.pattern!r} has no 'value' group")
-            if r.action not in ("record", "summary") and not r.action.startswith("fact:") \
-                    and not callable(getattr(cls, r.action, None)):
+            if (
+                r.action not in ("record", "summary")
+                and not r.action.startswith("fact:")
+                and not callable(getattr(cls, r.action, None))
+            ):
                 raise TypeError(f"{cls.__name__}: no handler method {r.action!r}")
 
     def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None] | None:
@@ -403,13 +417,16 @@ def _new_record(value: float, iteration: int | None, epoch: int | None, line: in
 
 _object_new = object.__new__
 _set_value, _set_iteration, _set_epoch, _set_line = (
-    Record.__dict__[f].__set__ for f in ("value", "iteration", "epoch", "line"))
+    Record.__dict__[f].__set__ for f in ("value", "iteration", "epoch", "line")
+)
 
 
 _Layout = tuple[tuple[str, ...], int, int]
 
 
-def _record_matches(block: str, rules: list[tuple[re.Pattern[str], _Layout]]) -> Iterator[tuple[re.Match[str], _Layout]]:
+def _record_matches(
+    block: str, rules: list[tuple[re.Pattern[str], _Layout]]
+) -> Iterator[tuple[re.Match[str], _Layout]]:
     """Record matches of all record rules in file order (one rule: straight from the scan)."""
     if len(rules) == 1:
         rx, layout = rules[0]
@@ -424,8 +441,11 @@ def _record_layout(regex: re.Pattern[str]) -> _Layout:
     tuple) and the positions of iteration and epoch in that tuple (0 when the rule has none)."""
     extra = tuple(g for g in ("iteration", "epoch") if g in regex.groupindex)
     names = ("value",) + (extra or ("value",))
-    return (names, names.index("iteration") if "iteration" in extra else 0,
-            names.index("epoch") if "epoch" in extra else 0)
+    return (
+        names,
+        names.index("iteration") if "iteration" in extra else 0,
+        names.index("epoch") if "epoch" in extra else 0,
+    )
 
 
 def _on_summary(b: Builder, m: re.Match[str], line: int) -> None:

@@ -60,7 +60,7 @@ class NgcMxnet(PatternParser):
         if not isinstance(cols, list):
             return
         text = m.string
-        label = text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip()
+        label = text[text.rfind("\n", 0, m.start()) + 1 : m.start()].strip()
         cells = [c.strip() for c in m.group(1).split("|") if c.strip()]
         if not label:
             cols[:] = [to_int(c) for c in cells]

@@ -23,7 +23,10 @@ class NgcTf1(PatternParser):
         re.compile(r"PARAMETER [^\n]* xla : (?:True|False)"),
     )
     rules = (
-        Rule(rf"\((?P<epoch>\d+), (?P<iteration>\d+)\) (?:total_ips|imgs_per_sec) : (?P<value>{NUM})(?=\s)", "record"),
+        Rule(
+            rf"\((?P<epoch>\d+), (?P<iteration>\d+)\) (?:total_ips|imgs_per_sec) : (?P<value>{NUM})(?=\s)",
+            "record",
+        ),
         Rule(rf"\(\) train_throughput : (?P<value>{NUM})(?=\s)", "summary"),
         Rule(r"PARAMETER (arch : [^\n]*)", "on_params"),
         Rule(r"Num GPUs (\d+)\n", "fact:gpus", to_int),

@@ -33,9 +33,11 @@ class PaddleClas(PatternParser):
         Rule(rf"\[Train\]\[Epoch (?P<epoch>\d+)/\d+\]\[Iter: (?P<iteration>\d+)/\d+\]{_IPS}", "record"),
         # config dump, one "key : value" per line, nesting shown by 4-space indents; only the
         # section headers (to know the path) and the keys the kit reads are matched
-        Rule(r"ppcls INFO: (?P<indent> *)(?:(?P<section>[A-Za-z_]\w*) : ?\n|"
-             r"(?P<key>batch_size|level|use_amp|use_pure_fp16|use_dali|data_format) : (?P<value>[^\n]*))",
-             "on_config"),
+        Rule(
+            r"ppcls INFO: (?P<indent> *)(?:(?P<section>[A-Za-z_]\w*) : ?\n|"
+            r"(?P<key>batch_size|level|use_amp|use_pure_fp16|use_dali|data_format) : (?P<value>[^\n]*))",
+            "on_config",
+        ),
         Rule(r"PADDLE_TRAINERS_NUM +(\d+)", "fact:gpus", to_int),
         Rule(r" nnodes: (\d+)", "fact:nodes", to_int),
         Rule(r"Run Pod: \S+, replicas (\d+)", "on_replicas"),

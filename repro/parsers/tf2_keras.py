@@ -15,6 +15,8 @@ import re
 from repro.parsers import PARSERS
 from repro.parsers.base import NUM, Builder, PatternParser, Rule, to_bool, to_int
 
+_STEPS = r"between steps \d+ and (?P<iteration>\d+)(?=\s)"
+
 
 @PARSERS.register("tf2-keras")
 class Tf2Keras(PatternParser):
@@ -24,12 +26,14 @@ class Tf2Keras(PatternParser):
         re.compile(r"classifier_trainer\.py:\d+\] (?:Base params|Final model parameters|Overriding params)"),
     )
     rules = (
-        Rule(rf"TimeHistory: {NUM} seconds, (?P<value>{NUM}) examples/second between steps \d+ and (?P<iteration>\d+)(?=\s)",
-             "record"),
+        Rule(rf"TimeHistory: {NUM} seconds, (?P<value>{NUM}) examples/second {_STEPS}", "record"),
         Rule(r"\] (Base params|Final model parameters): ", "on_dump"),
         Rule(r"'(train_dataset|validation_dataset)': ", "on_section"),
-        Rule(r"'(batch_size|dtype|mixed_precision_dtype|enable_xla|worker_hosts)': "
-             r"(?:'([^'\n]*)'|([^,}\n]*))", "on_key"),
+        Rule(
+            r"'(batch_size|dtype|mixed_precision_dtype|enable_xla|worker_hosts)': "
+            r"(?:'([^'\n]*)'|([^,}\n]*))",
+            "on_key",
+        ),
         Rule(r"Overriding params: runtime\.num_gpus=(\d+)", "on_num_gpus"),
     )
 
@@ -70,4 +74,6 @@ class Tf2Keras(PatternParser):
         if mixed:
             b.facts.update(amp=True, precision="amp")
         elif dtype:
-            b.facts.update(amp=False, precision={"float16": "fp16", "bfloat16": "bf16"}.get(str(dtype), "fp32"))
+            b.facts.update(
+                amp=False, precision={"float16": "fp16", "bfloat16": "bf16"}.get(str(dtype), "fp32")
+            )

@@ -32,7 +32,7 @@ class TfCnnBenchmarks(PatternParser):
 
     def on_step(self, b: Builder, m: re.Match[str], line: int) -> None:
         text = m.string
-        step = to_int(text[text.rfind("\n", 0, m.start()) + 1:m.start()])
+        step = to_int(text[text.rfind("\n", 0, m.start()) + 1 : m.start()])
         if step is not None:
             b.record(float(m.group("value")), step, None, line)
 
