@@ -46,8 +46,10 @@ class Protocol:
         for name in ("from_iteration", "window", "round_each"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < (1 if name == "window" else 0)):
-                raise ValueError(f"protocol {name} must be a whole number{' >= 1' if name == 'window' else ' >= 0'}, "
-                                 f"not {v!r}")
+                raise ValueError(
+                    f"protocol {name} must be a whole number{' >= 1' if name == 'window' else ' >= 0'}, "
+                    f"not {v!r}"
+                )
         if self.skip_records and self.from_iteration is not None:
             raise ValueError("protocol: skip_records and from_iteration exclude each other; use one")
         if self.aggregate not in AGGREGATES:
@@ -61,13 +63,21 @@ class Protocol:
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(d) - set(names) - {"skip"})
         if unknown:
-            raise ValueError(f"unknown protocol key(s) {', '.join(map(repr, unknown))}; "
-                             f"expected {', '.join(names + ['skip'])}")
+            raise ValueError(
+                f"unknown protocol key(s) {', '.join(map(repr, unknown))}; "
+                f"expected {', '.join(names + ['skip'])}"
+            )
         kw = {k: v for k, v in d.items() if k != "skip"}
         if "skip" in d:
             skip = d["skip"]
-            if not isinstance(skip, Mapping) or len(skip) != 1 or not set(skip) <= {"records", "from_iteration"}:
-                raise ValueError(f"protocol skip must be {{records: N}} or {{from_iteration: K}}, not {skip!r}")
+            if (
+                not isinstance(skip, Mapping)
+                or len(skip) != 1
+                or not set(skip) <= {"records", "from_iteration"}
+            ):
+                raise ValueError(
+                    f"protocol skip must be {{records: N}} or {{from_iteration: K}}, not {skip!r}"
+                )
             ((kind, n),) = skip.items()
             key = "skip_records" if kind == "records" else "from_iteration"
             if key in kw and kw[key] != n:
@@ -94,7 +104,9 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None) -> Meas
     if protocol.scale == "per_gpu":
         if count is None:
             factor = None
-            issues.append("per-GPU values need the run's GPU count; the log does not say it and none was given")
+            issues.append(
+                "per-GPU values need the run's GPU count; the log does not say it and none was given"
+            )
         else:
             factor = float(count)
     values = [r.value for r in series.records]
@@ -157,10 +169,10 @@ def _select(records: list[Record], p: Protocol, issues: list[str]) -> tuple[list
         before = len(records) - len(kept)
         need = before + max(p.min_records, 1)
     else:
-        kept = records[p.skip_records:]
+        kept = records[p.skip_records :]
         need = p.skip_records + max(p.min_records, 1)
     if p.window is not None:
-        kept = kept[:p.window]
+        kept = kept[: p.window]
     return kept, need
 
 
@@ -181,5 +193,5 @@ def _round(x: float, digits: int) -> float:
     numpy multiplies by ``10.0 ** digits``, rounds half to even (``rint``) and divides again;
     Python's ``round(y)`` on a float is the same half-to-even rounding of the same product.
     """
-    scale = 10.0 ** digits
+    scale = 10.0**digits
     return round(x * scale) / scale
