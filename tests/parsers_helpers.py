@@ -66,18 +66,32 @@ class Case:
 
 def _paddle_2_3() -> list[Case]:
     base = f"{P_9881}/paddle/ResNet50V1.5/logs"
-    figures = {("fp32", 1): "389.12", ("pure_fp16", 1): "1444.94", ("fp32", 8): "2946.29",
-               ("pure_fp16", 8): "10649.90", ("fp32", 32): "10984.436", ("pure_fp16", 32): "39972.131"}
-    return [Case(f"{base}/paddle_gpu{g}_{p}_bs256.txt", "paddleclas", P10, g, v) for (p, g), v in figures.items()]
+    figures = {
+        ("fp32", 1): "389.12",
+        ("pure_fp16", 1): "1444.94",
+        ("fp32", 8): "2946.29",
+        ("pure_fp16", 8): "10649.90",
+        ("fp32", 32): "10984.436",
+        ("pure_fp16", 32): "39972.131",
+    }
+    return [
+        Case(f"{base}/paddle_gpu{g}_{p}_bs256.txt", "paddleclas", P10, g, v) for (p, g), v in figures.items()
+    ]
 
 
 def _paddle_2_5() -> list[Case]:
     base = f"{P_C1AD}/paddle/ResNet50V1.5/logs/V100-LOG"
     # (published, re-derived with P10 at 3 decimals); none is exact, see the README
-    figures = {("fp32", 1): ("393.561", "393.567"), ("pure_fp16", 1): ("1438.518", "1432.067"),
-               ("fp32", 8): ("3019.361", "3018.015"), ("pure_fp16", 8): ("10936.815", "10943.522")}
-    return [Case(f"{base}/PaddleClas_ResNet50_bs256_{p}_DP_N1C{g}_log", "paddleclas", P10, g, pub, False, red)
-            for (p, g), (pub, red) in figures.items()]
+    figures = {
+        ("fp32", 1): ("393.561", "393.567"),
+        ("pure_fp16", 1): ("1438.518", "1432.067"),
+        ("fp32", 8): ("3019.361", "3018.015"),
+        ("pure_fp16", 8): ("10936.815", "10943.522"),
+    }
+    return [
+        Case(f"{base}/PaddleClas_ResNet50_bs256_{p}_DP_N1C{g}_log", "paddleclas", P10, g, pub, False, red)
+        for (p, g), (pub, red) in figures.items()
+    ]
 
 
 def _tf1() -> list[Case]:
@@ -156,8 +170,11 @@ ALL_CASES: list[Case] = CASES + DLPERF_CASES
 
 def reference_logs() -> list[Path]:
     """Every bundled log (the README, .gitattributes and DLPerf's result JSON are not logs)."""
-    return sorted(p for p in PUBLISHED.rglob("*")
-                  if p.is_file() and p.name not in ("README.md", ".gitattributes") and p.suffix != ".json")
+    return sorted(
+        p
+        for p in PUBLISHED.rglob("*")
+        if p.is_file() and p.name not in ("README.md", ".gitattributes") and p.suffix != ".json"
+    )
 
 
 def representative_logs() -> list[Path]:
@@ -172,14 +189,18 @@ JUNK = [
     "NCCL INFO Bootstrap : Using eth0:10.10.0.1<0>",
     "vs002:1234:1290 [0] NCCL INFO Channel 00/02 :    0   1   2   3   4   5   6   7",
     "vs002:1234:1290 [3] NCCL INFO Ring 01 : 3[3] -> 4[4] via P2P/IPC/read",
-    "/usr/lib/python3.8/site-packages/torch/optim/lr_scheduler.py:131: UserWarning: Detected call of "
-    "`lr_scheduler.step()` before `optimizer.step()`.",
-    "  warnings.warn(\"Detected call of `lr_scheduler.step()` before `optimizer.step()`. \"",
-    "WARNING:tensorflow:Callback method `on_train_batch_end` is slow compared to the batch time "
-    "(batch time: 0.0400s vs `on_train_batch_end` time: 0.0590s). Check your callbacks.",
+    (
+        "/usr/lib/python3.8/site-packages/torch/optim/lr_scheduler.py:131: UserWarning: Detected call of "
+        "`lr_scheduler.step()` before `optimizer.step()`."
+    ),
+    '  warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`. "',
+    (
+        "WARNING:tensorflow:Callback method `on_train_batch_end` is slow compared to the batch time "
+        "(batch time: 0.0400s vs `on_train_batch_end` time: 0.0590s). Check your callbacks."
+    ),
     "Traceback (most recent call last):",
     '  File "/workspace/rn50/dali.py", line 83, in <module>',
-    "    self.cmnp = ops.CropMirrorNormalize(device=\"gpu\",",
+    '    self.cmnp = ops.CropMirrorNormalize(device="gpu",',
     "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error",
     "W0606 15:22:59.025491  4653 gpu_context.cc:278] Please NOTE: device: 0, GPU Compute Capability: 7.0",
     "ips: 127.0.0.1",
@@ -218,4 +239,4 @@ def cut_inside_line(data: bytes, line: int, keep: float = 0.5) -> bytes:
     """Everything before 1-based ``line`` plus the first ``keep`` of that line (no newline)."""
     lines = data.split(b"\n")
     text = lines[line - 1]
-    return b"\n".join(lines[:line - 1] + [text[:max(1, int(len(text) * keep))]])
+    return b"\n".join(lines[: line - 1] + [text[: max(1, int(len(text) * keep))]])

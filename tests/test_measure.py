@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from parsers_helpers import DLPERF, DLPERF_LOGS, PUBLISHED, D
 
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import Record, Series, parse_file
-from parsers_helpers import D, DLPERF, DLPERF_LOGS, PUBLISHED
 
 # ---------------------------------------------------------------------------------------------
 # DLPerf TF 2.x Keras: 30 real logs -> 30 per-repeat values -> 6 medians -> speedups
@@ -29,7 +29,9 @@ def _dlperf_repeats(case: str) -> list[float]:
 
 
 @pytest.mark.parametrize("case,gpus,repeats,median,_speedup", DLPERF, ids=[c[0] for c in DLPERF])
-def test_dlperf_per_repeat_values_and_median(case: str, gpus: int, repeats: list[str], median: str, _speedup: str) -> None:
+def test_dlperf_per_repeat_values_and_median(
+    case: str, gpus: int, repeats: list[str], median: str, _speedup: str
+) -> None:
     values = _dlperf_repeats(case)
     assert sorted(values) == [float(v) for v in repeats]
     assert aggregate_repeats(values) == float(median)
@@ -47,7 +49,11 @@ def test_dlperf_time_based_result_json_is_a_different_rule() -> None:
     """DLPerf's own result JSON holds the timestamp-based medians, not the published ones."""
     import json
 
-    data = json.loads((PUBLISHED / "DLPerf@e36df2e/tf2-keras/Tensorflow/resnet50v1.5/result/resnet50_result.json").read_text())
+    data = json.loads(
+        (
+            PUBLISHED / "DLPerf@e36df2e/tf2-keras/Tensorflow/resnet50v1.5/result/resnet50_result.json"
+        ).read_text()
+    )
     assert data["rn50"]["4n8g"]["median_speed"] == 9415.85
     assert data["rn50"]["4n8g"]["speedup"] == 29.27
     assert aggregate_repeats(_dlperf_repeats("4n8g")) == 9418.44
@@ -57,28 +63,31 @@ def test_dlperf_time_based_result_json_is_a_different_rule() -> None:
 # published per-repeat vectors (DLPerf READMEs, domain notes section 2.2): numpy rounding
 
 
-@pytest.mark.parametrize("values,how,expected", [
-    # NGC PyTorch AMP bs256
-    ([802.4, 803.69, 802.9, 803.66, 793.9], "median", 802.9),
-    ([3137.67, 3129.63, 3144.55, 3137.44, 3119.23], "median", 3137.44),
-    ([6173.05, 6135.08, 6160.56, 6154.66, 6130.69], "median", 6154.66),
-    ([11991.94, 11964.81, 11896.95, 11999.35, 12046.71], "median", 11991.94),
-    ([22978.13, 22053.98, 22551.16, 23049.75, 22364.13], "median", 22551.16),
-    ([22978.13, 22053.98, 22551.16, 23049.75, 22364.13], "mean", 22599.43),
-    # NGC TF1 FP32 bs128, six repeats: the .xx5 midpoints need numpy's rule
-    ([362.05, 362.43, 362.28, 362.78, 362.45, 362.45], "median", 362.44),
-    ([2737.81, 2696.33, 2718.0, 2715.18, 2725.96, 2727.71], "median", 2721.98),
-    ([5097.79, 5018.54, 5063.02, 5107.27, 5125.81, 5101.06], "median", 5099.42),
-    ([9403.78, 9477.39, 9574.57, 9551.9, 9631.24, 9342.6], "median", 9514.64),
-    # NGC MXNet FP32 bs128, seven repeats
-    ([11434.12, 11305.35, 11461.68, 11331.93, 11429.36, 11313.33, 11283.49], "median", 11331.93),
-    # Paddle 1.8 FP32 bs128, six repeats
-    ([354.32, 352.08, 354.71, 353.04, 352.39, 352.07], "median", 352.72),
-    ([9256.12, 9353.71, 9349.71, 9359.18, 9306.93, 9346.64], "median", 9348.17),
-    # OneFlow 0.1.9 FP32 bs128, seven repeats
-    ([383.81, 384.86, 385.07, 384.91, 383.75, 384.85, 382.31], "median", 384.85),
-    ([11651.92, 11797.74, 11613.26, 11746.48, 11749.22, 11682.19, 11711.18], "median", 11711.18),
-])
+@pytest.mark.parametrize(
+    "values,how,expected",
+    [
+        # NGC PyTorch AMP bs256
+        ([802.4, 803.69, 802.9, 803.66, 793.9], "median", 802.9),
+        ([3137.67, 3129.63, 3144.55, 3137.44, 3119.23], "median", 3137.44),
+        ([6173.05, 6135.08, 6160.56, 6154.66, 6130.69], "median", 6154.66),
+        ([11991.94, 11964.81, 11896.95, 11999.35, 12046.71], "median", 11991.94),
+        ([22978.13, 22053.98, 22551.16, 23049.75, 22364.13], "median", 22551.16),
+        ([22978.13, 22053.98, 22551.16, 23049.75, 22364.13], "mean", 22599.43),
+        # NGC TF1 FP32 bs128, six repeats: the .xx5 midpoints need numpy's rule
+        ([362.05, 362.43, 362.28, 362.78, 362.45, 362.45], "median", 362.44),
+        ([2737.81, 2696.33, 2718.0, 2715.18, 2725.96, 2727.71], "median", 2721.98),
+        ([5097.79, 5018.54, 5063.02, 5107.27, 5125.81, 5101.06], "median", 5099.42),
+        ([9403.78, 9477.39, 9574.57, 9551.9, 9631.24, 9342.6], "median", 9514.64),
+        # NGC MXNet FP32 bs128, seven repeats
+        ([11434.12, 11305.35, 11461.68, 11331.93, 11429.36, 11313.33, 11283.49], "median", 11331.93),
+        # Paddle 1.8 FP32 bs128, six repeats
+        ([354.32, 352.08, 354.71, 353.04, 352.39, 352.07], "median", 352.72),
+        ([9256.12, 9353.71, 9349.71, 9359.18, 9306.93, 9346.64], "median", 9348.17),
+        # OneFlow 0.1.9 FP32 bs128, seven repeats
+        ([383.81, 384.86, 385.07, 384.91, 383.75, 384.85, 382.31], "median", 384.85),
+        ([11651.92, 11797.74, 11613.26, 11746.48, 11749.22, 11682.19, 11711.18], "median", 11711.18),
+    ],
+)
 def test_published_repeat_vectors(values: list[float], how: str, expected: float) -> None:
     assert aggregate_repeats(values, how) == expected
 
@@ -86,16 +95,29 @@ def test_published_repeat_vectors(values: list[float], how: str, expected: float
 def test_numpy_rounding_differs_from_python_on_published_midpoints() -> None:
     tf1_2n8g = [5097.79, 5018.54, 5063.02, 5107.27, 5125.81, 5101.06]
     tf1_4n8g = [9403.78, 9477.39, 9574.57, 9551.9, 9631.24, 9342.6]
-    assert aggregate_repeats(tf1_2n8g) == 5099.42 and round(aggregate_repeats(tf1_2n8g, digits=None), 2) == 5099.43
-    assert aggregate_repeats(tf1_4n8g) == 9514.64 and round(aggregate_repeats(tf1_4n8g, digits=None), 2) == 9514.65
+    assert (
+        aggregate_repeats(tf1_2n8g) == 5099.42
+        and round(aggregate_repeats(tf1_2n8g, digits=None), 2) == 5099.43
+    )
+    assert (
+        aggregate_repeats(tf1_4n8g) == 9514.64
+        and round(aggregate_repeats(tf1_4n8g, digits=None), 2) == 9514.65
+    )
     # Paddle 1n4g: only the published result 1358.64 is known; its midpoint rounds the numpy way
     assert aggregate_repeats([1358.635]) == 1358.64 and round(1358.635, 2) == 1358.63
 
 
-@pytest.mark.parametrize("value,base,expected", [
-    (9514.64, 362.44, 26.25), (22551.16, 802.9, 28.09), (11331.93, 392.24, 28.89),
-    (9348.17, 352.72, 26.50), (11711.18, 384.85, 30.43), (9418.44, 321.8, 29.27),
-])
+@pytest.mark.parametrize(
+    "value,base,expected",
+    [
+        (9514.64, 362.44, 26.25),
+        (22551.16, 802.9, 28.09),
+        (11331.93, 392.24, 28.89),
+        (9348.17, 352.72, 26.50),
+        (11711.18, 384.85, 30.43),
+        (9418.44, 321.8, 29.27),
+    ],
+)
 def test_published_speedups(value: float, base: float, expected: float) -> None:
     assert speedup(value, base) == expected
 
@@ -111,20 +133,31 @@ def test_aggregate_and_speedup_errors() -> None:
 
 
 def test_round_each_matches_numpy_everywhere() -> None:
+    """measure() rounds without numpy; it must agree with numpy.round bit for bit, midpoints included."""
     np = pytest.importorskip("numpy")
+    from repro.measure import _round
+
     rnd = random.Random(0)
-    for _ in range(2000):
-        x = round(rnd.uniform(0, 20000), 3) + rnd.choice([0.0, 0.0005, -0.0005])
-        s = Series(gpus=1, records=[Record(x)])
-        assert measure(s, Protocol(round_each=2)).value == float(np.round(np.float64(x), 2))
+    for _ in range(20000):
+        digits = rnd.randrange(0, 5)
+        x = round(rnd.uniform(0, 50000), digits + 1) + rnd.choice([0.0, 0.5, -0.5]) * 10.0**-digits
+        assert _round(x, digits) == float(np.round(np.float64(x), digits)), (x, digits)
+    for x in (5099.425, 9514.645, 1358.635, 0.125, 2.5, 3.5, 22599.425):
+        assert _round(x, 2) == float(np.round(x, 2)) and _round(x, 0) == float(np.round(x))
+    s = Series(gpus=1, records=[Record(1358.635)])
+    assert measure(s, Protocol(round_each=2)).value == 1358.64
 
 
 # ---------------------------------------------------------------------------------------------
 # protocol semantics on small series
 
 
-def _series(values: list[float], start: int = 1, gpus: int | None = None, summary: float | None = None) -> Series:
-    return Series(gpus=gpus, records=[Record(v, start + i, 0, 10 + i) for i, v in enumerate(values)], summary=summary)
+def _series(
+    values: list[float], start: int = 1, gpus: int | None = None, summary: float | None = None
+) -> Series:
+    return Series(
+        gpus=gpus, records=[Record(v, start + i, 0, 10 + i) for i, v in enumerate(values)], summary=summary
+    )
 
 
 def test_skip_window_mean_median_harmonic() -> None:
@@ -132,7 +165,9 @@ def test_skip_window_mean_median_harmonic() -> None:
     assert measure(s, Protocol(skip_records=1)).value == 300.0
     assert measure(s, Protocol(skip_records=1, window=2)).value == 150.0
     assert measure(s, Protocol(skip_records=1, aggregate="median")).value == 250.0
-    assert measure(s, Protocol(skip_records=1, window=3, aggregate="harmonic")).value == pytest.approx(3 / (1 / 100 + 1 / 200 + 1 / 300))
+    assert measure(s, Protocol(skip_records=1, window=3, aggregate="harmonic")).value == pytest.approx(
+        3 / (1 / 100 + 1 / 200 + 1 / 300)
+    )
     m = measure(s, Protocol(skip_records=1, window=2))
     assert (m.records_used, m.low, m.high, m.issues) == (2, 1.0, 600.0, [])
 
@@ -154,10 +189,15 @@ def test_per_gpu_scale_uses_the_cell_then_the_series_gpu_count() -> None:
 
 
 def test_summary() -> None:
-    assert measure(_series([1.0], summary=12671.899230200308), Protocol(aggregate="summary")).value == 12671.899230200308
+    assert (
+        measure(_series([1.0], summary=12671.899230200308), Protocol(aggregate="summary")).value
+        == 12671.899230200308
+    )
     m = measure(_series([1.0, 2.0]), Protocol(aggregate="summary"))
     assert m == Measurement(None, None, 0, 1.0, 2.0, ["no printed summary in the log"])
-    m = measure(_series([5.0], gpus=4, summary=2.0), Protocol(aggregate="summary", scale="per_gpu", round_each=0))
+    m = measure(
+        _series([5.0], gpus=4, summary=2.0), Protocol(aggregate="summary", scale="per_gpu", round_each=0)
+    )
     assert (m.value, m.low, m.high) == (8.0, 20.0, 20.0)
 
 
@@ -177,8 +217,10 @@ def test_records_without_iterations_cannot_use_from_iteration() -> None:
     s = Series(gpus=1, records=[Record(1.0), Record(2.0)])
     m = measure(s, Protocol(from_iteration=1))
     assert m.value is None
-    assert m.issues == ["records carry no iteration numbers; from_iteration cannot select any",
-                        "insufficient records: found 2, need 3"]
+    assert m.issues == [
+        "records carry no iteration numbers; from_iteration cannot select any",
+        "insufficient records: found 2, need 3",
+    ]
 
 
 def test_harmonic_mean_needs_positive_values() -> None:
@@ -192,30 +234,42 @@ def test_harmonic_mean_needs_positive_values() -> None:
 
 def test_from_dict_field_names_and_skip_forms() -> None:
     assert Protocol.from_dict({}) == Protocol()
-    assert Protocol.from_dict({"skip": {"records": 10}, "scale": "per_gpu"}) == Protocol(skip_records=10, scale="per_gpu")
-    assert Protocol.from_dict({"skip": {"from_iteration": 25}, "window": 100, "aggregate": "mean", "round_each": 2,
-                               "min_records": 100}) == Protocol(from_iteration=25, window=100, round_each=2, min_records=100)
+    assert Protocol.from_dict({"skip": {"records": 10}, "scale": "per_gpu"}) == Protocol(
+        skip_records=10, scale="per_gpu"
+    )
+    assert Protocol.from_dict(
+        {
+            "skip": {"from_iteration": 25},
+            "window": 100,
+            "aggregate": "mean",
+            "round_each": 2,
+            "min_records": 100,
+        }
+    ) == Protocol(from_iteration=25, window=100, round_each=2, min_records=100)
     assert Protocol.from_dict({"skip_records": 5}) == Protocol(skip_records=5)
     assert Protocol.from_dict({"skip": {"records": 5}, "skip_records": 5}) == Protocol(skip_records=5)
     # a manifest override on top of a default: the skip stays, the summary is used
     assert Protocol.from_dict({"skip": {"from_iteration": 10}, "aggregate": "summary"}).aggregate == "summary"
 
 
-@pytest.mark.parametrize("d,message", [
-    ({"skp": {"records": 1}}, "unknown protocol key"),
-    ({"skip": {"steps": 1}}, "skip must be"),
-    ({"skip": {"records": 1, "from_iteration": 2}}, "skip must be"),
-    ({"skip": 3}, "skip must be"),
-    ({"skip": {"records": 5}, "skip_records": 6}, "different values"),
-    ({"skip_records": 5, "from_iteration": 9}, "exclude each other"),
-    ({"aggregate": "max"}, "aggregate"),
-    ({"scale": "node"}, "scale"),
-    ({"window": 0}, "window"),
-    ({"min_records": 0}, "min_records"),
-    ({"skip_records": -1}, "skip_records"),
-    ({"round_each": 1.5}, "round_each"),
-    ({"skip_records": True}, "skip_records"),
-])
+@pytest.mark.parametrize(
+    "d,message",
+    [
+        ({"skp": {"records": 1}}, "unknown protocol key"),
+        ({"skip": {"steps": 1}}, "skip must be"),
+        ({"skip": {"records": 1, "from_iteration": 2}}, "skip must be"),
+        ({"skip": 3}, "skip must be"),
+        ({"skip": {"records": 5}, "skip_records": 6}, "different values"),
+        ({"skip_records": 5, "from_iteration": 9}, "exclude each other"),
+        ({"aggregate": "max"}, "aggregate"),
+        ({"scale": "node"}, "scale"),
+        ({"window": 0}, "window"),
+        ({"min_records": 0}, "min_records"),
+        ({"skip_records": -1}, "skip_records"),
+        ({"round_each": 1.5}, "round_each"),
+        ({"skip_records": True}, "skip_records"),
+    ],
+)
 def test_from_dict_rejects(d: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Protocol.from_dict(d)

@@ -11,10 +11,6 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
-from repro.errors import ParseError, UnknownPlugin
-from repro.measure import Protocol, measure
-from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
 from parsers_helpers import (
     ALL_CASES,
     CASES,
@@ -29,6 +25,10 @@ from parsers_helpers import (
     representative_logs,
     with_junk,
 )
+
+from repro.errors import ParseError, UnknownPlugin
+from repro.measure import Protocol, measure
+from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
 
 
 def series_of(result: ParseResult, gpus: int) -> Series:
@@ -50,7 +50,8 @@ def figure(result: ParseResult, case: Case) -> float | None:
 
 def test_registered_parser_names() -> None:
     assert PARSERS.names() == sorted(
-        ["paddleclas", "ngc-pytorch", "ngc-tf1", "ngc-mxnet", "tf2-keras", "tf-cnn-benchmarks"])
+        ["paddleclas", "ngc-pytorch", "ngc-tf1", "ngc-mxnet", "tf2-keras", "tf-cnn-benchmarks"]
+    )
 
 
 def test_every_bundled_log_has_a_published_figure_case() -> None:
@@ -73,7 +74,11 @@ def test_published_figure(case: Case) -> None:
 
 def test_paddle_2_5_fp16_1gpu_published_figure_is_not_derivable() -> None:
     """1438.518 lies above every ips in the log, so no averaging rule can produce it."""
-    path = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C1_log"
+    path = (
+        PUBLISHED
+        / P_C1AD
+        / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C1_log"
+    )
     m = measure(parse_file(path).series[0], Protocol(skip_records=10, scale="per_gpu"), gpus=1)
     assert m.high is not None and 1438.518 > m.high
     assert round(m.high, 5) == 1434.84254
@@ -102,14 +107,20 @@ def test_log_with_two_runs_gives_one_series_per_gpu_count() -> None:
 def test_summaries_and_record_units() -> None:
     old = PUBLISHED / P_9881 / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
     r2022 = parse_file(old / "pytorch_gpu1_fp32_bs256.txt")  # "img/s"
-    r2023 = parse_file(PUBLISHED / P_C1AD / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/V100-LOG"
-                       / "pytorch_gpu1_fp32_bs256.txt")  # "images/s"
+    r2023 = parse_file(
+        PUBLISHED
+        / P_C1AD
+        / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/V100-LOG"
+        / "pytorch_gpu1_fp32_bs256.txt"
+    )  # "images/s"
     for r, summary in ((r2022, 360.59), (r2023, 366.74)):
         s = r.series[0]
         assert [x.iteration for x in s.records] == list(range(1, 100))
         assert s.summary == summary
     assert r2022.series[0].records[1] == Record(364.43, 2, 0, r2022.series[0].records[1].line)
-    tf = parse_file(PUBLISHED / P_9881 / "ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/tf_gpu32_fp32_bs256.txt")
+    tf = parse_file(
+        PUBLISHED / P_9881 / "ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/tf_gpu32_fp32_bs256.txt"
+    )
     assert [r.iteration for r in tf.series[0].records] == list(range(200, 500))
     assert tf.series[0].summary == 12671.899230200308
 
@@ -134,7 +145,11 @@ def test_facts_mxnet_amp_logs_are_pure_fp16() -> None:
     for path in (PUBLISHED / P_C1AD).glob("ngc-mxnet/**/*amp*.txt"):
         assert parse_file(path).facts["dtype"] == "float16"
         assert parse_file(path).facts["amp"] is False
-    fp32 = parse_file(PUBLISHED / P_C1AD / "ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/V100_LOG/mxnet_gpu8_fp32_bs128.txt")
+    fp32 = parse_file(
+        PUBLISHED
+        / P_C1AD
+        / "ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/V100_LOG/mxnet_gpu8_fp32_bs128.txt"
+    )
     assert fp32.facts["batch_size"] == 128 and fp32.facts["gpus"] == 8 and fp32.facts["precision"] == "fp32"
 
 
@@ -150,13 +165,29 @@ def test_facts_tf1_runs_had_dali_off_and_xla_on() -> None:
 
 
 def test_facts_pytorch_and_paddle() -> None:
-    pt = parse_file(PUBLISHED / P_9881 / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/pytorch_gpu32_amp_bs256.txt")
+    pt = parse_file(
+        PUBLISHED / P_9881 / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/pytorch_gpu32_amp_bs256.txt"
+    )
     assert {k: pt.facts[k] for k in ("batch_size", "gpus", "amp", "precision", "data_backend", "dali")} == {
-        "batch_size": 256, "gpus": 32, "amp": True, "precision": "amp", "data_backend": "dali-cpu", "dali": True}
+        "batch_size": 256,
+        "gpus": 32,
+        "amp": True,
+        "precision": "amp",
+        "data_backend": "dali-cpu",
+        "dali": True,
+    }
     fp16 = parse_file(PUBLISHED / P_9881 / "paddle/ResNet50V1.5/logs/paddle_gpu32_pure_fp16_bs256.txt")
     assert {k: fp16.facts[k] for k in ("batch_size", "gpus", "nodes", "amp_level", "precision", "dali")} == {
-        "batch_size": 256, "gpus": 32, "nodes": 4, "amp_level": "O2", "precision": "fp16", "dali": True}
-    fp32 = parse_file(PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log")
+        "batch_size": 256,
+        "gpus": 32,
+        "nodes": 4,
+        "amp_level": "O2",
+        "precision": "fp16",
+        "dali": True,
+    }
+    fp32 = parse_file(
+        PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log"
+    )
     assert fp32.facts["precision"] == "fp32" and fp32.facts["amp"] is False and fp32.facts["gpus"] == 8
     assert fp32.series[0].per_gpu is True and fp32.series[0].gpus == 8
     one = parse_file(PUBLISHED / P_9881 / "paddle/ResNet50V1.5/logs/paddle_gpu1_fp32_bs256.txt")
@@ -168,7 +199,13 @@ def test_facts_tf2_keras_multi_node() -> None:
 
     facts = parse_file(PUBLISHED / DLPERF_LOGS / "4n8g/rn50_b128_fp32_3.log").facts
     assert {k: facts[k] for k in ("gpus", "nodes", "batch_size", "precision", "xla", "dtype")} == {
-        "gpus": 32, "nodes": 4, "batch_size": 128, "precision": "fp32", "xla": False, "dtype": "float32"}
+        "gpus": 32,
+        "nodes": 4,
+        "batch_size": 128,
+        "precision": "fp32",
+        "xla": False,
+        "dtype": "float32",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +217,10 @@ def _baseline(path: Path) -> ParseResult:
 
 
 def _shape(result: ParseResult) -> list[tuple]:
-    return [(s.gpus, s.summary, s.per_gpu, [(r.value, r.iteration, r.epoch) for r in s.records]) for s in result.series]
+    return [
+        (s.gpus, s.summary, s.per_gpu, [(r.value, r.iteration, r.epoch) for r in s.records])
+        for s in result.series
+    ]
 
 
 VARIANTS = {
@@ -240,7 +280,7 @@ def test_cut_last_line_is_as_if_the_line_were_missing(path: Path, tmp_path: Path
     data = path.read_bytes().rstrip(b"\n")
     head, _, last = data.rpartition(b"\n")
     cut, without = tmp_path / "cut.log", tmp_path / "without.log"
-    cut.write_bytes(data[:len(data) - max(1, len(last) // 2)])
+    cut.write_bytes(data[: len(data) - max(1, len(last) // 2)])
     without.write_bytes(head + b"\n")
     assert _shape(parse_file(cut)) == _shape(parse_file(without))
 
@@ -255,7 +295,7 @@ def test_cut_last_line_gives_the_figure_of_the_log_without_it(tmp_path: Path) ->
         data = path.read_bytes().rstrip(b"\n")
         head, _, last = data.rpartition(b"\n")
         cut, without = tmp_path / "cut.log", tmp_path / "without.log"
-        cut.write_bytes(data[:len(data) - max(1, len(last) // 2)])
+        cut.write_bytes(data[: len(data) - max(1, len(last) // 2)])
         without.write_bytes(head + b"\n")
         after = figure(parse_file(cut), case)
         assert after == figure(parse_file(without), case), case.id
@@ -263,10 +303,17 @@ def test_cut_last_line_gives_the_figure_of_the_log_without_it(tmp_path: Path) ->
             changed.append(Path(case.path).name)
     # logs whose last line is a record (the four Paddle 2.5 logs and one 32-GPU Paddle log) or
     # the printed train_throughput (both TF1 32-GPU logs)
-    assert sorted(changed) == sorted([
-        "PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log", "PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C1_log",
-        "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log", "PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C8_log",
-        "paddle_gpu32_pure_fp16_bs256.txt", "tf_gpu32_fp32_bs256.txt", "tf_gpu32_amp_bs256.txt"])
+    assert sorted(changed) == sorted(
+        [
+            "PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log",
+            "PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C1_log",
+            "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log",
+            "PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C8_log",
+            "paddle_gpu32_pure_fp16_bs256.txt",
+            "tf_gpu32_fp32_bs256.txt",
+            "tf_gpu32_amp_bs256.txt",
+        ]
+    )
 
 
 def test_generated_variants_keep_line_numbers(tmp_path: Path) -> None:
@@ -288,7 +335,7 @@ def test_fewer_records_than_the_rule_skips(tmp_path: Path) -> None:
     lines = path.read_text().splitlines(keepends=True)
     first_records = [i for i, line in enumerate(lines) if "train step:" in line][:6]
     short = tmp_path / "short.txt"
-    short.write_text("".join(lines[:first_records[-1] + 1]))
+    short.write_text("".join(lines[: first_records[-1] + 1]))
     m = measure(parse_file(short).series[0], Protocol(skip_records=10, scale="per_gpu"), gpus=1)
     assert m.value is None
     assert m.issues == ["insufficient records: found 6, need 11"]
@@ -297,8 +344,12 @@ def test_fewer_records_than_the_rule_skips(tmp_path: Path) -> None:
 
 def test_too_few_iterations_for_the_window(tmp_path: Path) -> None:
     """Like NVIDIA DLE issue 834 (--prof 121 with a 25..125 window gave 0 img/s): no number at all."""
-    path = PUBLISHED / P_9881 / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/pytorch_gpu1_fp32_bs256.txt"
-    proto = Protocol.from_dict({"skip": {"from_iteration": 25}, "window": 100, "round_each": 2, "min_records": 100})
+    path = (
+        PUBLISHED / P_9881 / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/pytorch_gpu1_fp32_bs256.txt"
+    )
+    proto = Protocol.from_dict(
+        {"skip": {"from_iteration": 25}, "window": 100, "round_each": 2, "min_records": 100}
+    )
     m = measure(parse_file(path).series[0], proto, gpus=1)
     assert m.value is None
     assert m.issues == ["insufficient records: found 99, need 124"]
@@ -347,7 +398,9 @@ def test_errors_are_clear_without_traceback_text(tmp_path: Path) -> None:
 
 def test_unknown_parser_name() -> None:
     with pytest.raises(UnknownPlugin, match="paddleclas"):
-        parse_file(PUBLISHED / P_9881 / "paddle/ResNet50V1.5/logs/paddle_gpu1_fp32_bs256.txt", parser="paddle")
+        parse_file(
+            PUBLISHED / P_9881 / "paddle/ResNet50V1.5/logs/paddle_gpu1_fp32_bs256.txt", parser="paddle"
+        )
 
 
 def test_explicit_parser_skips_detection(tmp_path: Path) -> None:
@@ -368,8 +421,12 @@ def test_non_utf8_bytes_are_replaced_not_fatal(tmp_path: Path) -> None:
 
 
 def test_detect_picks_the_first_matching_parser_and_lists_known_ones() -> None:
-    assert detect(["DLL 2022-06-07 08:21:14.819665 - (0, 200) total_ips : 9067.540062153763 "]).name == "ngc-tf1"
-    assert detect(["I0826 15:48:34.674365 1401 classifier_trainer.py:180] Base params: {"]).name == "tf2-keras"
+    assert (
+        detect(["DLL 2022-06-07 08:21:14.819665 - (0, 200) total_ips : 9067.540062153763 "]).name == "ngc-tf1"
+    )
+    assert (
+        detect(["I0826 15:48:34.674365 1401 classifier_trainer.py:180] Base params: {"]).name == "tf2-keras"
+    )
     with pytest.raises(ParseError, match="known parsers: ngc-mxnet, ngc-pytorch"):
         detect(["just some text"])
 
@@ -385,7 +442,9 @@ def test_parse_from_lines_matches_parse_file() -> None:
 
 def test_long_file_is_streamed_in_constant_memory(tmp_path: Path) -> None:
     """30 MB of log with few records: memory stays far below the file size."""
-    src = (PUBLISHED / P_9881 / "ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/mxnet_gpu1_gpu8_fp32_bs256.txt").read_bytes()
+    src = (
+        PUBLISHED / P_9881 / "ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/mxnet_gpu1_gpu8_fp32_bs256.txt"
+    ).read_bytes()
     big = tmp_path / "big.txt"
     with big.open("wb") as f:
         for _ in range(30 * 2**20 // len(src) + 1):
@@ -423,7 +482,11 @@ def test_tf_cnn_benchmarks_synthetic() -> None:
     assert detect(lines[:200]).name == "tf-cnn-benchmarks"
     result = PARSERS.get("tf-cnn-benchmarks")().parse(lines)
     s = result.series[0]
-    assert [(r.iteration, r.value, r.line) for r in s.records] == [(1, 1093.2, 12), (10, 1094.2, 13), (20, 1095.0, 14)]
+    assert [(r.iteration, r.value, r.line) for r in s.records] == [
+        (1, 1093.2, 12),
+        (10, 1094.2, 13),
+        (20, 1095.0, 14),
+    ]
     assert s.summary == 1093.18 and s.gpus == 4
     assert result.facts == {"framework_version": "1.15", "batch_size": 64, "gpus": 4}
     assert measure(s, Protocol(aggregate="summary")).value == 1093.18
@@ -435,18 +498,34 @@ def test_tf_cnn_benchmarks_synthetic() -> None:
 def test_paddleclas_other_line_formats_synthetic() -> None:
     """The dynamic-engine and pre-2022 PaddleClas formats (from the domain notes); values invented."""
     lines = [
-        "[2021/12/20 10:00:00] root INFO: [Train][Epoch 1/120][Iter: 10/5005]lr: 0.10000, top1: 0.00000, "
-        "CELoss: 6.90, loss: 6.90, batch_cost: 0.30040s, reader_cost: 0.00020, ips: 852.06235 samples/s, eta: 2 days",
-        "[2021/12/20 10:00:03] root INFO: [Train][Epoch 1/120][Iter: 20/5005]lr: 0.10000, top1: 0.00000, "
-        "CELoss: 6.88, loss: 6.88, batch_cost: 0.30000s, reader_cost: 0.00020, ips: 853.33333 samples/s, eta: 2 days",
-        "[2022/01/10 10:00:00] ppcls INFO: epoch:0   train step:10   lr: 0.100000, loss:  8.3496 top1:  0.0000 "
-        "top5: -0.0156 batch_cost: 0.75000 s, reader_cost: 0.00067 s, ips: 341.33333 images/sec.",
-        "[2022/01/10 10:30:00] ppcls INFO: END epoch:0   train  loss:  5.6825 top1:  0.0565 top5:  0.0243 "
-        "batch_cost: 0.75518 s, reader_cost: 0.00070 s, batch_cost_sum: 163.42611 s, ips: 338.98347 images/sec.",
+        (
+            "[2021/12/20 10:00:00] root INFO: [Train][Epoch 1/120][Iter: 10/5005]lr: 0.10000, top1: 0.00000, "
+            "CELoss: 6.90, loss: 6.90, batch_cost: 0.30040s, reader_cost: 0.00020, "
+            "ips: 852.06235 samples/s, eta: 2 days"
+        ),
+        (
+            "[2021/12/20 10:00:03] root INFO: [Train][Epoch 1/120][Iter: 20/5005]lr: 0.10000, top1: 0.00000, "
+            "CELoss: 6.88, loss: 6.88, batch_cost: 0.30000s, reader_cost: 0.00020, "
+            "ips: 853.33333 samples/s, eta: 2 days"
+        ),
+        (
+            "[2022/01/10 10:00:00] ppcls INFO: epoch:0   train step:10   lr: 0.100000, loss:  8.3496 "
+            "top1:  0.0000 top5: -0.0156 batch_cost: 0.75000 s, reader_cost: 0.00067 s, "
+            "ips: 341.33333 images/sec."
+        ),
+        (
+            "[2022/01/10 10:30:00] ppcls INFO: END epoch:0   train  loss:  5.6825 top1:  0.0565 "
+            "top5:  0.0243 batch_cost: 0.75518 s, reader_cost: 0.00070 s, batch_cost_sum: 163.42611 s, "
+            "ips: 338.98347 images/sec."
+        ),
     ]
     assert detect(lines).name == "paddleclas"
     s = PARSERS.get("paddleclas")().parse(lines).series[0]
-    assert [(r.epoch, r.iteration, r.value) for r in s.records] == [(1, 10, 852.06235), (1, 20, 853.33333), (0, 10, 341.33333)]
+    assert [(r.epoch, r.iteration, r.value) for r in s.records] == [
+        (1, 10, 852.06235),
+        (1, 20, 853.33333),
+        (0, 10, 341.33333),
+    ]
     assert s.per_gpu is True  # the END-of-epoch figure is an epoch mean, not a record
 
 
