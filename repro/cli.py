@@ -82,7 +82,8 @@ def list_targets(fmt: str) -> None:
     catalog = load_catalog(manifest_files())
     rows = [{"id": m.id, "framework": m.framework, "cells": len(m.cells()),
              "published": ", ".join(f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
-                                    f"{t.cite['path']}" for t in m.published)} for m in catalog.values()]
+                                    f"{t.cite['path']}" for t in m.published) or "(none: measures only)"}
+            for m in catalog.values()]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     else:

@@ -176,6 +176,9 @@ class Manifest:
         return [c for c in out if not any(c.matches(x) for x in m.get("exclude", []))]
 
     def table(self, table_id: str | None = None) -> PublishedTable:
+        if not self.published:
+            raise UsageError(f"{self.id} reproduces no published table; it only measures",
+                             hint="`repro up` prints its measured table")
         if table_id is None:
             return self.published[0]
         for t in self.published:
@@ -258,7 +261,7 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
                                f"available parsers: {', '.join(PARSERS.names())}"))
     matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
                     for p in matrix["precision"] for b in matrix["batch_size"]}
-    for ti, table in enumerate(d["published"]):
+    for ti, table in enumerate(d.get("published", [])):
         logs_dir = paths.data_root() / table["logs"] if "logs" in table else None
         if logs_dir is not None and not logs_dir.is_dir():
             out.append(doc.problem(["published", ti, "logs"], f"no such directory {table['logs']!r}",
@@ -299,7 +302,7 @@ def _build(doc: YamlDoc) -> Manifest:
         repeats=dict(M.get("repeats", {})), speedup=M.get("speedup"),
     )
     tables = []
-    for t in d["published"]:
+    for t in d.get("published", []):
         logs_dir = paths.data_root() / t["logs"] if "logs" in t else None
         cells = tuple(
             PublishedCell(

@@ -1,0 +1,347 @@
+"""Launch one cell on all its nodes: one container per node, started together.
+
+Containers are created on every node first (nothing runs yet), per-run files are
+copied in (the MPI hostfile and keys), then they are started as close together as
+threads allow. Each container's output streams to its own log file as it is produced:
+the engine buffers container output, so a slow reader never blocks the workload.
+The first container to fail, a node that drops, or the deadline stops the cell on
+every node, and every container this call created is removed on every path out,
+Ctrl-C included. The result is one record per node.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import queue
+import signal
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.types import DeviceRequest, Ulimit
+
+from repro.errors import EnvironmentUnavailable, RunFailed
+from repro.hosts import Hosts
+from repro.launchers.mpi import MPI_DIR
+from repro.manifest import Cell, Manifest
+from repro.plan import NodePlan, plan_cell
+
+log = logging.getLogger(__name__)
+
+Event = tuple[str, str, str]  # (kind, node name, text): started | line | exited | error
+TAIL_LINES = 20
+READY_TIMEOUT_S = 60
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class NodeResult:
+    node: str
+    address: str
+    rank: int
+    role: str
+    command: tuple[str, ...]
+    log: str
+    container: str | None = None
+    exit_code: int | None = None
+    started: str | None = None
+    ended: str | None = None
+    error: str | None = None
+    tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        # an MPI worker only serves sshd; it is stopped once the head is done
+        return self.error is None and (self.exit_code == 0 or (self.role == "mpi-sshd" and self.exit_code is not None))
+
+
+class CellFailed(RunFailed):
+    """A cell failed on at least one node; carries every node's record."""
+
+    def __init__(self, cell: Cell, results: list[NodeResult]) -> None:
+        self.results = results
+        bad = [r for r in results if not r.ok]
+        lines = [f"cell {cell.key} failed on {len(bad)} of {len(results)} node(s):"]
+        for r in bad:
+            why = r.error or f"exit code {r.exit_code}"
+            lines.append(f"  rank {r.rank} on {r.node}: {why}; log {r.log}")
+            lines += [f"    | {t}" for t in r.tail[-5:]]
+        super().__init__("\n".join(lines), hint="the full output of every node is in its log file")
+
+
+def _sdk_options(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan's plain-data container options as Docker SDK objects."""
+    out = dict(opts)
+    out["ulimits"] = [Ulimit(**u) for u in opts.get("ulimits", [])]
+    if "device_requests" in opts:
+        out["device_requests"] = [DeviceRequest(driver=d["Driver"], device_ids=d["DeviceIDs"],
+                                                capabilities=d["Capabilities"]) for d in opts["device_requests"]]
+    return out
+
+
+def _tar(files: Mapping[str, tuple[bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = sorted({str(Path(p).parent) for p in files})
+        for d in dirs:
+            info = tarfile.TarInfo(d.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for path, (data, mode) in sorted(files.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes, int]]:
+    """Per-run SSH material for mpirun: a client key, a host key, and known_hosts pinning it."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    def keypair() -> tuple[bytes, bytes]:
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+        return private, key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+
+    client, client_pub = keypair()
+    host, host_pub = keypair()
+    known = b"".join(f"[{p.command.node.address}]:{ssh_port} ".encode() + host_pub + b"\n" for p in plans)
+    return {f"{MPI_DIR}/id_ed25519": (client, 0o600), f"{MPI_DIR}/authorized_keys": (client_pub + b"\n", 0o600),
+            f"{MPI_DIR}/host_ed25519": (host, 0o600), f"{MPI_DIR}/known_hosts": (known, 0o644)}
+
+
+def _start_hint(error: str) -> str:
+    if "rlimit type 8" in error:
+        return (" (this engine may not raise the locked-memory limit: set launch.container.ulimits.memlock to "
+                "what the node allows, `ulimit -Hl`, in the manifest)")
+    if "could not select device driver" in error:
+        return " (no NVIDIA container runtime on the node: a CPU node needs `gpus: 0` in the hosts file)"
+    return ""
+
+
+@contextmanager
+def _shielded() -> Iterator[None]:
+    """Ignore Ctrl-C while cleaning up, so a second Ctrl-C never leaves containers behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class CellRun:
+    """The containers of one cell on its nodes, from creation to removal."""
+
+    def __init__(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
+                 clients: Mapping[str, docker.DockerClient], on_event: Callable[[Event], None] | None = None,
+                 infiniband: Mapping[str, bool] | None = None, image: str | None = None) -> None:
+        self.manifest, self.cell, self.run_id = manifest, cell, run_id
+        self.plans = plan_cell(manifest, cell, hosts)
+        self.clients = clients
+        self.on_event = on_event or (lambda e: None)
+        self.infiniband = infiniband or {}
+        self.image = image or self.plans[0].image
+        self.containers: dict[str, Any] = {}
+        self.events: queue.Queue[Event] = queue.Queue()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.results = {p.command.node.name: NodeResult(
+            p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
+            str(log_dir / f"rank{p.command.rank}-{p.command.node.name}.log")) for p in self.plans}
+
+    # -- creation -------------------------------------------------------------------------
+    def _create_one(self, plan: NodePlan, files: Mapping[str, tuple[bytes, int]]) -> None:
+        node = plan.command.node
+        opts = _sdk_options(plan.container)
+        opts["labels"] = {**opts["labels"], "repro.run": self.run_id}
+        if self.infiniband.get(node.name):
+            opts["devices"] = [*opts.get("devices", []), "/dev/infiniband:/dev/infiniband"]
+            opts["cap_add"] = sorted({*opts.get("cap_add", []), "IPC_LOCK"})
+        name = f"repro-{self.run_id}-{self.cell.key}-rank{plan.command.rank}"
+        client = self.clients[node.name]
+        try:
+            container = client.containers.create(self.image, list(plan.command.command), name=name, detach=True,
+                                                 **opts)
+        except docker.errors.ImageNotFound as e:
+            raise EnvironmentUnavailable(f"image {self.image} is not on node {node.name}",
+                                         hint="`repro images TARGET --hosts FILE` puts it on every node") from e
+        self.containers[node.name] = container
+        self.results[node.name].container = container.id[:12]
+        extra = {path: (text.encode(), 0o644) for path, text in plan.command.files.items()}
+        if files or extra:
+            container.put_archive("/", _tar({**files, **extra}))
+
+    def create(self) -> None:
+        files: dict[str, tuple[bytes, int]] = {}
+        if self.manifest.launch.kind == "mpi":
+            from repro.launchers.mpi import DEFAULT_SSH_PORT
+
+            files = mpi_files(self.plans, int(self.manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)))
+        with ThreadPoolExecutor(len(self.plans)) as pool:
+            futures = {p.command.node.name: pool.submit(self._create_one, p, files) for p in self.plans}
+        errors = {n: f.exception() for n, f in futures.items() if f.exception() is not None}
+        for name, err in errors.items():
+            self.results[name].error = f"could not create the container: {err}"
+        if errors:
+            first = next(iter(errors.values()))
+            if isinstance(first, EnvironmentUnavailable) and len(errors) == len(self.plans):
+                raise first
+            raise CellFailed(self.cell, list(self.results.values()))
+
+    # -- running --------------------------------------------------------------------------
+    def _follow(self, name: str) -> None:
+        """Copy a container's output to its log file as it comes; report lines and the exit."""
+        container, result = self.containers[name], self.results[name]
+        tail: list[str] = []
+        pending = b""
+        try:
+            with open(result.log, "ab", buffering=0) as out:
+                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    out.write(chunk)
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for raw in lines:
+                        text = raw.decode("utf-8", "replace").rstrip("\r")
+                        tail = (tail + [text])[-TAIL_LINES:]
+                        self.events.put(("line", name, text))
+                if pending:
+                    tail = (tail + [pending.decode("utf-8", "replace")])[-TAIL_LINES:]
+            status = container.wait()
+            result.exit_code = int(status.get("StatusCode", -1))
+            self.events.put(("exited", name, str(result.exit_code)))
+        except Exception as e:  # noqa: BLE001 - a dropped node surfaces here as any transport error
+            result.error = f"lost the node while the cell ran: {e}"
+            self.events.put(("error", name, result.error))
+        finally:
+            result.tail = tail
+            result.ended = now()
+
+    def _start(self, names: Sequence[str]) -> None:
+        barrier = threading.Barrier(len(names))
+
+        def start(name: str) -> None:
+            barrier.wait()
+            try:
+                self.containers[name].start()
+            except docker.errors.APIError as e:
+                self.results[name].error = f"the container did not start: {e.explanation or e}" + _start_hint(str(e))
+                return
+            self.results[name].started = now()
+            self.events.put(("started", name, self.results[name].started or ""))
+
+        with ThreadPoolExecutor(len(names)) as pool:
+            list(pool.map(start, names))
+        if any(self.results[n].error for n in names):
+            raise CellFailed(self.cell, list(self.results.values()))
+        for name in names:
+            threading.Thread(target=self._follow, args=(name,), daemon=True, name=f"follow-{name}").start()
+
+    def _wait_ready(self, names: Sequence[str]) -> None:
+        """MPI workers: wait until every sshd says it listens before mpirun dials in."""
+        waiting, deadline = set(names), time.monotonic() + READY_TIMEOUT_S
+        while waiting:
+            try:
+                kind, name, text = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise EnvironmentUnavailable(f"sshd did not come up in the MPI containers on {', '.join(sorted(waiting))}",
+                                             hint="the image needs openssh-server at /usr/sbin/sshd") from None
+            self.on_event((kind, name, text))
+            if kind == "line" and "Server listening" in text:
+                waiting.discard(name)
+            elif kind in ("exited", "error") and name in waiting:
+                raise CellFailed(self.cell, list(self.results.values()))
+
+    def run(self, timeout_s: float) -> list[NodeResult]:
+        workers = [p.command.node.name for p in self.plans if p.command.role != "mpi-head"]
+        heads = [p.command.node.name for p in self.plans if p.command.role == "mpi-head"]
+        if heads:
+            self._start(workers)
+            self._wait_ready(workers)
+            self._start(heads)
+        else:
+            self._start(workers)
+        self._wait(heads or workers, timeout_s)
+        return [self.results[p.command.node.name] for p in self.plans]
+
+    def _wait(self, decisive: Sequence[str], timeout_s: float) -> None:
+        """Until every decisive container exits; the first failure or the deadline stops all."""
+        running, deadline = set(decisive), time.monotonic() + timeout_s
+        while running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for name in running:
+                    self.results[name].error = f"timed out after {timeout_s:.0f} s"
+                break
+            try:
+                kind, name, text = self.events.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            self.on_event((kind, name, text))
+            if kind == "error" or (kind == "exited" and text != "0"):
+                break
+            if kind == "exited":
+                running.discard(name)
+
+    # -- cleanup --------------------------------------------------------------------------
+    def remove(self) -> list[str]:
+        """Stop and remove every container this run created, on every node; never raises."""
+        problems: list[str] = []
+
+        def remove_one(name: str) -> None:
+            try:
+                c = self.containers[name]
+                try:
+                    c.reload()
+                    if c.status == "running":
+                        c.kill()
+                        code = c.wait(timeout=30).get("StatusCode")
+                        res = self.results[name]
+                        res.exit_code = int(code) if code is not None else res.exit_code
+                        if res.error is None and res.role != "mpi-sshd":
+                            res.error = "stopped: the cell ended on another node"
+                except docker.errors.NotFound:
+                    return
+                c.remove(force=True)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other nodes
+                problems.append(f"{name}: could not remove container {self.results[name].container}: {e}")
+
+        with _shielded(), ThreadPoolExecutor(max(1, len(self.containers))) as pool:
+            list(pool.map(remove_one, list(self.containers)))
+        for r in self.results.values():
+            r.ended = r.ended or now()
+        return problems
+
+
+def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
+                clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
+                on_event: Callable[[Event], None] | None = None, infiniband: Mapping[str, bool] | None = None,
+                image: str | None = None) -> list[NodeResult]:
+    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed."""
+    run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
+                  infiniband=infiniband, image=image)
+    try:
+        run.create()
+        results = run.run(timeout_s or manifest.launch.timeout_s)
+    finally:
+        problems = run.remove()
+    if problems:
+        raise RunFailed("containers could not be removed:\n" + "\n".join(problems),
+                        hint="remove them by hand: docker rm -f (label repro.run=" + run_id + ")")
+    if not all(r.ok for r in results):
+        raise CellFailed(cell, results)
+    return results
