@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Parse throughput and memory of the kit against ``grep`` on a gigabyte of real logs.
+
+The log set is built in a temporary folder from the publisher logs in ``logs/published``: one
+file per log format (PaddleClas, NGC TF1, NGC PyTorch, NGC MXNet, TF2 Keras) made of all real
+logs of that format concatenated and repeated, cycling through the formats until the set
+reaches ``--size-mb``. Every file has the same size, so a smaller set (the first
+``--small-files`` files) shows whether memory depends on the size of the set.
+
+Measured, after one read of every file to warm the page cache:
+
+* ``grep -c -F ips FILES``: one process over all files (wall time, MB/s);
+* the kit: one ``python -c`` process per file calling ``repro.parsers.parse_file`` and
+  ``repro.measure.measure`` on every run (wall time including interpreter start, MB/s, the parse
+  time the worker reports itself, and the peak RSS of each worker from ``wait4``);
+* when the CLI has a ``parse`` command, also ``python -m repro parse FILE --format json`` per file.
+
+Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--files 20] [--small-files 5] [--json OUT]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = ROOT / "logs" / "published"
+FORMATS = ("paddle", "ngc-tf1", "ngc-pytorch", "ngc-mxnet", "tf2-keras")  # folders under <set>/
+MB = 2**20
+
+WORKER = """
+import json, sys, time
+from repro.measure import Protocol, measure
+from repro.parsers import parse_file
+t = time.perf_counter()
+r = parse_file(sys.argv[1])
+values = [measure(s, Protocol()).value for s in r.series]
+print(json.dumps({"seconds": time.perf_counter() - t, "parser": r.parser, "lines": r.lines,
+                  "series": len(r.series), "records": sum(len(s.records) for s in r.series)}))
+"""
+
+
+def format_unit(fmt: str) -> bytes:
+    """All real logs of one format, each ending in a newline, back to back."""
+    files = sorted(p for p in PUBLISHED.glob(f"*/{fmt}/**/*") if p.is_file() and p.suffix != ".json")
+    if not files:
+        raise SystemExit(f"no logs for {fmt} under {PUBLISHED}")
+    return b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in files)
+
+
+def build_set(folder: Path, size_mb: int, n_files: int) -> list[Path]:
+    per_file = size_mb * MB // n_files
+    units = {fmt: format_unit(fmt) for fmt in FORMATS}
+    out = []
+    for i in range(n_files):
+        fmt = FORMATS[i % len(FORMATS)]
+        unit = units[fmt]
+        path = folder / f"{i:03d}-{fmt}.log"
+        with path.open("wb") as f:
+            for _ in range(max(1, -(-per_file // len(unit)))):
+                f.write(unit)
+        out.append(path)
+    return out
+
+
+def total_mb(files: list[Path]) -> float:
+    return sum(p.stat().st_size for p in files) / MB
+
+
+def run_child(cmd: list[str]) -> tuple[float, int, int, str]:
+    """Wall seconds, exit status, peak RSS (KiB) of this one child, and its stdout."""
+    t = time.perf_counter()
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    out = p.stdout.read() if p.stdout else b""
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t, p.returncode, usage.ru_maxrss, out.decode()
+
+
+def bench_grep(files: list[Path]) -> dict:
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run(["grep", "-c", "-F", "ips", *map(str, files)], check=False, stdout=subprocess.DEVNULL)
+        dt = time.perf_counter() - t
+        best = dt if best is None else min(best, dt)
+    return {"seconds": best, "mb_s": total_mb(files) / best}
+
+
+def bench_kit(files: list[Path], cmd_for) -> dict:
+    wall = parse = 0.0
+    peak = 0
+    per_file = []
+    for f in files:
+        dt, rc, rss_kib, out = run_child(cmd_for(f))
+        if rc != 0:
+            raise SystemExit(f"parse of {f} failed (exit {rc})")
+        wall += dt
+        peak = max(peak, rss_kib)
+        info = {"file": f.name, "wall": dt, "rss_mb": rss_kib / 1024}
+        try:
+            info.update(json.loads(out.strip().splitlines()[-1]))
+            parse += info.get("seconds", 0.0)
+        except (ValueError, IndexError):
+            pass
+        per_file.append(info)
+    mb = total_mb(files)
+    res = {"seconds": wall, "mb_s": mb / wall, "peak_rss_mb": peak / 1024, "per_file": per_file}
+    if parse:
+        res.update(parse_seconds=parse, parse_mb_s=mb / parse)
+    return res
+
+
+def cli_has_parse() -> bool:
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "repro", "parse", "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and "--format" in r.stdout
+
+
+def measure_set(label: str, files: list[Path], use_cli: bool) -> dict:
+    for f in files:  # warm the page cache so grep and the kit read from memory alike
+        with f.open("rb") as fh:
+            while fh.read(16 * MB):
+                pass
+    res = {"label": label, "files": len(files), "mb": total_mb(files), "grep": bench_grep(files)}
+    res["kit"] = bench_kit(files, lambda f: [sys.executable, "-c", WORKER, str(f)])
+    if use_cli:
+        res["cli"] = bench_kit(
+            files, lambda f: [sys.executable, "-m", "repro", "parse", str(f), "--format", "json"]
+        )
+    return res
+
+
+def report(results: list[dict], file_mb: float) -> str:
+    lines = [f"log set: real logs from logs/published, one format per file, {file_mb:.0f} MiB per file"]
+    for r in results:
+        g, k = r["grep"], r["kit"]
+        lines.append(f"\n== {r['label']}: {r['files']} files, {r['mb']:.0f} MiB")
+        lines.append(f"grep -c -F ips        {g['seconds']:7.2f} s  {g['mb_s']:8.0f} MB/s")
+        lines.append(
+            f"kit, per-file process {k['seconds']:7.2f} s  {k['mb_s']:8.0f} MB/s  "
+            f"({k['mb_s'] / g['mb_s']:.2f} x grep)  peak RSS {k['peak_rss_mb']:.0f} MB"
+        )
+        if "parse_mb_s" in k:
+            lines.append(
+                f"kit, parse+measure    {k['parse_seconds']:7.2f} s  {k['parse_mb_s']:8.0f} MB/s  "
+                f"({k['parse_mb_s'] / g['mb_s']:.2f} x grep; without interpreter start)"
+            )
+        if "cli" in r:
+            c = r["cli"]
+            lines.append(
+                f"repro parse (CLI)     {c['seconds']:7.2f} s  {c['mb_s']:8.0f} MB/s  "
+                f"({c['mb_s'] / g['mb_s']:.2f} x grep)  peak RSS {c['peak_rss_mb']:.0f} MB"
+            )
+        by_fmt: dict[str, list[dict]] = {}
+        for info in k["per_file"]:
+            by_fmt.setdefault(info["file"].split("-", 1)[1][:-4], []).append(info)
+        for fmt, infos in by_fmt.items():
+            recs = sum(i.get("records", 0) for i in infos) / len(infos)
+            parse_s = sum(i.get("seconds", 0) for i in infos) / len(infos)
+            speed = file_mb / parse_s if parse_s else 0.0
+            rss = max(i["rss_mb"] for i in infos)
+            lines.append(
+                f"    {fmt:12s} {recs:10.0f} records/file  parse {speed:6.0f} MB/s  RSS {rss:5.0f} MB"
+            )
+    if len(results) == 2:
+        small, big = (r["kit"]["peak_rss_mb"] for r in results)
+        lines.append(
+            f"\npeak RSS {small:.0f} MB at {results[0]['mb']:.0f} MiB vs {big:.0f} MB at "
+            f"{results[1]['mb']:.0f} MiB (x{big / small:.2f})"
+        )
+    big = results[-1]
+    ratio = big["kit"]["mb_s"] / big["grep"]["mb_s"]
+    lines.append(
+        f"targets: parse >= 1/3 of grep MB/s: {'met' if ratio >= 1 / 3 else 'NOT met'} ({ratio:.2f}); "
+        f"peak RSS <= 150 MB: {'met' if big['kit']['peak_rss_mb'] <= 150 else 'NOT met'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--size-mb", type=int, default=1024, help="size of the full log set in MiB (default 1024)"
+    )
+    ap.add_argument("--files", type=int, default=20, help="number of files in the full set (default 20)")
+    ap.add_argument(
+        "--small-files",
+        type=int,
+        default=5,
+        help="files in the smaller set measured first (default 5, one per format)",
+    )
+    ap.add_argument("--tmpdir", type=Path, default=None, help="where to build the set (default: system temp)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated files")
+    ap.add_argument("--json", type=Path, default=None, help="also write all figures to this JSON file")
+    args = ap.parse_args(argv)
+    if not 0 < args.small_files < args.files:
+        ap.error("--small-files must be between 1 and --files - 1")
+    if shutil.which("grep") is None:
+        ap.error("grep is not on PATH")
+    folder = Path(tempfile.mkdtemp(prefix="repro-bench-", dir=args.tmpdir))
+    try:
+        t = time.perf_counter()
+        files = build_set(folder, args.size_mb, args.files)
+        took = time.perf_counter() - t
+        print(
+            f"built {len(files)} files, {total_mb(files):.0f} MiB in {folder} ({took:.1f} s)", file=sys.stderr
+        )
+        use_cli = cli_has_parse()
+        print(f"CLI parse command: {'yes' if use_cli else 'no (python -c fallback only)'}", file=sys.stderr)
+        results = [
+            measure_set("small set", files[: args.small_files], use_cli),
+            measure_set("full set", files, use_cli),
+        ]
+        print(report(results, total_mb(files) / len(files)))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
