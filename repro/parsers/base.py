@@ -340,6 +340,7 @@ class PatternParser(LogParser):
         k, n_others = 0, len(others)
         next_other = others[0][0] if others else -1
         recs = b.current().records if b.series else None
+        ints = _INTS
         for m, (names, it, ep) in records:
             start = m.start()
             while 0 <= next_other < start:
@@ -353,15 +354,15 @@ class PatternParser(LogParser):
             n += count("\n", pos, start)
             pos = start
             g = m.group(*names)
-            iteration = g[it] if it else None
+            iteration = g[it] if it else None  # digit strings -> shared ints (see _INTS)
+            if iteration:
+                iteration = ints.get(iteration) or _int_of(iteration)
             epoch = g[ep] if ep else None
+            if epoch:
+                epoch = ints.get(epoch) or _int_of(epoch)
             if recs is None:
                 recs = b.current().records
-            recs.append(
-                _new_record(
-                    float(g[0]), int(iteration) if iteration else None, int(epoch) if epoch else None, n + 1
-                )
-            )
+            recs.append(_new_record(float(g[0]), iteration, epoch, n + 1))
             b.last_record_line = n + 1
         for start, i, om in others[k:]:
             n += count("\n", pos, start)
@@ -413,6 +414,19 @@ def _new_record(value: float, iteration: int | None, epoch: int | None, line: in
     _set_epoch(r, epoch)
     _set_line(r, line)
     return r
+
+
+def _int_of(text: str) -> int:
+    """``int(text)``, remembered in :data:`_INTS` while that holds fewer than 65536 numbers."""
+    value = int(text)
+    if len(_INTS) < 1 << 16:
+        _INTS[text] = value
+    return value
+
+
+#: digit string -> int, shared by all records: step and epoch numbers repeat from run to run, and
+#: one int object per distinct number (instead of per record) saves memory on long logs
+_INTS: dict[str, int] = {}
 
 
 _object_new = object.__new__
