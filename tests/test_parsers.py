@@ -536,3 +536,22 @@ def test_record_objects_equal_constructed_ones() -> None:
     assert hash(rec) == hash(Record(rec.value, rec.iteration, rec.epoch, rec.line))
     with pytest.raises(AttributeError):
         rec.value = 1.0  # type: ignore[misc]
+
+
+def test_ngc_tf1_train_mode_and_pytorch_2020_lines_synthetic() -> None:
+    """Line formats quoted in the domain notes with no bundled log: TF1 ``--mode=train``
+    (``imgs_per_sec``, DLPerf) and the 2020 PyTorch line without ``compute_ips``."""
+    tf1 = [
+        (
+            "DLL 2020-09-01 06:41:11.984949 - (3, 16135) imgs_per_sec : 1146.8574254443538  cross_entropy : "
+            "3.4489827156066895  l2_loss : 0.6694231629371643  total_loss : 4.118405818939209  learning_rate : "
+            "0.10318145900964737"
+        ),
+    ]
+    assert detect(tf1).name == "ngc-tf1"
+    assert PARSERS.get("ngc-tf1")().parse(tf1).series[0].records == [Record(1146.8574254443538, 16135, 3, 1)]
+    pt = [
+        "DLL 2020-09-15 14:29:14.427490 - Epoch: 0 Iteration: 2  train.loss : 6.93504  train.total_ips : 4294.91 img/s"
+    ]
+    assert detect(pt).name == "ngc-pytorch"
+    assert PARSERS.get("ngc-pytorch")().parse(pt).series[0].records == [Record(4294.91, 2, 0, 1)]
