@@ -186,5 +186,86 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         click.echo(f"plot written to {plot}", err=True)
 
 
+def _image_events(verbose: bool) -> Callable[[Any], None]:
+    """Render images-library events: phases and results always, build output with -v."""
+
+    def show(e: Any) -> None:
+        where = f"[{e.node}] " if e.node else ""
+        if e.kind == "step":
+            click.echo(f"==> {where}{e.message}", err=True)
+        elif e.kind == "log" and verbose:
+            click.echo(f"    {e.message}", err=True)
+        elif e.kind == "warn":
+            click.echo(f"warning: {where}{e.message}", err=True)
+        elif e.kind in ("info", "node"):
+            click.echo(f"    {where}{e.message}", err=True)
+
+    return show
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
+@click.option("--pull", "mode", flag_value="pull", help="only pull by digest; never build")
+@click.option("--build", "mode", flag_value="build", help="build even when a current image is present")
+@click.option("--push", metavar="REGISTRY", help="push a built image to HOST[:PORT][/PREFIX]; nodes then pull it")
+@click.option("--allow-unpinned", is_flag=True, help="use what a tag-only reference points to now (and record it)")
+@click.option("--update-lock", is_flag=True, help="accept pins that differ from the lock file and rewrite it")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="CA bundle for builds behind a TLS-intercepting proxy (kept out of the image)")
+@click.option("--wheels", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="directory of *.whl files the build may install from")
+@click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED tarball directory")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), help="build contexts and logs")
+@click.option("--no-cache", is_flag=True, help="build without the engine's layer cache")
+@click.option("--dry-run", is_flag=True, help="print the Dockerfiles a build would run; do nothing")
+@click.option("-v", "--verbose", is_flag=True, help="show every line of build output")
+@reports_errors
+def images(target: str, hosts_file: Path | None, mode: str | None, push: str | None, allow_unpinned: bool,
+           update_lock: bool, ca_bundle: Path | None, wheels: Path | None, ofed_cache: Path | None,
+           work_dir: Path | None, no_cache: bool, dry_run: bool, verbose: bool) -> None:
+    """Pull or build TARGET's image exactly as pinned and put it on every node."""
+    from repro.hosts import load_hosts
+    from repro.images import BuildOptions, ImagesOptions, dry_run_text, prepare
+    from repro.manifest import find_target
+
+    m = find_target(target)
+    if dry_run:
+        click.echo(dry_run_text(m), nl=False)
+        return
+    build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache)
+    opts = ImagesOptions(mode=mode or "auto", push=push, allow_unpinned=allow_unpinned, update_lock=update_lock,
+                         build=build)
+    r = prepare(m, load_hosts(hosts_file), opts, progress=_image_events(verbose))
+    click.echo(f"image {r.reference}\nid {r.image_id}")
+    for role, ref in r.pins.images.items():
+        click.echo(f"{role} {ref.pinned}")
+    if r.pushed:
+        click.echo(f"pushed {r.pushed.pinned}")
+    if r.built:
+        click.echo(f"built in {r.built.seconds:.1f} s, log {r.built.log}")
+    for n in r.nodes:
+        click.echo(f"node {n.node} {n.how} {n.image_id}")
+    click.echo(f"lock {r.lock_path} ({'written' if r.lock_written else 'unchanged'}); {r.seconds:.1f} s")
+
+
+@cli.command("lock")
+@click.argument("target")
+@click.option("--update-lock", "update", is_flag=True, help="rewrite a lock that differs from what resolves now")
+@reports_errors
+def lock_command(target: str, update: bool) -> None:
+    """Resolve TARGET's tags to digests and branches to commits; write or check its lock file."""
+    from repro.images import lock_target
+    from repro.manifest import find_target
+
+    path, pins, written = lock_target(find_target(target), update=update, progress=_image_events(False))
+    for role, ref in pins.images.items():
+        click.echo(f"{role} {ref.tagged} -> {ref.digest}")
+    for name, src in pins.sources.items():
+        branch = f" (branch {src['branch']} -> {src['branch_commit']})" if "branch_commit" in src else ""
+        click.echo(f"{name} {src['repository']} @ {src['commit']}{branch}")
+    click.echo(f"lock {'written' if written else 'unchanged'}: {path}")
+
+
 def main() -> None:
     cli()

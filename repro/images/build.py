@@ -1,0 +1,302 @@
+"""Build a target's image: pinned base, source at its commit, patches, OFED layer, labels.
+
+Nothing is tagged until every check passed: the build runs untagged, the OFED layer is
+built and probed, the CA bundle is proven absent, and only then does the manifest's tag
+move to the result. Whatever a failed build created is removed again.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import hashlib
+import io
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from repro import __version__, paths
+from repro.errors import BuildError, ReproError, UsageError
+from repro.images import ofed as ofed_layer
+from repro.images.events import Event, Progress, ignore
+from repro.images.refs import Ref, parse_ref
+from repro.images.registry import DISK_HINT, classify, local_image
+from repro.images.source import prepare_source
+from repro.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+#: The build context's CA bundle (empty when none is given) and where build stages put it.
+CA_FILE = "repro-ca.crt"
+CA_IMAGE_PATH = "/etc/ssl/certs/repro-build-ca.crt"
+TAIL_LINES = 20
+_STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    ca_bundle: Path | None = None
+    work_dir: Path | None = None          # contexts and build logs (default ~/.cache/repro/build)
+    dockerfiles: Path | None = None       # default: the kit's dockerfiles/
+    ofed_cache: Path | None = None
+    wheels: Path | None = None            # *.whl files copied into the context's wheels/ (offline pip)
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    no_cache: bool = False
+
+
+@dataclass(frozen=True)
+class Built:
+    tag: str
+    id: str
+    labels: Mapping[str, str]
+    log: Path
+    seconds: float
+    ofed_versions: Mapping[str, str] = field(default_factory=dict)
+    reused: bool = False
+
+
+def work_dir(opts: BuildOptions) -> Path:
+    return opts.work_dir or Path.home() / ".cache" / "repro" / "build"
+
+
+def dockerfile_dir(manifest: Manifest, opts: BuildOptions) -> Path:
+    name = manifest.image["build"]["dockerfile"]
+    d = (opts.dockerfiles or paths.dockerfiles_dir()) / name
+    if not (d / "Dockerfile").is_file():
+        raise UsageError(f"{manifest.id}: no Dockerfile {d / 'Dockerfile'}", hint="image.build.dockerfile names a "
+                         "directory under dockerfiles/")
+    return d
+
+
+def tree_sha256(root: Path) -> str:
+    """A digest of every file's relative path and content under ``root``."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"sha256:{h.hexdigest()}"
+
+
+def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str) -> dict[str, str]:
+    """The labels that say what an image was built from (without the time it was built)."""
+    src = manifest.source or {}
+    return {
+        "org.opencontainers.image.source": src.get("repository", ""),
+        "org.opencontainers.image.revision": src.get("commit", ""),
+        "org.opencontainers.image.base.name": base.tagged,
+        "org.opencontainers.image.base.digest": base.digest,
+        "repro.target": manifest.id,
+        "repro.manifest.sha256": manifest.sha256,
+        "repro.dockerfile.sha256": dockerfile_sha,
+        "repro.ofed": ofed_layer.describe(manifest.ofed),
+        "repro.kit.version": __version__,
+    }
+
+
+def find_current(client: docker.DockerClient, manifest: Manifest, base: Ref, opts: BuildOptions) -> Any | None:
+    """The image already tagged for this manifest, when it was built from exactly these inputs."""
+    image = local_image(client, manifest.image["build"]["tag"])
+    if image is None:
+        return None
+    want = identity_labels(manifest, base, tree_sha256(dockerfile_dir(manifest, opts)))
+    have = image.labels or {}
+    return image if all(have.get(k) == v for k, v in want.items()) else None
+
+
+def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts: BuildOptions,
+                progress: Progress = ignore) -> Built:
+    """Build, verify and tag the manifest's image FROM ``base`` (pinned); see the module doc."""
+    started = time.monotonic()
+    df_dir = dockerfile_dir(manifest, opts)
+    tag = parse_ref(manifest.image["build"]["tag"])
+    labels = {**identity_labels(manifest, base, tree_sha256(df_dir)),
+              "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              **opts.extra_labels}
+    root = work_dir(opts)
+    logfile = root / "logs" / f"{manifest.id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.log"
+    created: list[str] = []
+    try:
+        with _scratch(root) as scratch:
+            context = _context(manifest, df_dir, scratch / "context", opts, progress)
+            image_id = run_build(client, logfile, progress, created, path=str(context),
+                                 buildargs=build_args(manifest, base), nocache=opts.no_cache)
+            versions: dict[str, str] = {}
+            if manifest.ofed["kind"] != "none":
+                image_id, versions, extra = _ofed(client, manifest, image_id, scratch / "ofed", logfile, opts,
+                                                  progress, created)
+                labels.update(extra)
+            check_no_ca(client, image_id)
+            progress(Event("step", "labelling"))
+            image_id = run_build(client, logfile, progress, created, fileobj=io.BytesIO(label_step(image_id, labels)))
+        client.api.tag(image_id, tag.repository, tag.tag or "latest")
+    except BaseException:
+        _remove(client, created)
+        raise
+    progress(Event("info", f"tagged {tag.tagged} ({image_id[:19]})"))
+    final = client.images.get(image_id)
+    return Built(tag.tagged, image_id, dict(final.labels or {}), logfile, time.monotonic() - started, versions)
+
+
+def label_step(image_id: str, labels: Mapping[str, str]) -> bytes:
+    """A Dockerfile that adds all ``labels`` to ``image_id`` in one config-only step."""
+    pairs = " ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items()))
+    return f"FROM {image_id}\nLABEL {pairs}\n".encode()
+
+
+class _scratch:  # noqa: N801 - used as a context manager
+    """A temporary directory under ``root``; ENOSPC and other OS errors become BuildErrors."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __enter__(self) -> Path:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "logs").mkdir(exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix="ctx-", dir=self.root))
+        except OSError as e:
+            raise _os_error(e, self.root) from e
+        return self.path
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        if isinstance(err, OSError) and not isinstance(err, ReproError):
+            raise _os_error(err, self.root) from err
+
+
+def _os_error(e: OSError, where: Path) -> BuildError:
+    if e.errno == errno.ENOSPC:
+        return BuildError(f"disk full while preparing the build in {where}",
+                          hint="free space there, or choose another directory with --work-dir")
+    return BuildError(f"cannot prepare the build in {where}: {e}")
+
+
+def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions, progress: Progress) -> Path:
+    shutil.copytree(df_dir, context)
+    if manifest.source:
+        src = manifest.source
+        progress(Event("step", f"fetching {src['repository']} at {src['commit']}"))
+        prepare_source(src, context / "source")
+        if src.get("patches"):
+            progress(Event("info", f"applied {len(src['patches'])} patch(es)"))
+    else:
+        (context / "source").mkdir()
+    ca = context / CA_FILE
+    if opts.ca_bundle:
+        shutil.copyfile(opts.ca_bundle, ca)
+    else:
+        ca.write_bytes(b"")
+    wheels = context / "wheels"
+    wheels.mkdir(exist_ok=True)
+    for whl in sorted(opts.wheels.glob("*.whl")) if opts.wheels else ():
+        shutil.copyfile(whl, wheels / whl.name)
+    return context
+
+
+def build_args(manifest: Manifest, base: Ref) -> dict[str, str]:
+    """BASE (pinned by digest) and SOURCE_PATH (the manifest's source.path), then the manifest's args."""
+    extra = dict(manifest.image["build"].get("args", {}))
+    for reserved in ("BASE", "SOURCE_PATH", "SOURCE_SUBDIR"):
+        if reserved in extra:
+            raise UsageError(f"{manifest.id}: image.build.args may not set {reserved}",
+                             hint="the kit sets it from image.build.base / source.path")
+    args = {"BASE": base.pinned}
+    if manifest.source:
+        args["SOURCE_PATH"] = manifest.source["path"]
+        if manifest.source.get("subdir"):
+            args["SOURCE_SUBDIR"] = manifest.source["subdir"]
+    return {**args, **extra}
+
+
+def _ofed(client: docker.DockerClient, manifest: Manifest, image_id: str, context: Path, logfile: Path,
+          opts: BuildOptions, progress: Progress, created: list[str]) -> tuple[str, dict[str, str], dict[str, str]]:
+    """Build and probe the OFED layer; its image, the versions found, and the labels to record."""
+    ofed = manifest.ofed
+    context.mkdir()
+    (context / "Dockerfile").write_text(ofed_layer.render_ofed_layer(ofed, image_id), encoding="utf-8")
+    labels = {}
+    if ofed["kind"] == "mlnx":
+        labels["repro.ofed.tarball.sha256"] = ofed_layer.stage_mlnx(ofed, context, opts.ofed_cache, progress)
+    progress(Event("step", f"building the OFED layer ({ofed_layer.describe(ofed)})"))
+    layered = run_build(client, logfile, progress, created, path=str(context), nocache=opts.no_cache)
+    progress(Event("step", "checking the OFED user space inside the image"))
+    versions = ofed_layer.verify(client, layered, ofed)
+    progress(Event("info", f"OFED: {ofed_layer.versions_label(versions)}"))
+    labels["repro.ofed.versions"] = ofed_layer.versions_label(versions)
+    return layered, versions, labels
+
+
+def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, created: list[str],
+              **kwargs: Any) -> str:
+    """One ``docker build`` (legacy builder, host network), streamed to ``logfile`` and ``progress``."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    step, image_id = "", ""
+    with logfile.open("a", encoding="utf-8") as out:
+        try:
+            for chunk in _stream(client, kwargs):
+                if "error" in chunk:
+                    raise _failed(chunk["error"], step, tail, logfile)
+                if chunk.get("aux", {}).get("ID"):
+                    image_id = chunk["aux"]["ID"]
+                for line in str(chunk.get("stream", "")).splitlines():
+                    out.write(line + "\n")
+                    m = _STEP.match(line)
+                    if m:
+                        step = f"step {m.group(1)}: {m.group(2)}"
+                        tail.clear()
+                        progress(Event("step", step))
+                    elif line.strip():
+                        tail.append(line)
+                        progress(Event("log", line))
+        except docker.errors.APIError as e:
+            raise _failed(str(e.explanation or e), step, tail, logfile) from e
+    if not image_id:
+        raise BuildError(f"the build ended without an image ID (log: {logfile})")
+    created.append(image_id)
+    return image_id
+
+
+def _stream(client: docker.DockerClient, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    return client.api.build(network_mode="host", rm=True, forcerm=True, decode=True, pull=False, **kwargs)
+
+
+def _failed(error: str, step: str, tail: collections.deque[str], logfile: Path) -> BuildError:
+    lines = "\n".join(f"  | {ln}" for ln in tail) or "  | (no output)"
+    where = f"at {step}" if step else "before its first step"
+    hint = DISK_HINT if classify(error) == "disk" else None
+    return BuildError(f"build failed {where}\n{error.strip()}\nlast {len(tail)} lines of its output:\n{lines}\n"
+                      f"full log: {logfile}", hint=hint)
+
+
+def check_no_ca(client: docker.DockerClient, image_id: str) -> None:
+    """The CA bundle given to the build must not be in the final image."""
+    container = client.containers.create(image_id, ["true"], entrypoint=[], network_mode="none",
+                                         labels={"repro.probe": "ca"})
+    try:
+        container.get_archive(CA_IMAGE_PATH)
+    except docker.errors.NotFound:
+        return
+    finally:
+        container.remove(force=True)
+    raise BuildError(f"the build's CA bundle ({CA_IMAGE_PATH}) is in the final image",
+                     hint="copy it only in a build stage and keep it out of the last stage (see dockerfiles/README.md)")
+
+
+def _remove(client: docker.DockerClient, ids: list[str]) -> None:
+    for image_id in reversed(ids):
+        try:
+            client.api.remove_image(image_id)
+        except docker.errors.APIError as e:
+            # 409: a cached layer that an earlier, good image still uses; it stays
+            level = logging.DEBUG if e.status_code == 409 else logging.WARNING
+            log.log(level, "could not remove %s after a failed build: %s", image_id, e)
+

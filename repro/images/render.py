@@ -1,0 +1,73 @@
+"""What a build will run, as text: the Dockerfile with its build arguments filled in.
+
+Pure functions, exact-text tested; ``repro images --dry-run`` prints ``render_build``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from repro.images.build import BuildOptions, build_args, dockerfile_dir
+from repro.images.ofed import render_ofed_layer
+from repro.images.refs import Ref
+from repro.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+_ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
+_FROM = re.compile(r"^FROM\s", re.I)
+#: Placeholder for the image the main Dockerfile produced, in the rendered OFED layer.
+BUILT = "<the image built above>"
+
+
+def _substitute(line: str, values: Mapping[str, str]) -> str:
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return values[name] if name in values else m.group(0)
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", value, line)
+
+
+def render_dockerfile(text: str, args: Mapping[str, str]) -> str:
+    """``text`` with each declared ARG resolved (build argument, else its default) where it is used.
+
+    Scoping follows Docker: ARGs before the first FROM are visible in FROM lines only;
+    each stage sees the ARGs it declares itself.
+    """
+    global_scope: dict[str, str] = {}
+    scope: dict[str, str] | None = None  # None until the first FROM
+    out = []
+    for line in text.splitlines():
+        m = _ARG.match(line.strip())
+        if m:
+            name, default = m.group(1), m.group(2)
+            current = global_scope if scope is None else scope
+            known = args.get(name, default if default is not None else global_scope.get(name))
+            if known is not None:
+                current[name] = known
+                line = f"ARG {name}={known}"
+        elif _FROM.match(line.strip()):
+            line = _substitute(line, global_scope)
+            scope = {}
+        elif scope is not None:
+            line = _substitute(line, scope)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None) -> str:
+    """Every Dockerfile the build of ``manifest`` runs, in order, rendered (the dry run)."""
+    directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=dockerfiles))
+    text = (directory / "Dockerfile").read_text(encoding="utf-8")
+    args = build_args(manifest, base if base.digest else base.with_digest("sha256:" + "0" * 64))
+    if not base.digest:
+        args["BASE"] = f"{base.tagged}@<not pinned>"
+    parts = [f"# dockerfiles/{directory.name}/Dockerfile for {manifest.id}",
+             render_dockerfile(text, args).rstrip("\n")]
+    if manifest.ofed["kind"] != "none":
+        parts += ["", f"# then the OFED layer ({manifest.ofed['kind']})",
+                  render_ofed_layer(manifest.ofed, BUILT).rstrip("\n")]
+    return "\n".join(parts) + "\n"
