@@ -23,7 +23,7 @@ class PaddleClas(PatternParser):
     record_hints = ("ips: ",)
     detect_any = (
         re.compile(r"ppcls INFO: "),
-        re.compile(rf"\bips: {NUM} (?:samples|images)/sec?\b"),
+        re.compile(rf"\bips: {NUM} (?:samples|images)/s(?:ec)?\b"),
         re.compile(r"\[Train\]\[Epoch \d+/\d+\]\[Iter: \d+/\d+\]"),
     )
     rules = (
