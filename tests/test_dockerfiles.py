@@ -1,0 +1,310 @@
+"""Images without Docker: Dockerfile and OFED rendering (exact text), refs, lock rules, probes, patches.
+
+The expected Dockerfile texts are the seed targets' builds as a reader would write them
+out by hand from the Dockerfiles and the manifests' pins; ``tests/data/images-rendered/``
+holds the longer ones (regenerate with REPRO_REGEN=1 and read the diff before committing).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repro import paths
+from repro.errors import BuildError, ProvenanceError, UsageError
+from repro.images import build, lock_target  # noqa: F401 - the package imports cleanly
+from repro.images.ofed import describe, parse_probe, render_ofed_layer, versions_label
+from repro.images.refs import Ref, parse_ref, retag
+from repro.images.registry import classify
+from repro.images.render import render_build, render_dockerfile
+from repro.images.source import apply_patches
+from repro.lock import Pins, check, differences, lock_path, pins_for_run, read_lock, resolve_all
+from repro.manifest import find_target, load_manifest, manifest_files
+
+RENDERED = Path(__file__).resolve().parent / "data" / "images-rendered"
+D = "sha256:" + "d" * 64
+E = "sha256:" + "e" * 64
+SEEDS = ["ngc-pytorch-rn50-v100", "ngc-tf1-rn50-v100", "ngc-mxnet-rn50-v100", "paddle-rn50-v100",
+         "dlperf-ngc-pytorch-rn50-v100", "dlperf-tf2-rn50-v100", "tf-cnn-rn50-p100-real"]
+
+
+def pinned_base(target: str) -> Ref:
+    m = find_target(target)
+    return parse_ref(m.image["build"]["base"]["ref"]).with_digest(D)
+
+
+# --- the seed Dockerfiles ----------------------------------------------------------------------------
+
+def test_every_shipped_build_names_an_existing_dockerfile() -> None:
+    for f in manifest_files():
+        m = load_manifest(f)
+        if "build" in m.image:
+            assert (paths.dockerfiles_dir() / m.image["build"]["dockerfile"] / "Dockerfile").is_file(), m.id
+
+
+def test_ngc_pytorch_renders_exactly() -> None:
+    text = render_build(find_target("ngc-pytorch-rn50-v100"), pinned_base("ngc-pytorch-rn50-v100"))
+    body = text.split("sees the CA bundle; the final stage copies the wheels it built, never the bundle.\n", 1)[1]
+    ofed = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64"
+    assert text.startswith("# dockerfiles/ngc-pytorch/Dockerfile for ngc-pytorch-rn50-v100\n")
+    assert body == f"""ARG BASE=nvcr.io/nvidia/pytorch@{D}
+
+FROM nvcr.io/nvidia/pytorch@{D} AS deps
+ARG SOURCE_SUBDIR=PyTorch/Classification/ConvNets
+ARG REQUIREMENTS=requirements.txt
+COPY repro-ca.crt /etc/ssl/certs/repro-build-ca.crt
+COPY wheels/ /tmp/wheels/
+COPY source/PyTorch/Classification/ConvNets/requirements.txt /tmp/requirements.txt
+RUN if [ -s /etc/ssl/certs/repro-build-ca.crt ]; then \\
+      export PIP_CERT=/etc/ssl/certs/repro-build-ca.crt GIT_SSL_CAINFO=/etc/ssl/certs/repro-build-ca.crt; fi \\
+ && pip wheel --no-cache-dir --find-links /tmp/wheels --wheel-dir /wheelhouse -r /tmp/requirements.txt \\
+ && sed -E -e 's/^[^#]*#egg=([A-Za-z0-9_.-]+).*$/\\1/' -e 's/[[:space:]]+#.*$//' /tmp/requirements.txt \\
+      > /wheelhouse/requirements.txt
+
+FROM nvcr.io/nvidia/pytorch@{D}
+ARG SOURCE_PATH=/workspace/DeepLearningExamples
+ARG SOURCE_SUBDIR=PyTorch/Classification/ConvNets
+COPY --from=deps /wheelhouse /tmp/wheelhouse
+RUN pip install --no-cache-dir --no-index --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt \\
+ && rm -rf /tmp/wheelhouse
+COPY source/ /workspace/DeepLearningExamples/
+WORKDIR /workspace/DeepLearningExamples/PyTorch/Classification/ConvNets
+
+# then the OFED layer (mlnx)
+# repro OFED layer: MLNX_OFED 5.0-2.1.8.0 for ubuntu18.04, user space only (the host keeps its kernel driver)
+FROM <the image built above>
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bison chrpath debhelper dpatch \
+ethtool flex gfortran graphviz kmod libelf1 libltdl-dev libmnl0 lsb-release lsof pciutils perl swig tcl tk \\
+ && rm -rf /var/lib/apt/lists/*
+COPY {ofed}.tgz /tmp/{ofed}.tgz
+RUN cd /tmp \\
+ && tar -xf {ofed}.tgz \\
+ && ./{ofed}/mlnxofedinstall --user-space-only --without-fw-update --force \\
+ && rm -rf /tmp/{ofed} /tmp/{ofed}.tgz \\
+ && mkdir -p /etc/libibverbs.d
+"""
+
+
+@pytest.mark.parametrize("target", SEEDS)
+def test_seed_targets_render_as_recorded(target: str) -> None:
+    text = render_build(find_target(target), pinned_base(target))
+    golden = RENDERED / f"{target}.txt"
+    if os.environ.get("REPRO_REGEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in paths.dockerfiles_dir().iterdir()
+                                        if (p / "Dockerfile").is_file() and p.name != "cpu-frameworks"))
+def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
+    text = (paths.dockerfiles_dir() / name / "Dockerfile").read_text(encoding="utf-8")
+    last_stage = re.split(r"^FROM ", text, flags=re.M)[-1]
+    assert "repro-ca.crt" not in last_stage and "repro-build-ca.crt" not in last_stage
+    assert text.splitlines()[0].startswith(f"# repro image {name}:")
+    assert re.search(r"^ARG BASE$", text, re.M), "the base comes from the kit, pinned, never a default"
+
+
+def test_render_dockerfile_follows_arg_scoping() -> None:
+    text = ("ARG BASE\nARG G=global\nFROM ${BASE} AS a\nRUN echo $G ${G}\nARG G\nRUN echo $G $HOME ${X}\n"
+            "FROM $BASE\nARG X=x\nRUN echo ${X} $G\n")
+    assert render_dockerfile(text, {"BASE": "img@" + D}) == (
+        f"ARG BASE=img@{D}\nARG G=global\nFROM img@{D} AS a\nRUN echo $G ${{G}}\nARG G=global\n"
+        f"RUN echo global $HOME ${{X}}\nFROM img@{D}\nARG X=x\nRUN echo x $G\n")
+
+
+def test_render_marks_an_unpinned_base() -> None:
+    m = find_target("ngc-tf1-rn50-v100")
+    text = render_build(m, parse_ref(m.image["build"]["base"]["ref"]))
+    assert "FROM nvcr.io/nvidia/tensorflow:20.12-tf1-py3@<not pinned> AS deps\n" in text
+
+
+def test_build_args_may_not_override_the_pins() -> None:
+    m = find_target("dlperf-tf2-rn50-v100")
+    data = json.loads(json.dumps(m.data))
+    assert build.build_args(m, pinned_base("dlperf-tf2-rn50-v100")) == {
+        "BASE": f"tensorflow/tensorflow@{D}", "TF_MODELS_OFFICIAL": "2.3.0", "TENSORFLOW_DATASETS": "3.0.0"}
+    data["image"]["build"]["args"]["BASE"] = "evil:latest"
+    forged = type(m)(**{**m.__dict__, "image": data["image"]})
+    with pytest.raises(UsageError, match="may not set BASE"):
+        build.build_args(forged, pinned_base("dlperf-tf2-rn50-v100"))
+
+
+def test_label_step_is_one_instruction_with_quoted_values() -> None:
+    assert build.label_step("sha256:abc", {"b": 'say "hi"', "a": "x y"}) == (
+        b'FROM sha256:abc\nLABEL "a"="x y" "b"="say \\"hi\\""\n')
+
+
+# --- OFED --------------------------------------------------------------------------------------------
+
+def test_inbox_layer_exact() -> None:
+    assert render_ofed_layer({"kind": "inbox"}, "sha256:abc") == (
+        "# repro OFED layer: inbox (the distribution's rdma-core user space)\n"
+        "FROM sha256:abc\n"
+        "RUN apt-get update \\\n"
+        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        "ibverbs-providers ibverbs-utils infiniband-diags perftest rdma-core \\\n"
+        " && rm -rf /var/lib/apt/lists/* \\\n"
+        " && mkdir -p /etc/libibverbs.d\n")
+
+
+def test_ofed_none_has_no_layer_and_labels() -> None:
+    with pytest.raises(UsageError):
+        render_ofed_layer({"kind": "none"}, "x")
+    assert describe({"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}) == "mlnx 4.9-0.1.7.0 ubuntu18.04"
+    assert versions_label({"b": "2", "a": "1"}) == "a=1 b=2"
+
+
+INBOX_OK = ("Failed to get IB devices list: Function not implemented\nrepro:ibv_devinfo_exit=255\nrepro:versions\n"
+            "ibverbs-providers=44.0-2\nibverbs-utils=44.0-2\ninfiniband-diags=44.0-2\nperftest=4.5+0.17-1\n"
+            "rdma-core=44.0-2\n")
+
+
+def test_probe_accepts_a_host_without_hca_and_reads_versions() -> None:
+    assert parse_probe("inbox", INBOX_OK)["rdma-core"] == "44.0-2"
+    assert parse_probe("inbox", INBOX_OK.replace("Failed to get IB devices list: Function not implemented",
+                                                 "No IB devices found"))["perftest"] == "4.5+0.17-1"
+    assert parse_probe("mlnx", "hca_id: mlx5_0\nrepro:ibv_devinfo_exit=0\nrepro:versions\nMLNX_OFED_LINUX-4.9-0.1.7.0:\n"
+                       ) == {"ofed_info": "MLNX_OFED_LINUX-4.9-0.1.7.0"}
+
+
+@pytest.mark.parametrize("output, message", [
+    ("repro:missing ibv_devinfo\n", "not in the image"),
+    ("ibv_devinfo: error while loading shared libraries: libibverbs.so.1\nrepro:ibv_devinfo_exit=127\n"
+     "repro:versions\n", "does not run"),
+    (INBOX_OK.replace("perftest=4.5+0.17-1\n", ""), "missing from the image: perftest"),
+])
+def test_probe_failures_are_build_errors(output: str, message: str) -> None:
+    with pytest.raises(BuildError, match=message):
+        parse_probe("inbox", output)
+    with pytest.raises(BuildError, match="did not name an MLNX_OFED version"):
+        parse_probe("mlnx", "No IB devices found\nrepro:ibv_devinfo_exit=255\nrepro:versions\nsh: ofed_info: not found\n")
+
+
+# --- references --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, repo, tag, registry, path", [
+    ("nvcr.io/nvidia/pytorch:21.03-py3", "nvcr.io/nvidia/pytorch", "21.03-py3", "nvcr.io", "nvidia/pytorch"),
+    ("127.0.0.1:5000/repro-test/debian:bookworm", "127.0.0.1:5000/repro-test/debian", "bookworm", "127.0.0.1:5000",
+     "repro-test/debian"),
+    ("debian", "debian", "", "docker.io", "library/debian"),
+    ("paddlepaddle/paddle-benchmark:2.5.0", "paddlepaddle/paddle-benchmark", "2.5.0", "docker.io",
+     "paddlepaddle/paddle-benchmark"),
+    ("localhost:5000/x", "localhost:5000/x", "", "localhost:5000", "x"),
+])
+def test_parse_ref(text: str, repo: str, tag: str, registry: str, path: str) -> None:
+    r = parse_ref(text)
+    assert (r.repository, r.tag, r.registry, r.path) == (repo, tag, registry, path)
+    assert str(parse_ref(f"{text}@{D}")) == f"{text}@{D}"
+    assert parse_ref(text, D).pinned == f"{repo}@{D}"
+
+
+def test_refs_refuse_bad_input() -> None:
+    for bad in ("", "UPPER/case:x", "x@sha256:123", "x:1@" + D + "x"):
+        with pytest.raises(UsageError):
+            parse_ref(bad)
+    with pytest.raises(UsageError, match="but"):
+        parse_ref(f"x@{D}", E)
+    with pytest.raises(UsageError, match="not pinned"):
+        _ = parse_ref("x:1").pinned
+
+
+def test_retag_for_push() -> None:
+    assert str(retag(parse_ref("repro/ngc-pytorch-rn50:21.03-fc9c09b"), "127.0.0.1:5000")) == \
+        "127.0.0.1:5000/repro/ngc-pytorch-rn50:21.03-fc9c09b"
+    assert str(retag(parse_ref("nvcr.io/nvidia/pytorch:21.03-py3", D), "reg.local/mirror/")) == \
+        "reg.local/mirror/nvidia/pytorch:21.03-py3"
+    with pytest.raises(UsageError):
+        retag(parse_ref("x:1"), "https://reg")
+
+
+def test_registry_errors_are_classified() -> None:
+    assert classify("Get http://127.0.0.1:5999/v2/: dial tcp 127.0.0.1:5999: connect: connection refused") == "unreachable"
+    assert classify("manifest for 127.0.0.1:5000/x@sha256:00 not found: manifest unknown") == "unknown"
+    assert classify("write /var/lib/docker/tmp/x: no space left on device") == "disk"
+    assert classify("something else") == "other"
+
+
+# --- lock rules --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tagged_manifest(tmp_path: Path):
+    src = find_target("ngc-tf1-rn50-v100").path
+    shutil.copyfile(src, tmp_path / src.name)
+    return load_manifest(tmp_path / src.name)
+
+
+def test_a_tag_without_digest_is_refused_unless_locked_or_allowed(tagged_manifest) -> None:
+    m = tagged_manifest
+    with pytest.raises(UsageError, match="tag without a digest"):
+        pins_for_run(m, None, lambda r: D, allow_unpinned=False)
+    assert pins_for_run(m, None, lambda r: D, allow_unpinned=True).images["base"].digest == D
+    locked = Pins({"base": parse_ref(m.image["build"]["base"]["ref"], E)})
+    assert pins_for_run(m, locked, lambda r: D, allow_unpinned=False).images["base"].digest == E
+
+
+def test_lock_mismatch_fails_closed_naming_both_digests(tagged_manifest) -> None:
+    m = tagged_manifest
+    path, written = check(m, resolve_all(m, lambda r: D, None), update=False, allow_create=True)
+    assert written and path == lock_path(m) and path.name == "ngc-tf1-rn50-v100.lock.json"
+    assert check(m, resolve_all(m, lambda r: D, None), update=False) == (path, False)
+    moved = pins_for_run(m, read_lock(path), lambda r: E, allow_unpinned=True)
+    with pytest.raises(ProvenanceError) as err:
+        check(m, moved, update=False)
+    assert D in str(err.value) and E in str(err.value) and "--update-lock" in (err.value.hint or "")
+    assert check(m, moved, update=True) == (path, True)
+    assert read_lock(path).images["base"].digest == E
+
+
+def test_lock_differences_name_what_changed() -> None:
+    a = Pins({"base": parse_ref("x:1", D)}, {"source": {"repository": "r", "commit": "1" * 40}})
+    b = Pins({"base": parse_ref("x:2", D)}, {"source": {"repository": "r", "commit": "2" * 40,
+                                                         "branch": "main", "branch_commit": "3" * 40}})
+    assert differences(a, a) == []
+    assert differences(a, b) == [
+        "base image: lock names x:1, the manifest x:2",
+        f"source commit: lock has {'1' * 40}, the manifest {'2' * 40}",
+        f"source branch main: lock has None, resolved {'3' * 40}",
+    ]
+
+
+def test_a_manifest_digest_wins_over_a_moved_tag(tagged_manifest) -> None:
+    m = tagged_manifest
+    data = m.data
+    pinned = type(m)(**{**m.__dict__, "image": {"build": {**data["image"]["build"],
+                                                           "base": {"ref": "nvcr.io/nvidia/tensorflow:20.12-tf1-py3",
+                                                                    "digest": D}}}})
+    warnings: list[str] = []
+    pins = resolve_all(pinned, lambda r: E, None, warn=warnings.append)
+    assert pins.images["base"].digest == D and E in warnings[0]
+
+
+# --- patches and build failures ----------------------------------------------------------------------
+
+def test_patches_must_match_exactly_once(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\ny = 2\n")
+    assert apply_patches(tmp_path, [{"file": "a.py", "old": "x = 1\n", "new": "x = 3\n", "why": "w"}]) == ["a.py"]
+    assert (tmp_path / "a.py").read_text() == "x = 3\ny = 2\ny = 2\n"
+    for old, count in (("y = 2\n", 2), ("z", 0)):
+        with pytest.raises(BuildError, match=f"occurs {count} times"):
+            apply_patches(tmp_path, [{"file": "a.py", "old": old, "new": "", "why": "w"}])
+    with pytest.raises(BuildError, match="no file"):
+        apply_patches(tmp_path, [{"file": "../a.py", "old": "x", "new": "", "why": "w"}])
+
+
+def test_a_failed_build_names_its_step_and_last_lines(tmp_path: Path) -> None:
+    tail = collections.deque((f"line {i}" for i in range(30)), maxlen=build.TAIL_LINES)
+    err = build._failed("The command '/bin/sh -c make' returned a non-zero code: 2", "step 3/7: RUN make",  # noqa: SLF001
+                        tail, tmp_path / "b.log")
+    text = str(err)
+    assert text.startswith("build failed at step 3/7: RUN make\nThe command '/bin/sh -c make' returned a non-zero "
+                           "code: 2\nlast 20 lines of its output:\n  | line 10\n")
+    assert text.endswith(f"  | line 29\nfull log: {tmp_path / 'b.log'}")
+    assert err.exit_code == 4
