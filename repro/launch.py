@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 from docker.types import DeviceRequest, Ulimit
@@ -40,6 +40,31 @@ log = logging.getLogger(__name__)
 Event = tuple[str, str, str]  # (kind, node name, text): started | line | exited | error
 TAIL_LINES = 20
 READY_TIMEOUT_S = 60
+
+
+class LogSink(Protocol):
+    """Where one node's output goes: the run directory's log writer, or a plain file."""
+
+    path: Path
+
+    def write(self, data: bytes) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class _FileSink:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._f = path.open("ab", buffering=0)
+
+    def write(self, data: bytes) -> None:
+        self._f.write(data)
+
+    def flush(self) -> None:
+        pass  # unbuffered
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def now() -> str:
@@ -150,7 +175,8 @@ class CellRun:
 
     def __init__(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                  clients: Mapping[str, docker.DockerClient], on_event: Callable[[Event], None] | None = None,
-                 infiniband: Mapping[str, bool] | None = None, image: str | None = None) -> None:
+                 infiniband: Mapping[str, bool] | None = None, image: str | None = None,
+                 log_writer: Callable[[int, str], LogSink] | None = None) -> None:
         self.manifest, self.cell, self.run_id = manifest, cell, run_id
         self.plans = plan_cell(manifest, cell, hosts)
         self.clients = clients
@@ -160,9 +186,10 @@ class CellRun:
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_writer = log_writer or (lambda rank, node: _FileSink(log_dir / f"{rank}-{node}.log"))
         self.results = {p.command.node.name: NodeResult(
             p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
-            str(log_dir / f"rank{p.command.rank}-{p.command.node.name}.log")) for p in self.plans}
+            str(log_dir / f"{p.command.rank}-{p.command.node.name}.log")) for p in self.plans}
 
     # -- creation -------------------------------------------------------------------------
     def _create_one(self, plan: NodePlan, files: Mapping[str, tuple[bytes, int]]) -> None:
@@ -210,9 +237,12 @@ class CellRun:
         tail: list[str] = []
         pending = b""
         try:
-            with open(result.log, "ab", buffering=0) as out:
+            out = self.log_writer(result.rank, name)
+            result.log = str(out.path)
+            try:
                 for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
                     out.write(chunk)
+                    out.flush()
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     for raw in lines:
@@ -221,6 +251,8 @@ class CellRun:
                         self.events.put(("line", name, text))
                 if pending:
                     tail = (tail + [pending.decode("utf-8", "replace")])[-TAIL_LINES:]
+            finally:
+                out.close()
             status = container.wait()
             result.exit_code = int(status.get("StatusCode", -1))
             self.events.put(("exited", name, str(result.exit_code)))
@@ -330,10 +362,10 @@ class CellRun:
 def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                 clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
                 on_event: Callable[[Event], None] | None = None, infiniband: Mapping[str, bool] | None = None,
-                image: str | None = None) -> list[NodeResult]:
+                image: str | None = None, log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
     """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed."""
     run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
-                  infiniband=infiniband, image=image)
+                  infiniband=infiniband, image=image, log_writer=log_writer)
     try:
         run.create()
         results = run.run(timeout_s or manifest.launch.timeout_s)

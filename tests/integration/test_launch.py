@@ -1,0 +1,177 @@
+"""One cell on the real namespace nodes: containers through each node's own engine over SSH.
+
+Covers the launch building block of ``repro up``: ranks and master filled per node,
+output streamed to per-node logs, a failure / timeout / killed container stopping the
+cell everywhere, argv safety, Ctrl-C, and every launcher kind for real on CPU: plain,
+torch (gloo DDP with torchrun) and mpi (mpirun + per-run sshd); paddle in its own test.
+No container may survive any test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from repro.hosts import load_hosts
+from repro.images.engine import node_client
+from repro.launch import CellFailed, launch_cell
+from repro.manifest import load_manifest
+
+pytestmark = [pytest.mark.ssh, pytest.mark.docker]
+DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
+
+
+@pytest.fixture(scope="module")
+def hosts_file(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's inventory as a CPU cluster: no GPUs, gloo on the nodes' eth0."""
+    nodes = "".join(f"  - {{name: {n['name']}, address: {n['address']}}}\n" for n in cluster["nodes"])
+    path = tmp_path_factory.mktemp("hosts") / "cpu-cluster.yaml"
+    path.write_text("schema_version: 1\n"
+                    f"defaults: {{user: root, identity: {cluster['ssh']['key']}, gpus: 0}}\n"
+                    "env: {GLOO_SOCKET_IFNAME: eth0}\n"
+                    f"nodes:\n{nodes}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def clients(cluster: dict, hosts_file: Path):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
+        out = {n.name: node_client(n) for n in load_hosts(hosts_file).nodes}
+        yield out
+    for c in out.values():
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def base_on_nodes(cluster: dict, clients) -> str:
+    ref = f"{cluster['base_image']}@{cluster['base_digest']}"
+    for c in clients.values():
+        c.images.pull(ref)
+    return ref
+
+
+def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]:
+    return [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+
+
+def cell_of(manifest, **want):
+    return next(c for c in manifest.cells() if c.matches(want))
+
+
+def echo():
+    return load_manifest(DATA / "echo.yaml")
+
+
+def test_plain_two_nodes_ranks_logs_and_cleanup(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
+    m = echo()
+    events = []
+    results = launch_cell(m, cell_of(m, nodes=2, precision="fp32"), load_hosts(hosts_file), tmp_path, run_id="t-plain",
+                          clients=clients, image=base_on_nodes, on_event=events.append)
+    assert [(r.rank, r.exit_code, r.ok) for r in results] == [(0, 0, True), (1, 0, True)]
+    for r in results:
+        assert Path(r.log).read_text() == (f"rank {r.rank} of 2, master 10.77.0.11, hosts 10.77.0.11,10.77.0.12\n"
+                                           "done\n")
+        assert r.tail[-1] == "done" and r.started and r.ended
+    starts = sorted(e[2] for e in events if e[0] == "started")
+    assert len(starts) == 2
+    assert leftovers(node_engines, "t-plain") == []
+
+
+def test_failure_on_one_node_stops_the_cell_everywhere(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
+    m = echo()
+    t0 = time.monotonic()
+    with pytest.raises(CellFailed) as e:
+        launch_cell(m, cell_of(m, nodes=2, precision="amp"), load_hosts(hosts_file), tmp_path, run_id="t-fail",
+                    clients=clients, image=base_on_nodes)
+    assert time.monotonic() - t0 < 30, "rank 0 sleeps 60 s; it must have been stopped"
+    by_rank = {r.rank: r for r in e.value.results}
+    assert by_rank[1].exit_code == 3 and by_rank[1].error is None
+    assert by_rank[0].error == "stopped: the cell ended on another node"
+    assert "rank 1 on rc-node2: exit code 3" in str(e.value)
+    assert all(Path(r.log).read_text().startswith("start") for r in e.value.results), "logs written so far are kept"
+    assert leftovers(node_engines, "t-fail") == []
+
+
+def test_deadline_stops_the_cell(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
+    m = echo()
+    with pytest.raises(CellFailed) as e:
+        launch_cell(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-deadline",
+                    clients=clients, image=base_on_nodes, timeout_s=3)
+    assert all(r.error == "timed out after 3 s" for r in e.value.results)
+    assert leftovers(node_engines, "t-deadline") == []
+
+
+def test_container_killed_mid_cell(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
+    m = echo()
+
+    def kill_rank1(ev):
+        if ev[0] == "line" and ev[1] == "rc-node2" and ev[2] == "start":
+            threading.Thread(target=lambda: [c.kill() for c in node_engines[1].containers.list(
+                filters={"label": "repro.run=t-killed"})]).start()
+
+    with pytest.raises(CellFailed) as e:
+        launch_cell(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-killed",
+                    clients=clients, image=base_on_nodes, on_event=kill_rank1, timeout_s=50)
+    by_rank = {r.rank: r for r in e.value.results}
+    assert by_rank[1].exit_code == 137
+    assert by_rank[0].error == "stopped: the cell ended on another node"
+    assert leftovers(node_engines, "t-killed") == []
+
+
+def test_values_with_shell_metacharacters_stay_literal(hosts_file, clients, base_on_nodes, tmp_path):
+    m = echo()
+    results = launch_cell(m, cell_of(m, nodes=1, precision="bf16"), load_hosts(hosts_file), tmp_path,
+                          run_id="t-meta", clients=clients, image=base_on_nodes)
+    out = Path(results[0].log).read_text().splitlines()
+    assert out[1] == "; rm -rf / # literal"
+    assert results[0].command[:2] == ("sh", "-c")
+
+
+def test_ctrl_c_removes_every_container_and_keeps_logs(cluster, hosts_file, base_on_nodes, node_engines, tmp_path):
+    script = f"""
+import os, sys
+os.environ["REPRO_SSH_CONFIG"] = {cluster['ssh']['config']!r}
+from pathlib import Path
+from repro.hosts import load_hosts
+from repro.images.engine import node_client
+from repro.launch import launch_cell
+from repro.manifest import load_manifest
+m = load_manifest(Path({str(DATA / 'echo.yaml')!r}))
+hosts = load_hosts(Path({str(hosts_file)!r}))
+clients = {{n.name: node_client(n) for n in hosts.nodes}}
+cell = next(c for c in m.cells() if c.nodes == 2 and c.precision == "fp16")
+def ev(e):
+    if e[0] == "line":
+        print("LINE", e[1], e[2], flush=True)
+try:
+    launch_cell(m, cell, hosts, Path({str(tmp_path)!r}), run_id="t-sigint", clients=clients, image={base_on_nodes!r},
+                on_event=ev)
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+    sys.exit(130)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    seen = 0
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen += line.startswith("LINE")
+        if seen == 2:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)  # a second Ctrl-C during cleanup changes nothing
+            break
+    rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, rest
+    assert leftovers(node_engines, "t-sigint") == []
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == ["0-rc-node1.log", "1-rc-node2.log"]
+    assert all(p.read_text() == "start\n" for p in tmp_path.glob("*.log"))
