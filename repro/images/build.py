@@ -41,6 +41,7 @@ CA_FILE = "repro-ca.crt"
 CA_IMAGE_PATH = "/etc/ssl/certs/repro-build-ca.crt"
 TAIL_LINES = 20
 _STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
+_CHATTER = re.compile(r"^ ---> |^Removing intermediate container |^Successfully (built|tagged) ")
 
 
 @dataclass(frozen=True)
@@ -174,10 +175,11 @@ class _scratch:  # noqa: N801 - used as a context manager
 
 
 def _os_error(e: OSError, where: Path) -> BuildError:
-    if e.errno == errno.ENOSPC:
+    # shutil.copytree gathers its failures into one shutil.Error, without an errno
+    if e.errno == errno.ENOSPC or "[Errno 28]" in str(e):
         return BuildError(f"disk full while preparing the build in {where}",
                           hint="free space there, or choose another directory with --work-dir")
-    return BuildError(f"cannot prepare the build in {where}: {e}")
+    return BuildError(f"cannot prepare the build in {where}")
 
 
 def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions, progress: Progress) -> Path:
@@ -255,7 +257,8 @@ def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, cr
                         tail.clear()
                         progress(Event("step", step))
                     elif line.strip():
-                        tail.append(line)
+                        if not _CHATTER.match(line):
+                            tail.append(line)  # the step's own output, not the builder's bookkeeping
                         progress(Event("log", line))
         except docker.errors.APIError as e:
             raise _failed(str(e.explanation or e), step, tail, logfile) from e
