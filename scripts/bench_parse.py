@@ -44,8 +44,9 @@ from repro.parsers import parse_file
 t, c = time.perf_counter(), time.process_time()
 r = parse_file(sys.argv[1])
 values = [measure(s, Protocol()).value for s in r.series]
+n = sum(len(s.records) for s in r.series)
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "parser": r.parser,
-                  "lines": r.lines, "series": len(r.series), "records": sum(len(s.records) for s in r.series)}))
+                  "lines": r.lines, "series": len(r.series), "records": n}))
 """
 
 
