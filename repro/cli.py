@@ -267,5 +267,26 @@ def lock_command(target: str, update: bool) -> None:
     click.echo(f"lock {'written' if written else 'unchanged'}: {path}")
 
 
+@cli.command()
+@click.argument("target", required=False)
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
+@click.option("--strict", is_flag=True, help="deviations from the target's expected hardware are errors (exit 3)")
+@click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
+    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
+    from repro.hosts import load_hosts
+    from repro.manifest import find_target
+    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
+
+    expect = find_target(target).expect if target else {}
+    hosts = load_hosts(hosts_file)
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
+    deviations = compare(reports, expect, len(hosts.nodes))
+    click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
+    assess(reports, deviations, strict=strict)
+
+
 def main() -> None:
     cli()

@@ -1,0 +1,397 @@
+"""Preflight: what each node of an inventory offers, next to what the target's publication had.
+
+Per node, in parallel over one SSH session each: SSH (connect time), the Docker engine's
+version, GPUs (nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v),
+free disk under the engine's data root, and the clock offset against this machine.
+Every probe fails soft: its value is None and its reason says why; the other probes and
+the other nodes still report.
+
+Two kinds of findings come out of it:
+
+* problems - a node that cannot be reached or whose engine does not answer. Nothing can
+  run there, so ``assess`` raises whatever the flags.
+* deviations - the node works but differs from the manifest's ``expect`` (GPU model or
+  memory, driver, IB presence or rate, node count). A reproduction on different hardware
+  is still worth running, so these are warnings; ``--strict`` makes them errors.
+
+Both raise EnvironmentUnavailable, exit code 3 - the kit's "this environment is not the
+one needed" code - after the table has been printed, so a script can tell "fix the
+cluster" (3) from "fix the command line" (2) and still show the user every finding.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tabulate import tabulate
+
+from repro.errors import EnvironmentUnavailable
+from repro.hosts import Node
+from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
+
+log = logging.getLogger(__name__)
+
+GPU_MEMORY_TOLERANCE = 0.05  # nvidia-smi reports usable MiB, a little under the marketed size
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe's outcome: a value, or None and the reason; ``detail`` qualifies the value."""
+
+    value: Any = None
+    reason: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_mib: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str
+    rate_gbps: float | None
+    link_layer: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.state.lower() in ("active", "port_active")
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: str
+    address: str
+    ssh: Probe
+    docker: Probe = field(default_factory=Probe)
+    gpus: Probe = field(default_factory=Probe)
+    infiniband: Probe = field(default_factory=Probe)
+    disk: Probe = field(default_factory=Probe)
+    clock: Probe = field(default_factory=Probe)
+
+    @property
+    def reachable(self) -> bool:
+        return self.ssh.reason is None
+
+
+@dataclass(frozen=True)
+class Deviation:
+    node: str | None  # None: the inventory as a whole
+    what: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.node or 'inventory'}: {self.what}: expected {self.expected}, found {self.found}"
+
+
+# ---------------------------------------------------------------- parsers (pure)
+
+def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
+    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader``."""
+    gpus, other = [], []
+    for line in filter(None, (ln.strip() for ln in text.splitlines())):
+        m = re.fullmatch(r"(.+?),\s*(\d+)\s*MiB,\s*(\S+)", line)
+        if m:
+            gpus.append(Gpu(m[1].strip(), int(m[2]), m[3]))
+        elif line != "No devices were found":
+            other.append(line)
+    if other and not gpus:
+        raise ValueError(other[0])
+    return tuple(gpus)
+
+
+def parse_ibstat(text: str) -> tuple[IbPort, ...]:
+    """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
+    ports: list[dict[str, Any]] = []
+    ca, cur = None, None
+    for line in text.splitlines():
+        if m := re.match(r"CA '(.+)'", line.strip()):
+            ca = m[1]
+        elif (m := re.fullmatch(r"Port (\d+):", line.strip())) and ca:
+            ports.append(cur := {"device": ca, "port": int(m[1])})
+        elif cur is not None and ":" in line:
+            key, _, val = (s.strip() for s in line.partition(":"))
+            cur[key.lower()] = val
+    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _num(p.get("rate")), p.get("link layer"))
+                 for p in ports)
+
+
+def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
+    """``ibv_devinfo -v``: ``hca_id:`` blocks with ``port:`` sections; rate = width x lane speed."""
+    ports: list[dict[str, Any]] = []
+    hca, cur = None, None
+    for line in text.splitlines():
+        key, _, val = (s.strip() for s in line.partition(":"))
+        if key == "hca_id":
+            hca = val
+        elif key == "port" and hca:
+            ports.append(cur := {"device": hca, "port": int(val)})
+        elif cur is not None and key in ("state", "link_layer", "active_width", "active_speed"):
+            cur[key] = val
+    out = []
+    for p in ports:
+        width = re.match(r"(\d+)X", p.get("active_width", ""))
+        speed = _num(p.get("active_speed"))
+        rate = int(width[1]) * speed if width and speed else None
+        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer")))
+    return tuple(out)
+
+
+def parse_ib(text: str) -> tuple[IbPort, ...]:
+    """Either format, told apart by its first block header."""
+    return parse_ibv_devinfo(text) if re.search(r"^\s*hca_id:", text, re.MULTILINE) else parse_ibstat(text)
+
+
+def parse_df(text: str) -> int:
+    """Available bytes from ``df -Pk PATH``."""
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()]
+    if len(rows) < 2 or len(rows[-1]) < 6 or not rows[-1][3].isdigit():
+        raise ValueError(text.strip().splitlines()[-1] if text.strip() else "no output")
+    return int(rows[-1][3]) * 1024
+
+
+def _num(text: str | None) -> float | None:
+    m = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
+    return float(m[1]) if m else None
+
+
+def parse_sections(text: str) -> dict[str, tuple[str, int]]:
+    """Split the probe script's output into name -> (output, exit status)."""
+    out: dict[str, tuple[str, int]] = {}
+    for m in re.finditer(r"^@@repro:(\w+)\n(.*?)\n?@@repro-rc:(\d+)$", text, re.MULTILINE | re.DOTALL):
+        out[m[1]] = (m[2], int(m[3]))
+    return out
+
+
+# ---------------------------------------------------------------- probes
+
+_SCRIPT = r"""date +%s.%N
+H={docker_host}; D() {{ docker ${{H:+-H "$H"}} "$@"; }}
+s() {{ printf '\n@@repro:%s\n' "$1"; }}; e() {{ printf '\n@@repro-rc:%s\n' "$?"; }}
+has() {{ command -v "$1" >/dev/null 2>&1; }}
+s docker; out=$(D info --format '{{{{.ServerVersion}}}} {{{{.DockerRootDir}}}}' 2>&1); rc=$?
+printf '%s' "$out"; (exit $rc); e; root=${{out#* }}
+s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$root" 2>&1
+else echo 'no data root on this machine'; false; fi; e
+s gpus; if has nvidia-smi; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s ibdev; ls /dev/infiniband 2>&1; e
+s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
+else echo 'neither ibstat nor ibv_devinfo is installed'; (exit 127); fi; e
+"""
+
+
+def probe_script(node: Node) -> str:
+    """The one shell script run per node; inventory values enter it shell-quoted only."""
+    local_engine = int(node.docker_host is None or node.docker_host.startswith("unix://"))
+    return _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine)
+
+
+class _FirstLine:
+    """An output stream that notes when the first complete line arrives."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def write(self, data: str) -> None:
+        if self.at is None and "\n" in data:
+            self.at = time.time()
+
+    def flush(self) -> None:
+        pass
+
+
+def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S) -> NodeReport:
+    """Every probe on one node over one command on its open session; failures land in the reasons.
+
+    The clock offset is taken NTP-style: the remote ``date`` is the script's first line,
+    noted on arrival here, less half an SSH round trip measured without a shell.
+    """
+    node = session.node
+    rtt = min(session.ping() for _ in range(3))  # the first answer after login can lag
+    ssh = Probe(detail="local") if session.connect_s is None else \
+        Probe(round(rtt * 1000, 1), detail=f"connect {session.connect_s * 1000:.0f} ms")
+    first = _FirstLine()
+    r = session.run(probe_script(node), hide="err", out_stream=first, warn=True, timeout=timeout, in_stream=False)
+    head, _, rest = r.stdout.partition("\n")
+    try:
+        clock = Probe(float(head) - (first.at or time.time()) + rtt / 2, detail=f"±{max(rtt / 2, 1e-4) * 1000:.1f} ms")
+    except ValueError:
+        clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
+    return NodeReport(node.name, node.address, ssh, clock=clock, **_from_sections(parse_sections(rest)))
+
+
+def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
+    """The probes' values from the script's sections, each failing on its own."""
+    def failed(name: str) -> str | None:
+        if name not in sec:
+            return "no output from the probe"
+        text, rc = sec[name]
+        return None if rc == 0 else (text.strip().splitlines() or [f"exit status {rc}"])[-1][:200]
+
+    def parsed(name: str, parse: Any, **kw: Any) -> Probe:
+        why = failed(name)
+        try:
+            return Probe(reason=why) if why else Probe(parse(sec[name][0]), **kw)
+        except ValueError as e:
+            return Probe(reason=str(e)[:200])
+
+    version, _, root = sec.get("docker", ("", 0))[0].strip().partition(" ")
+    out = {"docker": Probe(reason=failed("docker")) if failed("docker") else Probe(version, detail=root),
+           "disk": parsed("df", parse_df)}
+    out["gpus"] = (Probe((), detail="no nvidia-smi") if sec.get("gpus", ("", 0))[1] == 127
+                   else parsed("gpus", parse_nvidia_smi))
+    out["infiniband"] = (Probe((), detail="no /dev/infiniband") if failed("ibdev")
+                         else parsed("ib", parse_ib, detail="/dev/infiniband"))
+    return {k: Probe(reason=f"{k}: {v.reason}") if v.reason else v for k, v in out.items()}
+
+
+def run_preflight(nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
+                  timeout: float = DEFAULT_TIMEOUT_S) -> list[NodeReport]:
+    """Probe every node in parallel; a node that cannot be reached gets a row with only its SSH error."""
+    results = run_on_all(nodes, lambda s: probe_node(s, timeout), timeout=timeout,
+                         accept_new_host_keys=accept_new_host_keys)
+    return [r if isinstance(r := results[n.name], NodeReport) else
+            NodeReport(n.name, n.address, Probe(reason=str(r) + (f"; hint: {r.hint}" if r.hint else ""))) for n in nodes]
+
+
+# ---------------------------------------------------------------- comparison with the manifest
+
+def _norm(model: str) -> str:
+    return re.sub(r"^(nvidia|tesla)\s+", "", model.strip().lower())
+
+
+def compare(reports: Sequence[NodeReport], expect: Mapping[str, Any], inventory_size: int) -> list[Deviation]:
+    """Every difference between what the nodes offer and the publication's ``expect``."""
+    out: list[Deviation] = []
+    if "nodes" in expect and inventory_size < expect["nodes"]:
+        out.append(Deviation(None, "nodes", str(expect["nodes"]), f"{inventory_size} in the inventory"))
+    for r in reports:
+        if not r.reachable:
+            continue
+        out += _compare_gpus(r, expect) + _compare_ib(r, expect)
+    return out
+
+
+def _compare_gpus(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
+    wanted = [k for k in ("gpu_model", "gpu_memory_gb", "gpus_per_node", "driver") if k in expect]
+    if not wanted:
+        return []
+    gpus: tuple[Gpu, ...] | None = r.gpus.value
+    if not gpus:
+        what = "gpu_model" if "gpu_model" in wanted else wanted[0]
+        return [Deviation(r.node, what, str(expect[what]), "no GPU" if gpus == () else "unknown (the GPU probe failed)")]
+    out = []
+    if "gpus_per_node" in expect and len(gpus) < expect["gpus_per_node"]:
+        out.append(Deviation(r.node, "gpus_per_node", str(expect["gpus_per_node"]), str(len(gpus))))
+    if "gpu_model" in expect and any(_norm(g.name) != _norm(expect["gpu_model"]) for g in gpus):
+        out.append(Deviation(r.node, "gpu_model", expect["gpu_model"], ", ".join(sorted({g.name for g in gpus}))))
+    if "gpu_memory_gb" in expect:
+        want = float(expect["gpu_memory_gb"])
+        off = sorted({g.memory_mib for g in gpus if abs(g.memory_mib / 1024 - want) > want * GPU_MEMORY_TOLERANCE})
+        if off:
+            out.append(Deviation(r.node, "gpu_memory_gb", f"{want:g}", ", ".join(f"{m} MiB" for m in off)))
+    if "driver" in expect:
+        want = str(expect["driver"])
+        drivers = sorted({g.driver for g in gpus})
+        if any(d != want and not d.startswith(want + ".") for d in drivers):
+            out.append(Deviation(r.node, "driver", want, ", ".join(drivers)))
+    return out
+
+
+def _compare_ib(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
+    kind = expect.get("interconnect")
+    if kind not in ("infiniband", "roce"):
+        return []
+    if r.infiniband.value is None:
+        return [Deviation(r.node, "interconnect", kind, "unknown (the InfiniBand probe failed)")]
+    layer = "infiniband" if kind == "infiniband" else "ethernet"
+    ports = [p for p in r.infiniband.value if p.active and (p.link_layer or "").lower() == layer]
+    if not ports:
+        found = "no /dev/infiniband" if not r.infiniband.value else \
+            f"no active {'InfiniBand' if layer == 'infiniband' else 'RoCE'} port"
+        return [Deviation(r.node, "interconnect", kind, found)]
+    best = max((p.rate_gbps or 0) for p in ports)
+    if "ib_rate_gbps" in expect and best < float(expect["ib_rate_gbps"]):
+        return [Deviation(r.node, "ib_rate_gbps", f"{expect['ib_rate_gbps']:g}", f"{best:g}" if best else "unknown")]
+    return []
+
+
+def problems(reports: Sequence[NodeReport]) -> list[str]:
+    """What stops a run outright: nodes not reached, engines not answering."""
+    return [f"{r.node}: {r.ssh.reason or r.docker.reason}" for r in reports if r.ssh.reason or r.docker.reason]
+
+
+class PreflightFailed(EnvironmentUnavailable):
+    """Nodes unusable, or (under --strict) different from the publication's hardware."""
+
+
+def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, strict: bool) -> None:
+    """Raise PreflightFailed (exit 3) for problems, and for deviations under ``strict``; else return."""
+    bad = problems(reports)
+    if bad:
+        raise PreflightFailed(f"{len(bad)} of {len(reports)} node(s) cannot run a target",
+                              hint="see the notes under the table")
+    if strict and deviations:
+        raise PreflightFailed(f"{len(deviations)} deviation(s) from the target's expected hardware (--strict)",
+                              hint="run without --strict to treat them as warnings")
+
+
+# ---------------------------------------------------------------- output
+
+def _cells(r: NodeReport) -> list[str]:
+    def cell(p: Probe, fmt: Any) -> str:
+        return "?" if p.reason else fmt(p)
+
+    if not r.reachable:
+        return [r.node, "failed", *["-"] * 6]
+    gpus: tuple[Gpu, ...] = r.gpus.value or ()
+    names = sorted({g.name for g in gpus})
+    return [
+        r.node,
+        "local" if r.ssh.detail == "local" else f"{r.ssh.value:g} ms",
+        cell(r.docker, lambda p: p.value),
+        cell(r.gpus, lambda p: f"{len(gpus)} x {', '.join(names)}" if gpus else "none"),
+        cell(r.gpus, lambda p: ", ".join(sorted({g.driver for g in gpus})) or "-"),
+        cell(r.infiniband, lambda p: ", ".join(
+            f"{i.device}:{i.port} {i.state} {f'{i.rate_gbps:g}G' if i.rate_gbps else '?'} {i.link_layer or ''}".rstrip()
+            for i in p.value) or "none"),
+        cell(r.disk, lambda p: f"{p.value / 2**30:.1f} GiB"),
+        cell(r.clock, lambda p: (f"{p.value:+.3f} s" if abs(p.value) >= 1 else f"{p.value * 1000:+.1f} ms") + f" {p.detail}"),
+    ]
+
+
+HEADERS = ["node", "ssh rtt", "docker", "gpus", "driver", "infiniband", "disk free", "clock offset"]
+
+
+def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviation]) -> str:
+    """The preflight table, one row per node, then problems, probe notes and deviations."""
+    out = [tabulate([_cells(r) for r in reports], headers=HEADERS, tablefmt="simple", disable_numparse=True)]
+    bad = problems(reports)
+    if bad:
+        out += ["", "problems:", *(f"  {b}" for b in bad)]
+    notes = [f"  {r.node}: {p.reason}" for r in reports if r.reachable
+             for p in (r.gpus, r.infiniband, r.disk, r.clock) if p.reason]
+    if notes:
+        out += ["", "probes that failed:", *notes]
+    if deviations:
+        out += ["", "deviations from the target's expected hardware:", *(f"  {d}" for d in deviations)]
+    return "\n".join(out) + "\n"
+
+
+def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation]) -> str:
+    return json.dumps({"nodes": [asdict(r) for r in reports], "problems": problems(reports),
+                       "deviations": [asdict(d) for d in deviations]}, indent=2)
