@@ -1,0 +1,370 @@
+"""Facts about a node and an image, each failing soft: ``{"value": ..., "reason": ...}``.
+
+Host probes run one POSIX shell script on the node (over SSH, or here for a local node)
+and parse its sections here, so a node needs no Python and one round trip suffices.
+The container probe runs ``scripts/probe-container.py`` with the image's own Python.
+Nothing here raises for a missing tool, device or permission: the value is null and the
+reason says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro import paths
+from repro.hosts import Node
+
+log = logging.getLogger(__name__)
+
+#: Runs a shell script on a node: script text -> (exit status, stdout, stderr).
+Runner = Callable[[str], tuple[int, str, str]]
+Probe = dict[str, Any]
+MARK = "@@repro-section@@"
+PROBE_SCRIPT = "probe-container.py"
+GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version", "clocks.max.sm",
+              "clocks.max.memory", "clocks.applications.graphics", "ecc.mode.current", "vbios_version")
+_GPU_KEYS = ("index", "name", "uuid", "pci_bus_id", "memory_mib", "driver", "clocks_max_sm_mhz", "clocks_max_mem_mhz",
+             "clocks_app_mhz", "ecc", "vbios")
+
+HOST_SCRIPT = f"""
+export LC_ALL=C PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
+sec() {{ echo "{MARK} $1"; shift; "$@" 2>&1; echo "{MARK} rc=$?"; }}
+sec hostname hostname
+sec os cat /etc/os-release
+sec os_release_file sh -c 'cat /etc/redhat-release 2>/dev/null || cat /etc/debian_version'
+sec kernel uname -r
+sec arch uname -m
+sec lscpu lscpu
+sec cpuinfo sh -c "grep -E '^(model name|physical id|core id|cpu cores)' /proc/cpuinfo | sort -u"
+sec meminfo grep MemTotal /proc/meminfo
+sec gpus nvidia-smi --query-gpu={",".join(GPU_FIELDS)} --format=csv,noheader,nounits
+sec smi nvidia-smi
+sec topo nvidia-smi topo -m
+sec ib_sysfs sh -c 'ls -d /sys/class/infiniband/*/ports/* >/dev/null 2>&1 \
+  || {{ echo "no /sys/class/infiniband ports"; exit 1; }}
+  for p in /sys/class/infiniband/*/ports/*; do d=${{p%/ports/*}}
+    printf "%s|%s|%s|%s|%s|%s\\n" "${{d##*/}}" "${{p##*/}}" "$(cat $p/state 2>/dev/null)" \
+      "$(cat $p/rate 2>/dev/null)" "$(cat $p/link_layer 2>/dev/null)" "$(cat $d/fw_ver 2>/dev/null)"; done'
+sec ibstat ibstat
+sec ibv_devinfo ibv_devinfo
+sec mlx5 cat /sys/module/mlx5_core/version
+sec docker_version docker version --format '{{{{json .Server}}}}'
+sec docker_info docker info --format \
+  '[{{{{json .ServerVersion}}}},{{{{json .DefaultRuntime}}}},{{{{json .Driver}}}},{{{{json .Runtimes}}}}]'
+"""
+
+
+def ok(value: Any) -> Probe:
+    return {"value": value, "reason": None}
+
+
+def fail(reason: str) -> Probe:
+    return {"value": None, "reason": reason}
+
+
+def value(probe: Mapping[str, Any] | None) -> Any:
+    return probe.get("value") if isinstance(probe, Mapping) else None
+
+
+# ---------------------------------------------------------------- runners
+def local_runner(timeout_s: int = 120) -> Runner:
+    def run(script: str) -> tuple[int, str, str]:
+        try:
+            done = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, timeout=timeout_s,
+                                  errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return 255, "", str(e)
+        return done.returncode, done.stdout, done.stderr
+    return run
+
+
+def ssh_runner(node: Node, ssh_config: Path | None = None, timeout_s: int = 120) -> Runner:
+    """Run on ``node`` over SSH (fabric); host keys must be known (RejectPolicy), as for the engines."""
+    def run(script: str) -> tuple[int, str, str]:
+        import fabric
+        import paramiko
+
+        from repro.images.engine import ssh_config_path
+
+        cfg_path = ssh_config or ssh_config_path()
+        config = fabric.Config(runtime_ssh_path=str(cfg_path)) if cfg_path.is_file() else fabric.Config()
+        kwargs: dict[str, Any] = {"allow_agent": False, "banner_timeout": 15, "auth_timeout": 15}
+        if node.identity:
+            kwargs.update(key_filename=node.identity, look_for_keys=False)
+        try:
+            with fabric.Connection(node.address, user=node.user, port=node.port, config=config,
+                                   connect_timeout=15, connect_kwargs=kwargs) as conn:
+                conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+                for known in str(conn.ssh_config.get("userknownhostsfile", "")).split():
+                    if Path(known).expanduser().is_file():
+                        conn.client.load_host_keys(str(Path(known).expanduser()))
+                res = conn.run(f"sh -c {shlex.quote(script)}", hide=True, warn=True, timeout=timeout_s,
+                               in_stream=False)
+                return res.exited, res.stdout, res.stderr
+        except Exception as e:  # noqa: BLE001 - every failure is a reason, never an exception
+            return 255, "", f"ssh to {node.name} ({node.address}): {type(e).__name__}: {e}"
+    return run
+
+
+def runner_for(node: Node, ssh_config: Path | None = None) -> Runner:
+    return local_runner() if node.local else ssh_runner(node, ssh_config)
+
+
+# ---------------------------------------------------------------- host probes
+def _sections(stdout: str) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
+    name, lines = None, []
+    for line in stdout.splitlines():
+        if line.startswith(MARK + " rc=") and name is not None:
+            out[name] = (int(line.rsplit("=", 1)[1]), "\n".join(lines).strip())
+            name, lines = None, []
+        elif line.startswith(MARK + " "):
+            name, lines = line[len(MARK) + 1:], []
+        elif name is not None:
+            lines.append(line)
+    return out
+
+
+def _why(section: tuple[int, str] | None, what: str) -> str:
+    if section is None:
+        return f"{what}: no output (the probe script did not run)"
+    rc, text = section
+    if rc == 127 or "not found" in text[:200]:
+        return f"{what}: not found"
+    if "No such file" in text[:300]:
+        return f"{what}: no such file"
+    return f"{what} failed (exit {rc}): {text.splitlines()[-1][:200] if text else 'no output'}"
+
+
+def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Probe]:
+    """Every host probe of one node; ``docker_client`` (the node's engine) replaces the docker CLI."""
+    rc, stdout, stderr = runner(HOST_SCRIPT)
+    s = _sections(stdout)
+    if not s:
+        reason = f"host probe did not run: {stderr.strip()[-300:] or f'exit {rc}'}"
+        return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
+                                          "gpu_topology", "hcas", "mlx5_core", "docker")}
+
+    def text(name: str, what: str) -> Probe:
+        sec = s.get(name)
+        return ok(sec[1]) if sec and sec[0] == 0 and sec[1] else fail(_why(sec, what))
+
+    kernel = text("kernel", "uname -r")
+    if kernel["value"] and s.get("arch", (1, ""))[0] == 0:
+        kernel["value"] = {"release": kernel["value"], "machine": s["arch"][1]}
+    elif kernel["value"]:
+        kernel["value"] = {"release": kernel["value"], "machine": None}
+    return {
+        "hostname": text("hostname", "hostname"),
+        "os": _os(s),
+        "kernel": kernel,
+        "cpu": _cpu(s),
+        "memory": _memory(s),
+        "gpus": _gpus(s),
+        "cuda_driver": _cuda_driver(s),
+        "gpu_topology": text("topo", "nvidia-smi topo -m"),
+        "hcas": _hcas(s),
+        "mlx5_core": text("mlx5", "/sys/module/mlx5_core/version"),
+        "docker": docker_facts(docker_client) if docker_client is not None else _docker_cli(s),
+    }
+
+
+def _os(s: dict[str, tuple[int, str]]) -> Probe:
+    sec = s.get("os")
+    if not sec or sec[0] != 0:
+        return fail(_why(sec, "/etc/os-release"))
+    kv = dict(line.split("=", 1) for line in sec[1].splitlines() if "=" in line)
+    release = s.get("os_release_file", (1, ""))
+    return ok({"pretty_name": kv.get("PRETTY_NAME", "").strip('"') or None, "id": kv.get("ID", "").strip('"') or None,
+               "version_id": kv.get("VERSION_ID", "").strip('"') or None,
+               "release": release[1].splitlines()[0] if release[0] == 0 and release[1] else None})
+
+
+def _cpu(s: dict[str, tuple[int, str]]) -> Probe:
+    sec = s.get("lscpu")
+    if sec and sec[0] == 0:
+        kv = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in sec[1].splitlines())}
+        num = lambda k: int(kv[k]) if kv.get(k, "").isdigit() else None
+        return ok({"model": kv.get("Model name"), "sockets": num("Socket(s)"),
+                   "cores_per_socket": num("Core(s) per socket"),
+                   "threads_per_core": num("Thread(s) per core"), "logical_cpus": num("CPU(s)")})
+    info = s.get("cpuinfo")
+    if info and info[0] == 0 and info[1]:
+        lines = info[1].splitlines()
+        models = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+        sockets = {ln for ln in lines if ln.startswith("physical id")}
+        cores = [int(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu cores")]
+        return ok({"model": models[0] if models else None, "sockets": len(sockets) or None,
+                   "cores_per_socket": cores[0] if cores else None, "threads_per_core": None, "logical_cpus": None})
+    return fail(f"{_why(sec, 'lscpu')}; /proc/cpuinfo unreadable")
+
+
+def _memory(s: dict[str, tuple[int, str]]) -> Probe:
+    sec = s.get("meminfo")
+    m = re.search(r"MemTotal:\s+(\d+)\s*kB", sec[1]) if sec else None
+    return ok({"total_bytes": int(m.group(1)) * 1024}) if m else fail(_why(sec, "/proc/meminfo"))
+
+
+def _num(text: str) -> int | float | str | None:
+    text = text.strip()
+    if not text or text.startswith("[") or text in ("N/A", "[N/A]"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def _gpus(s: dict[str, tuple[int, str]]) -> Probe:
+    sec = s.get("gpus")
+    if not sec or sec[0] != 0:
+        return fail(_why(sec, "nvidia-smi"))
+    gpus = []
+    for line in sec[1].splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == len(_GPU_KEYS):
+            row = {k: _num(v) for k, v in zip(_GPU_KEYS, parts)}
+            for k in ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios"):
+                row[k] = None if row[k] is None else str(parts[_GPU_KEYS.index(k)])
+            gpus.append(row)
+    return ok(gpus) if gpus else fail(f"nvidia-smi printed no GPU rows: {sec[1][:200]}")
+
+
+def _cuda_driver(s: dict[str, tuple[int, str]]) -> Probe:
+    sec = s.get("smi")
+    m = re.search(r"CUDA Version:\s*([0-9.]+)", sec[1]) if sec and sec[0] == 0 else None
+    return ok(m.group(1)) if m else fail(_why(sec, "nvidia-smi"))
+
+
+def _rate(text: str) -> float | None:
+    m = re.search(r"(\d+(?:\.\d+)?)", text or "")
+    return float(m.group(1)) if m else None
+
+
+def _hcas(s: dict[str, tuple[int, str]]) -> Probe:
+    sysfs = s.get("ib_sysfs")
+    if sysfs and sysfs[0] == 0 and sysfs[1]:
+        ports = []
+        for line in sysfs[1].splitlines():
+            ca, port, state, rate, layer, fw = (line.split("|") + [""] * 6)[:6]
+            ports.append({"ca": ca, "port": int(port) if port.isdigit() else port,
+                          "state": state.split(":")[-1].strip() or None, "rate_gbps": _rate(rate),
+                          "link_layer": layer or None, "fw": fw or None})
+        return ok(ports)
+    ib = s.get("ibstat")
+    if ib and ib[0] == 0 and "CA '" in ib[1]:
+        return ok(parse_ibstat(ib[1]))
+    reasons = [sysfs[1] if sysfs and sysfs[1] else "no /sys/class/infiniband", _why(ib, "ibstat"),
+               _why(s.get("ibv_devinfo"), "ibv_devinfo")]
+    return fail("; ".join(reasons))
+
+
+def parse_ibstat(text: str) -> list[dict[str, Any]]:
+    ports: list[dict[str, Any]] = []
+    ca, fw, cur = "", None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if m := re.match(r"CA '([^']+)'", line):
+            ca, cur = m.group(1), None
+        elif line.startswith("Firmware version:"):
+            fw = line.split(":", 1)[1].strip()
+        elif m := re.match(r"Port (\d+):", line):
+            cur = {"ca": ca, "port": int(m.group(1)), "state": None, "rate_gbps": None, "link_layer": None, "fw": fw}
+            ports.append(cur)
+        elif cur is not None and ":" in line:
+            k, v = (x.strip() for x in line.split(":", 1))
+            if k == "State":
+                cur["state"] = v.upper()
+            elif k == "Rate":
+                cur["rate_gbps"] = _rate(v)
+            elif k == "Link layer":
+                cur["link_layer"] = v
+    return ports
+
+
+def _docker_cli(s: dict[str, tuple[int, str]]) -> Probe:
+    ver, info = s.get("docker_version"), s.get("docker_info")
+    if not ver or ver[0] != 0:
+        return fail(_why(ver, "docker version"))
+    try:
+        server = json.loads(ver[1].splitlines()[-1])
+        version, default_rt, driver, runtimes = json.loads(info[1].splitlines()[-1]) if info and info[0] == 0 \
+            else (server.get("Version"), None, None, None)
+    except (ValueError, IndexError) as e:
+        return fail(f"docker: unreadable output: {e}")
+    return ok({"version": version or server.get("Version"), "api_version": server.get("ApiVersion"),
+               "runtimes": sorted(runtimes or {}), "default_runtime": default_rt, "storage_driver": driver})
+
+
+def docker_facts(client: Any) -> Probe:
+    """The engine's version and runtimes through the SDK (the client ``repro up`` already holds)."""
+    try:
+        ver, info = client.version(), client.info()
+    except Exception as e:  # noqa: BLE001 - a probe never raises
+        return fail(f"docker engine: {type(e).__name__}: {e}")
+    return ok({"version": ver.get("Version"), "api_version": ver.get("ApiVersion"),
+               "runtimes": sorted(info.get("Runtimes") or {}), "default_runtime": info.get("DefaultRuntime"),
+               "storage_driver": info.get("Driver")})
+
+
+# ---------------------------------------------------------------- container probe
+def probe_script() -> Path:
+    return paths.data_root() / "scripts" / PROBE_SCRIPT
+
+
+_LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then exec "$p" -c "$0" "$@"; fi; done; '
+           'echo "no python3 or python in the image" >&2; exit 127')
+
+
+def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), timeout_s: int = 600,
+                    **run_kwargs: Any) -> Probe:
+    """Run the probe script in a fresh container of ``image`` (no network); its JSON document."""
+    script = probe_script()
+    if not script.is_file():
+        return fail(f"probe script {script} is missing from this installation")
+    argv = [script.read_text(encoding="utf-8"), *[a for src in sources for a in ("--source", src)],
+            "--timeout", str(max(30, timeout_s // 2))]
+    kwargs = {"network_mode": "none", "labels": {"repro.probe": "container"}, **run_kwargs}
+    container = None
+    try:
+        container = client.containers.create(image, argv, entrypoint=["sh", "-c", _LAUNCH], **kwargs)
+        container.start()
+        status = container.wait(timeout=timeout_s)
+        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    except Exception as e:  # noqa: BLE001 - docker errors, timeouts: a reason, not a crash
+        return fail(f"container probe of {image}: {type(e).__name__}: {e}")
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not remove probe container %s: %s", container.id[:12], e)
+    start = stdout.find("{\n")
+    try:
+        return ok(json.loads(stdout[start:])) if start >= 0 else fail(
+            f"container probe of {image} printed no document (exit {status.get('StatusCode')}): "
+            f"{stderr.strip()[-300:]}")
+    except ValueError as e:
+        return fail(f"container probe of {image}: unreadable output: {e}")
+
+
+def probe_hosts(nodes: Sequence[Node], *, ssh_config: Path | None = None,
+                clients: Mapping[str, Any] | None = None) -> dict[str, dict[str, Probe]]:
+    """Every node's host probes, in parallel; ``clients``: node name -> its engine's SDK client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    clients = clients or {}
+    with ThreadPoolExecutor(max(1, min(16, len(nodes)))) as pool:
+        futures = {n.name: pool.submit(probe_host, runner_for(n, ssh_config), clients.get(n.name)) for n in nodes}
+    return {name: f.result() for name, f in futures.items()}
