@@ -174,12 +174,18 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     """Re-derive published tables from raw logs, side by side with the published figures.
 
     TARGETS are target ids, or the id of a published table several targets share
-    (e.g. a whole comparison table: its Paddle and NGC columns).
+    (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
+    or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
+    from repro.archive import is_run_path, opened_run
     from repro.report import RENDERERS, plot_scaling
-    from repro.reproduce import reproduce_table, resolve_tables
+    from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
 
-    results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
+    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs:
+        with opened_run(Path(targets[0])) as run:
+            results = [reproduce_run(run.path, table_id, source=targets[0])]
+    else:
+        results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
     click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
         plot_scaling(results, plot)
@@ -286,6 +292,38 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     deviations = compare(reports, expect, len(hosts.nodes))
     click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
     assess(reports, deviations, strict=strict)
+
+
+@cli.command()
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option("--against", "target", help="compare with this target's current manifest (default: the run's own)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def audit(run: Path, target: str | None, fmt: str) -> None:
+    """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on drift/tampering)."""
+    import dataclasses
+
+    from repro.audit import audit as audit_run, failing, render
+    from repro.errors import ProvenanceError
+
+    checks = audit_run(run, target)
+    click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
+               nl=fmt == "json")
+    bad = failing(checks)
+    if bad:
+        raise ProvenanceError(f"{len(bad)} check(s) failed: " + "; ".join(f"{c.item} {c.status}" for c in bad[:5]),
+                              hint="the table above says what differs from what was recorded or expected")
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@reports_errors
+def diff(a: str, b: str) -> None:
+    """Two runs (directories or archives), or a run and a target's publication, side by side."""
+    from repro.diff import diff as diff_runs
+
+    click.echo(diff_runs(a, b), nl=False)
 
 
 def main() -> None:

@@ -189,6 +189,31 @@ def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path |
     return TableResult(manifest, table, cells, str(from_logs) if from_logs else "bundled published logs")
 
 
+def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | None = None) -> TableResult:
+    """Re-derive a published table from a ``repro up`` run directory (see repro.rundir).
+
+    Each published cell is measured on the rank-0 log of every repeat of its matrix cell
+    that finished; the manifest is the one the run recorded, not today's.
+    """
+    from repro.manifest import Cell
+    from repro.rundir import DONE, RunDir
+
+    run = RunDir.open(run_dir)
+    manifest = run.load_manifest()
+    table = manifest.table(table_id)
+    state = run.read_state().get("cells", {})
+    cells = []
+    for pc in table.cells:
+        key = Cell(pc.nodes, pc.gpus // pc.nodes, pc.precision, pc.batch_size).key
+        repeats = state.get(key, {}).get("repeats", {})
+        logs = [log for k in sorted(repeats, key=int) if repeats[k].get("status") == DONE
+                and (log := run.rank0_log(key, int(k))) is not None]
+        cells.append(reproduce_cell(manifest, table, pc, logs))
+        cells[-1].logs = [Path(p).relative_to(run.path).as_posix() for p in cells[-1].logs]
+    _add_scaling(manifest, cells)
+    return TableResult(manifest, table, cells, source or str(run_dir))
+
+
 def non_monotonic(cells: Iterable[CellResult]) -> list[str]:
     """Columns whose reproduced throughput drops as GPUs are added."""
     out = []
