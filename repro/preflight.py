@@ -1,10 +1,10 @@
 """Preflight: what each node of an inventory offers, next to what the target's publication had.
 
-Per node, in parallel over one SSH session each: SSH (connect time), the Docker engine's
-version, GPUs (nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v),
-free disk under the engine's data root, and the clock offset against this machine.
-Every probe fails soft: its value is None and its reason says why; the other probes and
-the other nodes still report.
+Per node, in parallel, over one SSH session and one POSIX sh script run by the login shell
+(bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's version, GPUs
+(nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v), free disk under
+the engine's data root, and the clock offset against this machine. Every probe fails soft:
+its value is None and its reason says why; the other probes and nodes still report.
 
 Two kinds of findings come out of it:
 
