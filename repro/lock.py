@@ -62,7 +62,8 @@ def read_lock(path: Path) -> Pins | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read lock file {path}: {e}", hint="regenerate it: repro lock TARGET --update-lock")
+        raise UsageError(f"cannot read lock file {path}: {e}",
+                         hint="regenerate it: repro lock TARGET --update-lock") from e
     if data.get("lock_version") != LOCK_VERSION:
         raise UsageError(f"{path}: lock_version {data.get('lock_version')!r}, this kit reads {LOCK_VERSION}")
     try:

@@ -158,7 +158,8 @@ def test_inbox_layer_exact() -> None:
 def test_ofed_none_has_no_layer_and_labels() -> None:
     with pytest.raises(UsageError):
         render_ofed_layer({"kind": "none"}, "x")
-    assert describe({"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}) == "mlnx 4.9-0.1.7.0 ubuntu18.04"
+    mlnx = {"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}
+    assert describe(mlnx) == "mlnx 4.9-0.1.7.0 ubuntu18.04"
     assert versions_label({"b": "2", "a": "1"}) == "a=1 b=2"
 
 
@@ -171,8 +172,8 @@ def test_probe_accepts_a_host_without_hca_and_reads_versions() -> None:
     assert parse_probe("inbox", INBOX_OK)["rdma-core"] == "44.0-2"
     assert parse_probe("inbox", INBOX_OK.replace("Failed to get IB devices list: Function not implemented",
                                                  "No IB devices found"))["perftest"] == "4.5+0.17-1"
-    assert parse_probe("mlnx", "hca_id: mlx5_0\nrepro:ibv_devinfo_exit=0\nrepro:versions\nMLNX_OFED_LINUX-4.9-0.1.7.0:\n"
-                       ) == {"ofed_info": "MLNX_OFED_LINUX-4.9-0.1.7.0"}
+    with_hca = "hca_id: mlx5_0\nrepro:ibv_devinfo_exit=0\nrepro:versions\nMLNX_OFED_LINUX-4.9-0.1.7.0:\n"
+    assert parse_probe("mlnx", with_hca) == {"ofed_info": "MLNX_OFED_LINUX-4.9-0.1.7.0"}
 
 
 @pytest.mark.parametrize("output, message", [
@@ -185,7 +186,8 @@ def test_probe_failures_are_build_errors(output: str, message: str) -> None:
     with pytest.raises(BuildError, match=message):
         parse_probe("inbox", output)
     with pytest.raises(BuildError, match="did not name an MLNX_OFED version"):
-        parse_probe("mlnx", "No IB devices found\nrepro:ibv_devinfo_exit=255\nrepro:versions\nsh: ofed_info: not found\n")
+        parse_probe("mlnx", "No IB devices found\nrepro:ibv_devinfo_exit=255\nrepro:versions\n"
+                            "sh: ofed_info: not found\n")
 
 
 # --- references --------------------------------------------------------------------------------------
@@ -226,7 +228,8 @@ def test_retag_for_push() -> None:
 
 
 def test_registry_errors_are_classified() -> None:
-    assert classify("Get http://127.0.0.1:5999/v2/: dial tcp 127.0.0.1:5999: connect: connection refused") == "unreachable"
+    refused = "Get http://127.0.0.1:5999/v2/: dial tcp 127.0.0.1:5999: connect: connection refused"
+    assert classify(refused) == "unreachable"
     assert classify("manifest for 127.0.0.1:5000/x@sha256:00 not found: manifest unknown") == "unknown"
     assert classify("write /var/lib/docker/tmp/x: no space left on device") == "disk"
     assert classify("something else") == "other"
@@ -301,8 +304,9 @@ def test_patches_must_match_exactly_once(tmp_path: Path) -> None:
 
 def test_a_failed_build_names_its_step_and_last_lines(tmp_path: Path) -> None:
     tail = collections.deque((f"line {i}" for i in range(30)), maxlen=build.TAIL_LINES)
-    err = build._failed("The command '/bin/sh -c make' returned a non-zero code: 2", "step 3/7: RUN make",  # noqa: SLF001
-                        tail, tmp_path / "b.log")
+    failed = build._failed  # noqa: SLF001 - the message format is the contract under test
+    err = failed("The command '/bin/sh -c make' returned a non-zero code: 2", "step 3/7: RUN make", tail,
+                 tmp_path / "b.log")
     text = str(err)
     assert text.startswith("build failed at step 3/7: RUN make\nThe command '/bin/sh -c make' returned a non-zero "
                            "code: 2\nlast 20 lines of its output:\n  | line 10\n")

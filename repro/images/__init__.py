@@ -98,7 +98,8 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
 def resolve_pins(local: docker.DockerClient, manifest: Manifest, opts: ImagesOptions, progress: Progress) -> lock.Pins:
     def from_registry(ref: Ref) -> str:
         digest = registry.resolve(local, ref)
-        progress(Event("info", f"unpinned {ref.tagged} resolves to {digest}", data={"ref": ref.tagged, "digest": digest}))
+        progress(Event("info", f"unpinned {ref.tagged} resolves to {digest}",
+                       data={"ref": ref.tagged, "digest": digest}))
         return digest
 
     return lock.pins_for_run(manifest, lock.read_lock(lock.lock_path(manifest)), from_registry,
@@ -168,7 +169,8 @@ def dry_run_text(manifest: Manifest) -> str:
     lines = []
     for role, ref in lock.image_refs(manifest).items():
         have = ref if ref.digest else (locked.images.get(role) if locked else None)
-        lines.append(f"# {role}: {have.pinned if have and have.digest else ref.tagged + ' (not pinned: run repro lock)'}")
+        shown = have.pinned if have and have.digest else f"{ref.tagged} (not pinned: run repro lock)"
+        lines.append(f"# {role}: {shown}")
     if "registry" in manifest.image:
         return "\n".join(lines) + "\n# pulled by digest; nothing is built\n"
     base = lock.image_refs(manifest)["base"]

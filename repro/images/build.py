@@ -41,6 +41,7 @@ CA_FILE = "repro-ca.crt"
 CA_IMAGE_PATH = "/etc/ssl/certs/repro-build-ca.crt"
 TAIL_LINES = 20
 _STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
+_LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
 _CHATTER = re.compile(r"^ ---> |^Removing intermediate container |^Successfully (built|tagged) ")
 
 
@@ -63,7 +64,8 @@ class Built:
     log: Path
     seconds: float
     ofed_versions: Mapping[str, str] = field(default_factory=dict)
-    reused: bool = False
+    #: untagged images of the build's earlier stages: the engine keeps them as build cache
+    stages: tuple[str, ...] = ()
 
 
 def work_dir(opts: BuildOptions) -> Path:
@@ -128,7 +130,8 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
     try:
         with _scratch(root) as scratch:
             context = _context(manifest, df_dir, scratch / "context", opts, progress)
-            image_id = run_build(client, logfile, progress, created, path=str(context),
+            stages: list[str] = []
+            image_id = run_build(client, logfile, progress, created, stages, path=str(context),
                                  buildargs=build_args(manifest, base), nocache=opts.no_cache)
             versions: dict[str, str] = {}
             if manifest.ofed["kind"] != "none":
@@ -144,7 +147,13 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
         raise
     progress(Event("info", f"tagged {tag.tagged} ({image_id[:19]})"))
     final = client.images.get(image_id)
-    return Built(tag.tagged, image_id, dict(final.labels or {}), logfile, time.monotonic() - started, versions)
+    return Built(tag.tagged, image_id, dict(final.labels or {}), logfile, time.monotonic() - started, versions,
+                 stages=tuple(s for s in stages if _dangling(client, s)))
+
+
+def _dangling(client: docker.DockerClient, image_id: str) -> bool:
+    image = local_image(client, image_id)
+    return image is not None and not image.tags
 
 
 def label_step(image_id: str, labels: Mapping[str, str]) -> bytes:
@@ -238,10 +247,13 @@ def _ofed(client: docker.DockerClient, manifest: Manifest, image_id: str, contex
 
 
 def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, created: list[str],
-              **kwargs: Any) -> str:
-    """One ``docker build`` (legacy builder, host network), streamed to ``logfile`` and ``progress``."""
+              stages: list[str] | None = None, **kwargs: Any) -> str:
+    """One ``docker build`` (legacy builder, host network), streamed to ``logfile`` and ``progress``.
+
+    ``stages`` collects the last image of every stage before the final one (multi-stage builds).
+    """
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    step, image_id = "", ""
+    step, image_id, layer = "", "", ""
     with logfile.open("a", encoding="utf-8") as out:
         try:
             for chunk in _stream(client, kwargs):
@@ -252,6 +264,10 @@ def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, cr
                 for line in str(chunk.get("stream", "")).splitlines():
                     out.write(line + "\n")
                     m = _STEP.match(line)
+                    if m and m.group(2).upper().startswith("FROM ") and layer and stages is not None:
+                        stages.append(layer)
+                    done = _LAYER.match(line)
+                    layer = done.group(1) if done else layer
                     if m:
                         step = f"step {m.group(1)}: {m.group(2)}"
                         tail.clear()
@@ -291,7 +307,8 @@ def check_no_ca(client: docker.DockerClient, image_id: str) -> None:
     finally:
         container.remove(force=True)
     raise BuildError(f"the build's CA bundle ({CA_IMAGE_PATH}) is in the final image",
-                     hint="copy it only in a build stage and keep it out of the last stage (see dockerfiles/README.md)")
+                     hint="copy it only in an earlier build stage, never in the last one "
+                          "(as dockerfiles/cpu-torch does)")
 
 
 def _remove(client: docker.DockerClient, ids: list[str]) -> None:

@@ -8,6 +8,7 @@ they left behind is found by label as well as by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import string
 import subprocess
@@ -64,10 +65,8 @@ class Tracker:
                 pass  # a parent already gone with its child
         for path, digest in self.pushed:
             req = urllib.request.Request(f"http://{self.registry}/v2/{path}/manifests/{digest}", method="DELETE")
-            try:
+            with contextlib.suppress(OSError):
                 urllib.request.urlopen(req, timeout=10).close()
-            except OSError:
-                pass
 
 
 @pytest.fixture(scope="session")

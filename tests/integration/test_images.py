@@ -78,7 +78,15 @@ def smoke(cluster: dict, engine: docker.DockerClient, module_track: Any, helpers
     events: list[Any] = []
     result = prepare(manifest, local_hosts(), options(module_track, root / "work", mode="build"),
                      progress=events.append, client=engine)
+    forget_stages(module_track, result)
     return Smoke(root, source, manifest, tag, result, events)
+
+
+def forget_stages(track: Any, result: ImagesResult) -> None:
+    """The earlier stages of a multi-stage build stay in the engine as cache; the tests remove theirs."""
+    assert result.built is not None
+    for stage in result.built.stages:
+        track.image(stage)
 
 
 # --- build at the pinned commit ----------------------------------------------------------------------
@@ -106,7 +114,7 @@ def test_moving_the_branch_changes_nothing(smoke: Smoke, engine: docker.DockerCl
     assert head != smoke.source.commit
     again = prepare(smoke.manifest, local_hosts(), options(module_track, smoke.root / "work", mode="build"),
                     client=engine)
-    assert again.built is not None
+    forget_stages(module_track, again)
     assert helpers.labels_of(engine, smoke.tag)["org.opencontainers.image.revision"] == smoke.source.commit
     out = helpers.run_in(engine, smoke.tag, ["sh", "-c", "python3 bench/run.py; ls bench"], module_track)
     assert out == "steps 3\nrun.py\n"
@@ -174,8 +182,9 @@ def test_nodes_that_cannot_reach_the_registry_get_a_stream(smoke: Smoke, cluster
     if shutil.which("docker-registry") is None:
         pytest.fail("docker-registry is not installed (scripts/test-cluster up installs it)", pytrace=False)
     port = free_port()  # served on this machine's loopback only: the nodes have no forwarder to it
-    (tmp_path / "reg.yml").write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: "
-                                      f"{{rootdirectory: {tmp_path / 'data'}}}}}\nhttp: {{addr: \"127.0.0.1:{port}\"}}\n")
+    config = {"version": 0.1, "log": {"level": "error"}, "http": {"addr": f"127.0.0.1:{port}"},
+              "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}}}
+    (tmp_path / "reg.yml").write_text(json.dumps(config))  # JSON is YAML
     proc = subprocess.Popen(["docker-registry", "serve", str(tmp_path / "reg.yml")], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -216,6 +225,7 @@ def test_inbox_ofed_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict,
     m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-inbox", tag=tag,
                                              ofed="inbox"))
     r = prepare(m, local_hosts(), options(track, tmp_path / "work"), client=engine)
+    forget_stages(track, r)
     labels = helpers.labels_of(engine, tag)
     assert labels["repro.ofed"] == "inbox"
     assert re.search(r"(^| )rdma-core=\d", labels["repro.ofed.versions"]) and r.built is not None
@@ -228,7 +238,8 @@ def test_ca_bundle_reaches_the_build_but_not_the_image(smoke: Smoke, cluster: di
                                                       track: Any, helpers: Any, tmp_path: Path) -> None:
     tag = track.image(f"repro-test/smoke-ca-{track.run_id}:t")
     m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-ca", tag=tag))
-    prepare(m, local_hosts(), options(track, tmp_path / "work", ca_bundle=CA_BUNDLE), client=engine)
+    forget_stages(track, prepare(m, local_hosts(), options(track, tmp_path / "work", ca_bundle=CA_BUNDLE),
+                                 client=engine))
     used = helpers.run_in(engine, tag, ["cat", "/opt/repro-deps/ca-bundle.sha256"], track).strip()
     assert used == hashlib.sha256(CA_BUNDLE.read_bytes()).hexdigest()
     probe = engine.containers.create(tag, ["true"], entrypoint=[], labels=track.labels)
@@ -263,6 +274,7 @@ def test_cpu_torch_image(smoke: Smoke, cluster: dict, engine: docker.DockerClien
                                              dockerfile="cpu-torch"))
     r = prepare(m, local_hosts(), options(track, tmp_path / "work", ca_bundle=CA_BUNDLE, wheels=WHEELS),
                 client=engine)
+    forget_stages(track, r)
     out = helpers.run_in(engine, tag, ["python3", "-c", "import torch; print(torch.__version__)"], track)
     assert out.strip() == "2.13.0+cpu" and r.built is not None
 
@@ -278,6 +290,7 @@ def test_lock_mismatch_is_refused_naming_both_digests(smoke: Smoke, cluster: dic
     track.image(f"{remote}:{tag}")
     first = registry.push(engine, engine.images.get(f"{remote}:{tag}").id, parse_ref(f"{remote}:{tag}"))
     track.push(remote, first.digest)
+    track.image(f"{remote}@{first.digest}")  # the digest reference only: the image is the cluster's base
     target_tag = track.image(f"repro-test/smoke-lock-{track.run_id}:t")
     path = helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-lock", tag=target_tag,
                                   base_ref=f"{remote}:{tag}", base_digest="")
