@@ -274,27 +274,6 @@ def lock_command(target: str, update: bool) -> None:
 
 
 @cli.command()
-@click.argument("target", required=False)
-@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
-@click.option("--strict", is_flag=True, help="deviations from the target's expected hardware are errors (exit 3)")
-@click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-@reports_errors
-def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
-    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
-    from repro.hosts import load_hosts
-    from repro.manifest import find_target
-    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
-
-    expect = find_target(target).expect if target else {}
-    hosts = load_hosts(hosts_file)
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
-    deviations = compare(reports, expect, len(hosts.nodes))
-    click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
-    assess(reports, deviations, strict=strict)
-
-
-@cli.command()
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
 @click.option("--against", "target", help="compare with this target's current manifest (default: the run's own)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
@@ -324,6 +303,79 @@ def diff(a: str, b: str) -> None:
     from repro.diff import diff as diff_runs
 
     click.echo(diff_runs(a, b), nl=False)
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
+@click.option("--strict", is_flag=True, help="deviations from the target's expected hardware are errors (exit 3)")
+@click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
+    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
+    from repro.hosts import load_hosts
+    from repro.manifest import find_target
+    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
+
+    expect = find_target(target).expect if target else {}
+    hosts = load_hosts(hosts_file)
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
+    deviations = compare(reports, expect, len(hosts.nodes))
+    click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
+    assess(reports, deviations, strict=strict)
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
+@click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
+@click.option("--repeats", type=click.IntRange(min=1), help="run at most N repeats of each cell (default: the manifest's)")
+@click.option("--resume", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="finish a run directory: rerun only what is not done, appending to it")
+@click.option("--fail-fast", is_flag=True, help="stop at the first repeat that fails after its retries")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("logs"), show_default=True,
+              help="where run directories go")
+@click.option("--json-logs", is_flag=True, help="progress as JSON lines on stderr")
+@click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
+@click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
+@click.option("--allow-unpinned", is_flag=True, help="use what a tag-only reference points to now (and record it)")
+@click.option("--update-lock", is_flag=True, help="accept pins that differ from the lock file and rewrite it")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="CA bundle for builds behind a TLS-intercepting proxy (kept out of the image)")
+@click.option("--wheels", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="directory of *.whl files an image build may install from")
+@click.option("--push", metavar="REGISTRY", help="push a built image to HOST[:PORT][/PREFIX]; nodes then pull it")
+@reports_errors
+def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
+       resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
+       allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None, push: str | None) -> None:
+    """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
+
+    Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
+    """
+    from repro.images import BuildOptions, ImagesOptions
+    from repro.progress import make_progress
+    from repro.up import Interrupted, UpOptions, finish, up as run_up
+
+    images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,
+                           build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
+    opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
+                     resume=resume, fail_fast=fail_fast, out=out, strict=strict,
+                     accept_new_host_keys=accept_new_host_keys, images=images)
+    progress = make_progress(json_lines=json_logs)
+    try:
+        result = run_up(target, opts, progress)
+    except Interrupted as e:
+        progress.close()
+        click.echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
+                   err=True)
+        sys.exit(130)
+    finally:
+        progress.close()
+    click.echo(finish(result), nl=False)
+    if result.failed:
+        sys.exit(5)
 
 
 def main() -> None:

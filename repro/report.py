@@ -25,7 +25,10 @@ def _fmt(v: float | None, digits: int = 3) -> str:
 
 def cell_text(c: CellResult) -> str:
     if c.published is None:
-        return "—"
+        if c.reproduced is None:
+            return f"— ({c.verdict})" if c.verdict != "no log" else "—"
+        n = len(c.repeats)
+        return f"{c.reproduced:.2f}" + (f" (median of {n})" if n > 1 else "")
     if c.reproduced is None:
         return f"{c.published} → — ({c.verdict})"
     digits = len(c.published.partition(".")[2]) + 1  # one digit more than printed shows the rounding
@@ -52,16 +55,22 @@ def _pivot(df: pd.DataFrame, value: str) -> list[list[Any]]:
 
 def render_markdown(results: Sequence[TableResult]) -> str:
     first = results[0]
-    cite = first.table.cite
-    out = [f"# {first.table.id}: {cite['title']}", "",
-           f"Published in {cite['repository']} @ {cite['commit'][:12]} `{cite['path']}` ({first.table.unit}).",
-           f"Reproduced from: {', '.join(sorted({r.source for r in results}))}.", ""]
+    if first.table is None:
+        out = [f"# {first.manifest.id}: {first.manifest.title}", "",
+               "Measured only: this target reproduces no publication (images/s).",
+               f"Measured from: {', '.join(sorted({r.source for r in results}))}.", ""]
+    else:
+        cite = first.table.cite
+        out = [f"# {first.table.id}: {cite['title']}", "",
+               f"Published in {cite['repository']} @ {cite['commit'][:12]} `{cite['path']}` ({first.table.unit}).",
+               f"Reproduced from: {', '.join(sorted({r.source for r in results}))}.", ""]
     for r in results:
         out.append(f"- {r.manifest.id}: parser `{r.manifest.measure.parser}`, protocol {dict(r.manifest.measure.protocol)}"
                    + "".join(f"; when {dict(w)}: {dict(p)}" for w, p in r.manifest.measure.overrides))
     df = _frame(results)
     body, cols = _pivot(df, "text")
-    out += ["", "Each cell: published → reproduced (delta) verdict.", "",
+    legend = "Each cell: published → reproduced (delta) verdict." if first.table else "Each cell: measured images/s."
+    out += ["", legend, "",
             tabulate(body, headers=["GPUs", *cols], tablefmt="github", disable_numparse=True), ""]
     out += _scaling_section(df)
     out += _notes_section(results)
@@ -111,7 +120,8 @@ def cell_record(c: CellResult) -> dict[str, Any]:
 
 
 def render_json(results: Sequence[TableResult]) -> str:
-    doc = {"table": results[0].table.id, "cite": dict(results[0].table.cite), "unit": results[0].table.unit,
+    t = results[0].table
+    doc = {"table": t.id if t else None, "cite": dict(t.cite) if t else None, "unit": t.unit if t else "images/s",
            "targets": [r.manifest.id for r in results], "source": sorted({r.source for r in results}),
            "cells": [cell_record(c) for r in results for c in r.cells],
            "non_monotonic": [n for r in results for n in non_monotonic(r.cells)]}
@@ -150,9 +160,9 @@ def plot_scaling(results: Sequence[TableResult], path: Path) -> None:
         rep = [c.reproduced if c.reproduced is not None else float("nan") for c in cells]
         ax.plot(gpus, rep, "x", color=color, markersize=10, markeredgewidth=2)
         base = cells[0]
-        if base.published:
-            ref = float(base.published) / base.gpus
-            ax.plot(gpus, [ref * g for g in gpus], ":", color=color, alpha=0.6)
+        first = float(base.published) if base.published else base.reproduced
+        if first:
+            ax.plot(gpus, [first / base.gpus * g for g in gpus], ":", color=color, alpha=0.6)
     styles = [Line2D([], [], color="k", marker="o", label="published"),
               Line2D([], [], color="k", marker="x", linestyle="", markersize=10, label="reproduced"),
               Line2D([], [], color="k", linestyle=":", label="linear from the smallest cell")]
@@ -165,8 +175,9 @@ def plot_scaling(results: Sequence[TableResult], path: Path) -> None:
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("GPUs")
-    ax.set_ylabel(results[0].table.unit)
-    ax.set_title(f"{results[0].table.id}: published vs reproduced", fontsize=10)
+    t = results[0].table
+    ax.set_ylabel(t.unit if t else "images/s")
+    ax.set_title(f"{t.id}: published vs reproduced" if t else f"{results[0].manifest.id}: measured", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from repro.manifest import Manifest, PublishedCell, PublishedTable
+from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import ParseResult, Series, parse_file
 
 MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
+MEASURED = "measured"  # a target that reproduces no publication
 
 
 @dataclass
@@ -52,7 +53,7 @@ class CellResult:
 @dataclass
 class TableResult:
     manifest: Manifest
-    table: PublishedTable
+    table: PublishedTable | None  # None: the target reproduces no publication, it only measures
     cells: list[CellResult]
     source: str  # where the logs came from
 
@@ -65,20 +66,21 @@ def _series_for(result: ParseResult, gpus: int) -> Series | None:
     return unknown[0] if len(unknown) == 1 and len(result.series) == 1 else None
 
 
-def _contradictions(result: ParseResult, cell: PublishedCell) -> list[str]:
+def _contradictions(result: ParseResult, cell: Cell | PublishedCell) -> list[str]:
     """What the log says about its run that disagrees with the cell it is meant to measure."""
     facts, out = result.facts, []
     if "batch_size" in facts and int(facts["batch_size"]) != cell.batch_size:  # type: ignore[call-overload]
         out.append(f"log says batch size {facts['batch_size']}/GPU, the cell says {cell.batch_size}")
     if "precision" in facts and facts["precision"] != cell.precision:
         out.append(f"log says precision {facts['precision']}, the cell says {cell.precision}")
-    if cell.label and "amp" in cell.label.lower() and facts.get("amp") is False:
-        out.append(f"published as {cell.label!r} but the log says amp False"
+    label = getattr(cell, "label", None)
+    if label and "amp" in label.lower() and facts.get("amp") is False:
+        out.append(f"published as {label!r} but the log says amp False"
                    + (f", dtype {facts['dtype']}" if "dtype" in facts else ""))
     return out
 
 
-def _measure_log(path: Path, manifest: Manifest, cell: PublishedCell) -> tuple[Measurement, ParseResult]:
+def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> tuple[Measurement, ParseResult]:
     result = parse_file(path, manifest.measure.parser)
     protocol = Protocol.from_dict(manifest.measure.protocol_for(cell))
     series = _series_for(result, cell.gpus)
@@ -95,6 +97,29 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     if not logs:
         r.detail = "; ".join(filter(None, [cell.note, _published_repeats_check(manifest, cell)]))
         return r
+    low, high, issues = _measure_logs(manifest, cell, logs, r)
+    if r.reproduced is None:
+        return r
+    _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    if issues:
+        r.detail = "; ".join([r.detail, *issues]).strip("; ")
+    return r
+
+
+def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellResult:
+    """A matrix cell of a target that reproduces no publication: the measured figure only."""
+    r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
+                   logs=[str(p) for p in logs])
+    if logs:
+        _, _, issues = _measure_logs(manifest, cell, logs, r)
+        if r.reproduced is not None:
+            r.verdict, r.detail = MEASURED, "; ".join(issues)
+    return r
+
+
+def _measure_logs(manifest: Manifest, cell: Cell | PublishedCell, logs: Sequence[Path],
+                  r: CellResult) -> tuple[float | None, float | None, list[str]]:
+    """Measure every repeat's log and aggregate as the manifest says; fills ``r``; (low, high, issues)."""
     lows, highs, issues = [], [], []
     for path in logs:
         m, parsed = _measure_log(path, manifest, cell)
@@ -103,7 +128,7 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
         r.records_used.append(m.records_used)
         if m.value is None:
             r.verdict, r.detail = NOT_DERIVABLE, "; ".join(issues) or "no figure"
-            return r
+            return None, None, issues
         r.repeats.append(m.value)
         if m.low is not None and m.high is not None:
             lows.append(m.low)
@@ -111,11 +136,7 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     how = manifest.measure.repeats
     r.reproduced = (r.repeats[0] if len(r.repeats) == 1
                     else aggregate_repeats(r.repeats, how.get("aggregate", "median"), how.get("round")))
-    _judge(r, cell, min(lows) if lows else None, max(highs) if highs else None,
-           manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
-    if issues:
-        r.detail = "; ".join([r.detail, *issues]).strip("; ")
-    return r
+    return (min(lows) if lows else None), (max(highs) if highs else None), issues
 
 
 def is_exact(value: float, published: str) -> bool:
@@ -193,23 +214,28 @@ def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | N
     """Re-derive a published table from a ``repro up`` run directory (see repro.rundir).
 
     Each published cell is measured on the rank-0 log of every repeat of its matrix cell
-    that finished; the manifest is the one the run recorded, not today's.
+    that finished; the manifest is the one the run recorded, not today's. A target that
+    reproduces no publication gets its measured table, one row per matrix cell run.
     """
-    from repro.manifest import Cell
     from repro.rundir import DONE, RunDir
 
     run = RunDir.open(run_dir)
     manifest = run.load_manifest()
-    table = manifest.table(table_id)
     state = run.read_state().get("cells", {})
-    cells = []
-    for pc in table.cells:
-        key = Cell(pc.nodes, pc.gpus // pc.nodes, pc.precision, pc.batch_size).key
+
+    def logs_of(key: str) -> list[Path]:
         repeats = state.get(key, {}).get("repeats", {})
-        logs = [log for k in sorted(repeats, key=int) if repeats[k].get("status") == DONE
+        return [log for k in sorted(repeats, key=int) if repeats[k].get("status") == DONE
                 and (log := run.rank0_log(key, int(k))) is not None]
-        cells.append(reproduce_cell(manifest, table, pc, logs))
-        cells[-1].logs = [Path(p).relative_to(run.path).as_posix() for p in cells[-1].logs]
+
+    table = manifest.table(table_id) if manifest.published else None
+    if table is None:
+        cells = [measure_cell(manifest, c, logs_of(c.key)) for c in manifest.cells() if c.key in state]
+    else:
+        cells = [reproduce_cell(manifest, table, pc, logs_of(Cell(pc.nodes, pc.gpus // pc.nodes, pc.precision,
+                                                                   pc.batch_size).key)) for pc in table.cells]
+    for c in cells:
+        c.logs = [Path(p).relative_to(run.path).as_posix() for p in c.logs]
     _add_scaling(manifest, cells)
     return TableResult(manifest, table, cells, source or str(run_dir))
 
