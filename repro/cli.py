@@ -245,7 +245,7 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
     r = prepare(m, load_hosts(hosts_file), opts, progress=_image_events(verbose))
     click.echo(f"image {r.reference}\nid {r.image_id}")
     for role, ref in r.pins.images.items():
-        click.echo(f"{role} {ref.pinned}")
+        click.echo(f"pinned {role} {ref.pinned}")
     if r.pushed:
         click.echo(f"pushed {r.pushed.pinned}")
     if r.built:

@@ -70,8 +70,9 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
         progress(Event("info", f"lock written: {path}"))
     built = None
     if "registry" in manifest.image:
-        if opts.mode == "build":
-            raise UsageError(f"{manifest.id} names a registry image; there is nothing to build", hint="drop --build")
+        if opts.mode == "build" or opts.push:
+            raise UsageError(f"{manifest.id} names a registry image; there is nothing to build or push",
+                             hint="drop --build / --push")
         ref = pins.images["image"]
         image_id = registry.pull(local, ref, progress=progress).id
         names: list[str] = []

@@ -95,7 +95,7 @@ def _transfer(local: docker.DockerClient, client: docker.DockerClient, node: Nod
               names: Sequence[str], registry_ref: Ref | None, progress: Progress) -> str:
     if registry_ref is not None:
         try:
-            pull(client, registry_ref, where=f"node {node.name}", progress=progress)
+            pull(client, registry_ref, where=node.name, progress=progress)
             return "pulled"
         except EnvironmentUnavailable as e:
             progress(Event("warn", f"cannot pull from the registry ({e.message}); streaming from this machine",
@@ -112,9 +112,9 @@ def stream(local: docker.DockerClient, client: docker.DockerClient, name: str, w
         chunks = local.api.get_image(name)
         for ev in client.api.load_image(chunks, quiet=True):
             if "error" in ev:
-                raise translate(ev["error"], "loading", name, f"node {where}")
+                raise translate(ev["error"], "loading", name, where)
     except docker.errors.APIError as e:
-        raise translate(str(e.explanation or e), "streaming", name, f"node {where}") from e
+        raise translate(str(e.explanation or e), "streaming", name, where) from e
 
 
 def _tag(client: docker.DockerClient, image_id: str, names: Sequence[str]) -> None:

@@ -159,6 +159,16 @@ def write_manifest(directory: Path, cluster: dict, source: GitSource, *, name: s
     return out
 
 
+def write_registry_manifest(directory: Path, *, name: str, ref: str, digest: str) -> Path:
+    """A target that runs the registry image ``ref`` (digest may be empty), as ``directory/<name>.yaml``."""
+    text = string.Template((MANIFESTS / "registry.yaml").read_text(encoding="utf-8")).substitute(
+        target=name, ref=ref, digest=digest)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"{name}.yaml"
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
 def labels_of(engine: docker.DockerClient, name: str) -> dict[str, Any]:
     return dict(engine.images.get(name).labels or {})
 
@@ -176,6 +186,7 @@ class Helpers:
     git = staticmethod(git)
     make_git_source = staticmethod(make_git_source)
     write_manifest = staticmethod(write_manifest)
+    write_registry_manifest = staticmethod(write_registry_manifest)
     labels_of = staticmethod(labels_of)
     run_in = staticmethod(run_in)
 

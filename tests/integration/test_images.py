@@ -217,6 +217,33 @@ def _has(engine: docker.DockerClient, name: str) -> bool:
         return False
 
 
+@pytest.mark.ssh
+def test_a_registry_image_is_pulled_by_its_digest_on_every_node(cluster: dict, engine: docker.DockerClient,
+                                                                 node_engines: list[docker.DockerClient],
+                                                                 track: Any, helpers: Any, tmp_path: Path,
+                                                                 cluster_env: dict[str, str]) -> None:
+    remote, tag = f"{cluster['registry']}/repro-test/runimage", f"t{track.run_id}"
+    base = engine.images.get(cluster["base_image_local"])
+    base.tag(remote, tag)
+    track.image(f"{remote}:{tag}")
+    pushed = registry.push(engine, base.id, parse_ref(f"{remote}:{tag}"))
+    track.push(remote, pushed.digest)
+    for e in (engine, *node_engines):
+        track.image(pushed.pinned, e)
+    path = helpers.write_registry_manifest(tmp_path, name="runimage", ref=f"{remote}:{tag}", digest="")
+    hosts = ["--hosts", cluster["hosts_file"]]
+    refused = repro("images", str(path), *hosts)
+    assert refused.returncode == 2 and "tag without a digest" in refused.stderr
+    first = repro("images", str(path), *hosts, "--allow-unpinned")
+    assert first.returncode == 0, first.stderr
+    assert f"image {remote}:{tag}@{pushed.digest}\n" in first.stdout and f"resolves to {pushed.digest}" in first.stderr
+    assert first.stdout.count(" pulled ") == 2 and "(written)" in first.stdout   # the digest is recorded
+    assert {e.images.get(pushed.pinned).id for e in node_engines} == {base.id}
+    again = repro("images", str(path), *hosts, "--pull")                         # pinned by the lock now
+    assert again.returncode == 0 and again.stdout.count(" present ") == 2, again.stderr
+    assert repro("images", str(path), "--build").returncode == 2
+
+
 # --- OFED and the CA bundle --------------------------------------------------------------------------
 
 def test_inbox_ofed_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
