@@ -312,3 +312,41 @@ def test_a_failed_build_names_its_step_and_last_lines(tmp_path: Path) -> None:
                            "code: 2\nlast 20 lines of its output:\n  | line 10\n")
     assert text.endswith(f"  | line 29\nfull log: {tmp_path / 'b.log'}")
     assert err.exit_code == 4
+
+
+# --- MLNX_OFED tarball staging -----------------------------------------------------------------------
+
+MLNX = {"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}
+MLNX_NAME = "MLNX_OFED_LINUX-4.9-0.1.7.0-ubuntu18.04-x86_64"
+
+
+def test_mlnx_tarball_comes_from_the_cache(tmp_path: Path) -> None:
+    from repro.images.ofed import stage_mlnx
+
+    cache, context = tmp_path / "cache", tmp_path / "ctx"
+    cache.mkdir()
+    context.mkdir()
+    (cache / f"{MLNX_NAME}.tar").write_bytes(b"not really a tarball")
+    digest = stage_mlnx(MLNX, context, cache)
+    assert (context / f"{MLNX_NAME}.tgz").read_bytes() == b"not really a tarball"
+    assert digest == "sha256:" + __import__("hashlib").sha256(b"not really a tarball").hexdigest()
+
+
+def test_mlnx_tarball_is_downloaded_into_the_cache_once(tmp_path: Path) -> None:
+    from repro.errors import EnvironmentUnavailable
+    from repro.images.ofed import stage_mlnx
+
+    served = tmp_path / "served.tgz"
+    served.write_bytes(b"payload")
+    cache, context = tmp_path / "cache", tmp_path / "ctx"
+    context.mkdir()
+    events: list[object] = []
+    stage_mlnx({**MLNX, "url": served.as_uri()}, context, cache, events.append)
+    assert (cache / f"{MLNX_NAME}.tgz").read_bytes() == b"payload" and len(events) == 1
+    served.unlink()
+    stage_mlnx({**MLNX, "url": served.as_uri()}, context, cache, events.append)   # cached: no download
+    assert len(events) == 1
+    with pytest.raises(EnvironmentUnavailable, match="cannot download MLNX_OFED") as err:
+        stage_mlnx({**MLNX, "version": "5.0-2.1.8.0", "url": served.as_uri()}, context, cache)
+    assert "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64.tgz" in (err.value.hint or "")
+    assert not list(cache.glob("*.part"))
