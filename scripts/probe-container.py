@@ -146,10 +146,14 @@ def framework(name, timeout):
     return fail("import %s failed (exit %s): %s" % (module, rc, tail[-300:]))
 
 
+URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+
+
 def pip_freeze():
+    """Installed distributions; credentials in direct URLs (pkg @ https://user:token@host/...) are cut."""
     rc, out, err = run([sys.executable, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"], timeout=120)
     if rc == 0:
-        return ok(sorted(line for line in out.splitlines() if line.strip()))
+        return ok(sorted(URL_CREDENTIALS.sub("://<redacted>@", line) for line in out.splitlines() if line.strip()))
     try:
         from importlib import metadata
     except ImportError:
