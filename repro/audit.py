@@ -200,7 +200,7 @@ def stack(node: Mapping[str, Any], framework: str, key: str) -> str | None:
     """cuda/cudnn/nccl as the framework reports them, else the image's *_VERSION variables."""
     build = framework_build(node, framework).get("build", {})
     got = build.get(key) if key != "cudnn" else cudnn_text(build.get("cudnn"))
-    if got in (None, "", False, True, "False"):
+    if got in (None, "", False, True, "False", "0", 0):
         got = container(node).get("env_versions", {}).get(f"{key.upper()}_VERSION")
     return str(got) if got not in (None, "") else None
 
