@@ -255,6 +255,7 @@ def observe(record: Mapping[str, Any], key: str, framework: str) -> dict[str, An
 
 
 def _fmt(per_node: Mapping[str, Any]) -> str:
+    per_node = {k: round(v, 2) if isinstance(v, float) else v for k, v in per_node.items()}
     vals = {json.dumps(v) if not isinstance(v, str) else v for v in per_node.values()}
     if len(vals) == 1:
         return next(iter(vals))
@@ -296,13 +297,14 @@ def pin_checks(record: Mapping[str, Any], ref: Manifest, against: bool) -> list[
         want = _lock_digest(record, "base") or ref.image["build"]["base"].get("digest") or None
         seen = {n["name"]: n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")
                 for n in nodes if n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")}
-        out.append(_compare("pins", "base image digest", want, seen, lambda e, o: e == o))
+        out.append(_compare("pins", "base image digest", want, seen, lambda e, o: e == o,
+                            "not pinned; one base everywhere"))
         ids = {n["name"]: n["image"].get("id") for n in nodes if n["image"].get("id")}
         out.append(_compare("pins", "image id", None, ids, lambda e, o: e == o, "one image on every node"))
     fw_versions = {n["name"]: framework_build(n, ref.framework).get("version") for n in nodes
                    if framework_build(n, ref.framework).get("version")}
     out.append(_compare("pins", f"{ref.framework} version", ref.expect.get("framework_version"), fw_versions,
-                        lambda e, o: e == o))
+                        lambda e, o: e == o, "not in expect; the same on every node"))
     if ref.source:
         path = ref.source["path"]
         lock_src = ((record.get("lock") or {}).get("sources", {}).get("source") or {}).get("commit")
