@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.parsers.base import Record, Series
+from repro.parsers.base import Series
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
 SCALES = ("global", "per_gpu")
@@ -109,22 +109,22 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None) -> Meas
             )
         else:
             factor = float(count)
-    values = [r.value for r in series.records]
-    low = min(values) * factor if values and factor is not None else None
-    high = max(values) * factor if values and factor is not None else None
+    values = series.values  # the value column: no Record objects are made here
+    low = min(values) * factor if len(values) and factor is not None else None
+    high = max(values) * factor if len(values) and factor is not None else None
 
     if protocol.aggregate == "summary":
         raw, used = series.summary, 0
         if raw is None:
             issues.append("no printed summary in the log")
     else:
-        chosen, need = _select(series.records, protocol, issues)
+        chosen, need = _select(series, protocol, issues)
         used = len(chosen)
         raw = None
         if used < protocol.min_records:
-            issues.append(f"insufficient records: found {len(series.records)}, need {need}")
+            issues.append(f"insufficient records: found {len(values)}, need {need}")
         else:
-            raw = _aggregate([r.value for r in chosen], protocol.aggregate, issues)
+            raw = _aggregate(chosen, protocol.aggregate, issues)
     value = None
     if raw is not None and factor is not None:
         value = raw * factor
@@ -160,23 +160,26 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _select(records: list[Record], p: Protocol, issues: list[str]) -> tuple[list[Record], int]:
-    """Records the protocol uses, and how many records the series needs for that."""
+def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[float], int]:
+    """Values of the records the protocol uses, and how many records the series needs for that."""
+    values = series.values
     if p.from_iteration is not None:
-        if records and all(r.iteration is None for r in records):
+        iterations = series.iterations
+        if values and iterations.count(None) == len(iterations):
             issues.append("records carry no iteration numbers; from_iteration cannot select any")
-        kept = [r for r in records if r.iteration is not None and r.iteration >= p.from_iteration]
-        before = len(records) - len(kept)
+        k = p.from_iteration
+        kept = [v for v, it in zip(values, iterations) if it is not None and it >= k]
+        before = len(values) - len(kept)
         need = before + max(p.min_records, 1)
     else:
-        kept = records[p.skip_records :]
+        kept = values[p.skip_records :]
         need = p.skip_records + max(p.min_records, 1)
     if p.window is not None:
         kept = kept[: p.window]
     return kept, need
 
 
-def _aggregate(values: list[float], how: str, issues: list[str]) -> float | None:
+def _aggregate(values: Sequence[float], how: str, issues: list[str]) -> float | None:
     if how == "mean":
         return math.fsum(values) / len(values)
     if how == "median":

@@ -1,14 +1,13 @@
 """Training-log parsers: the registry, format detection and the one place that opens log files.
 
-``parse_file`` streams a file in blocks of whole lines (memory stays flat whatever the file
-size, apart from the records themselves), decodes UTF-8 with replacement characters, accepts
-CRLF, strips MPI output tags and ignores any line no rule knows (NCCL chatter, warnings,
-tracebacks).
+``parse_file`` streams a file in blocks of whole lines read as raw bytes (memory stays flat
+whatever the file size, apart from the records themselves, 32 bytes each), decodes UTF-8 with
+replacement characters where text is needed, accepts CRLF, strips MPI output tags and ignores any
+line no rule knows (NCCL chatter, warnings, tracebacks).
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import IO
 
 from repro.errors import ParseError
 from repro.parsers.base import (
-    BLOCK_CHARS,
+    BLOCK_BYTES,
     LogParser,
     ParseResult,
     PatternParser,
@@ -118,29 +117,31 @@ def _head(f: IO[str], n: int) -> list[str]:
     return out
 
 
-def _blocks(raw: IO[bytes]) -> Iterator[str]:
-    """Blocks of whole lines; the last one keeps a missing final newline missing.
+def _blocks(raw: IO[bytes]) -> Iterator[bytes]:
+    """Blocks of whole lines as raw bytes; the last one keeps a missing final newline missing.
 
-    Bytes are decoded here (incrementally, so a UTF-8 sequence split between two reads is
-    decoded whole) because that is several times faster than a text-mode file.
+    A block is cut after its last newline and the rest carried to the next one; a newline byte
+    never occurs inside a UTF-8 sequence, so no character is ever cut in two.
     """
-    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
-    rest = ""
+    rest = b""
     while True:
-        data = raw.read(BLOCK_CHARS)
-        chunk = decode(data, not data)
-        if rest:
-            chunk = rest + chunk
+        data = raw.read(BLOCK_BYTES)
         if not data:
-            if chunk:
-                yield chunk
+            if rest:
+                yield rest
             return
-        cut = chunk.rfind("\n") + 1
+        if rest:
+            data = rest + data
+        cut = data.rfind(b"\n") + 1
         if cut == 0:
-            rest = chunk  # one line longer than a block: keep reading
+            rest = data  # one line longer than a block: keep reading
             continue
-        rest = chunk[cut:]
-        yield chunk[:cut]
+        if cut == len(data):
+            rest = b""
+            yield data
+        else:
+            rest = data[cut:]
+            yield data[:cut]
 
 
 def _clean_lines(f: IO[str]) -> Iterator[str]:

@@ -1,15 +1,23 @@
 """What a log parser returns, the parser interface, and the engine the built-in parsers share.
 
 A built-in parser is a table of :class:`Rule` objects (a regular expression plus what to do with
-a match) and a few small handler methods. :class:`PatternParser` runs the table over the text in
-large blocks of whole lines: every rule's expression scans the block in C (``finditer``), the
-matches are put back in file order, and each is handed to its handler together with its 1-based
-line number. Lines no rule matches (most of a log) never reach Python code, so the cost of a
-parse is the scan plus the work per matched line.
+a match) and a few small handler methods. :class:`PatternParser` runs the table over the raw
+bytes of the log in large blocks of whole lines, and nothing runs per line in Python:
 
-Rules must not match across a newline, and a number that ends a record has to be followed by
-something (a unit, a space, the newline). The last line of a cut-off file has no newline, so a
-number cut in half there never matches and never becomes a wrong record.
+* a record rule is applied to the whole block with ``re.split`` on bytes, which hands back, in
+  C, the text between records and the groups of every record; values, iteration and epoch
+  numbers and line numbers (newlines counted in the text between records) are converted with
+  ``map`` into ``array`` columns, so the cost of a record is a few C calls, not a Python loop;
+* every other rule (run boundaries, summaries, facts; a few lines per run) scans the block too,
+  and only its matches reach Python, as ``str`` matches handed to the rule's handler in file
+  order. Records before a match are moved into the current series when the handler touches the
+  series (a new run, a summary), so a run boundary splits the records where it occurs.
+
+Rules must not match across a newline (record rules never may), and a number that ends a record
+has to be followed by something (a unit, a space, the newline). The last line of a cut-off file
+has no newline, so a number cut in half there never matches and never becomes a wrong record.
+A record rule counts once per match; when a record and another rule's match share one line, the
+other match is handled first.
 """
 
 from __future__ import annotations
@@ -17,19 +25,26 @@ from __future__ import annotations
 import abc
 import gc
 import re
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import ClassVar
+from itertools import accumulate, repeat
+from typing import ClassVar, overload
 
 #: A decimal number as training scripts print it (``394.81086``, ``1e-05``, ``12671.899230200308``).
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
-#: Characters handed to the rules at once; large enough that the per-block overhead vanishes.
-BLOCK_CHARS = 1 << 20
+#: Bytes read and scanned at once. Larger blocks gain little (the per-block work is a handful of
+#: calls); this size keeps the transient memory of a parse (block, its cleaned and decoded
+#: copies, one block of record columns) at a few MB.
+BLOCK_BYTES = 1 << 20
+BLOCK_CHARS = BLOCK_BYTES  # the name before blocks were bytes
 
 _MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 _MPI_STAMPED_TAG = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}" + _MPI_TAG.pattern)
+_MPI_TAG_B = re.compile(_MPI_TAG.pattern.encode())
+_MPI_STAMPED_TAG_B = re.compile(_MPI_STAMPED_TAG.pattern.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +57,204 @@ class Record:
     line: int = 0  # 1-based line number in the file
 
 
-@dataclass
-class Series:
-    """All records of one run inside a log."""
+# ---------------------------------------------------------------------------------------------
+# series: records kept as columns
 
-    gpus: int | None  # GPU count of that run if the log says it, else None
-    records: list[Record]
-    summary: float | None = None  # the figure the log itself prints as its result, if any
-    per_gpu: bool = False  # True when values are per GPU (PaddleClas rank-0 ips)
+#: stands for "no iteration/epoch number" in an int64 column (numbers in logs are never negative)
+_MISSING = -1
+_INT64 = 1 << 63
+#: ``map(_UNMISS, col, col)`` turns the missing marker back into None, in C
+_UNMISS = {_MISSING: None}.get
+
+
+def _int_col(items: Iterable[int | None] = ()) -> array[int] | list[int | None]:
+    """An int64 column (None stored as -1), or a plain list where a value does not fit."""
+    items = list(items)
+    if all(type(x) is int and 0 <= x < _INT64 for x in items if x is not None):
+        return array("q", [_MISSING if x is None else x for x in items])
+    return items
+
+
+def _as_list(col: array[int] | list[int | None]) -> list[int | None]:
+    return col if isinstance(col, list) else list(map(_UNMISS, col, col))
+
+
+class Series:
+    """All records of one run inside a log.
+
+    The records are kept as columns (``array('d')`` values, ``array('q')`` iterations, epochs and
+    line numbers: 32 bytes a record); :attr:`records` is a list-like view that makes
+    :class:`Record` objects when they are asked for. :attr:`values` is the value column itself.
+    """
+
+    __slots__ = ("gpus", "summary", "per_gpu", "_v", "_i", "_e", "_l")
+
+    def __init__(
+        self,
+        gpus: int | None,
+        records: Iterable[Record] = (),
+        summary: float | None = None,
+        per_gpu: bool = False,
+    ) -> None:
+        self.gpus = gpus  # GPU count of that run if the log says it, else None
+        self.summary = summary  # the figure the log itself prints as its result, if any
+        self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
+        self._v: array[float] | list[float] = array("d")
+        self._i: array[int] | list[int | None] = array("q")
+        self._e: array[int] | list[int | None] = array("q")
+        self._l: array[int] | list[int] = array("q")
+        self.records = records  # type: ignore[assignment]
+
+    # the record view ------------------------------------------------------------------------
+    @property
+    def records(self) -> Records:
+        return Records(self)
+
+    @records.setter
+    def records(self, records: Iterable[Record]) -> None:
+        recs = list(records)
+        values = [r.value for r in recs]
+        lines = [r.line for r in recs]
+        self._v = array("d", values) if all(type(v) is float for v in values) else values
+        self._i = _int_col(r.iteration for r in recs)
+        self._e = _int_col(r.epoch for r in recs)
+        self._l = array("q", lines) if all(type(x) is int and 0 <= x < _INT64 for x in lines) else lines
+
+    @property
+    def values(self) -> Sequence[float]:
+        """The record values in file order (an ``array('d')``; do not modify)."""
+        return self._v
+
+    @property
+    def iterations(self) -> list[int | None]:
+        return _as_list(self._i)
+
+    @property
+    def epochs(self) -> list[int | None]:
+        return _as_list(self._e)
+
+    @property
+    def lines(self) -> list[int]:
+        return list(self._l)
+
+    def append(self, record: Record) -> None:
+        self._add(record.value, record.iteration, record.epoch, record.line)
+
+    def _add(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
+        if type(value) is not float and not isinstance(self._v, list):
+            self._v = list(self._v)
+        self._v.append(value)
+        for name, x in (("_i", iteration), ("_e", epoch)):
+            col = getattr(self, name)
+            if isinstance(col, list):
+                col.append(x)
+            elif x is None:
+                col.append(_MISSING)
+            elif type(x) is int and 0 <= x < _INT64:
+                col.append(x)
+            else:
+                setattr(self, name, _as_list(col) + [x])
+        if not isinstance(self._l, list) and not (type(line) is int and 0 <= line < _INT64):
+            self._l = list(self._l)
+        self._l.append(line)
+
+    def _extend(self, cols: _Columns, lo: int, hi: int) -> None:
+        """Append records ``lo:hi`` of a block's columns (see :func:`_record_columns`)."""
+        lines, values, its, eps = cols
+        self._l.extend(lines[lo:hi])
+        self._v.extend(values[lo:hi])
+        for name, chunk in (("_i", its), ("_e", eps)):
+            col = getattr(self, name)
+            part = chunk[lo:hi]
+            if isinstance(col, list):
+                col.extend(_as_list(part))
+            elif isinstance(part, list):
+                setattr(self, name, _as_list(col) + part)
+            else:
+                col.extend(part)
+
+    def _count(self) -> int:
+        return len(self._v)
+
+    def _record(self, i: int) -> Record:
+        it, ep = self._i[i], self._e[i]
+        if not isinstance(self._i, list) and it == _MISSING:
+            it = None
+        if not isinstance(self._e, list) and ep == _MISSING:
+            ep = None
+        return _new_record(self._v[i], it, ep, self._l[i])
+
+    def _iter_records(self) -> Iterator[Record]:
+        its = self._i if isinstance(self._i, list) else map(_UNMISS, self._i, self._i)
+        eps = self._e if isinstance(self._e, list) else map(_UNMISS, self._e, self._e)
+        return map(_new_record, self._v, its, eps, self._l)
+
+    # dataclass-like behaviour ------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Series = other  # type: ignore[assignment]
+        return (self.gpus, self.summary, self.per_gpu) == (o.gpus, o.summary, o.per_gpu) and list(
+            self._iter_records()
+        ) == list(o._iter_records())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (
+            f"Series(gpus={self.gpus!r}, records={self.records!r}, summary={self.summary!r}, "
+            f"per_gpu={self.per_gpu!r})"
+        )
+
+
+class Records(Sequence[Record]):
+    """The records of a :class:`Series` as a list-like sequence, made on demand.
+
+    Indexing, slicing (gives a list), iteration, ``len``, ``==`` with a list of records and
+    ``append`` behave as on the list this replaces.
+    """
+
+    __slots__ = ("_s",)
+
+    def __init__(self, series: Series) -> None:
+        self._s = series
+
+    def __len__(self) -> int:
+        return self._s._count()
+
+    @overload
+    def __getitem__(self, i: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Record]: ...
+
+    def __getitem__(self, i: int | slice) -> Record | list[Record]:
+        n = self._s._count()
+        if isinstance(i, slice):
+            return [self._s._record(k) for k in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("record index out of range")
+        return self._s._record(i)
+
+    def __iter__(self) -> Iterator[Record]:
+        return self._s._iter_records()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Records):
+            other = list(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def append(self, record: Record) -> None:
+        self._s.append(record)
 
 
 @dataclass
@@ -99,6 +304,32 @@ def clean_text(text: str) -> str:
         if "]<std" in text:
             text = _MPI_TAG.sub("", text)
     return text
+
+
+def clean_block(block: bytes) -> bytes:
+    """:func:`clean_text` for a block of raw bytes (the same result, a lot faster).
+
+    A log written through ``mpirun`` usually carries one tag (``[1,0]<stdout>:``) on every line:
+    each distinct tag is dropped with ``bytes.replace``, which runs at memory speed, where a
+    regular-expression substitution would be the most expensive step of a parse. Past a few
+    distinct tags (many ranks writing) the substitution does the rest.
+    """
+    if b"\r" in block:
+        block = block.replace(b"\r\n", b"\n")
+    if b"]<std" in block:
+        m = _MPI_TAG_B.search(block)
+        if m and _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None:
+            block = _MPI_STAMPED_TAG_B.sub(b"", block)
+            m = _MPI_TAG_B.search(block)
+        for _ in range(8):
+            if m is None:
+                return block
+            block = block.replace(m.group(), b"")
+            if b"]<std" not in block:
+                return block
+            m = _MPI_TAG_B.search(block)
+        block = _MPI_TAG_B.sub(b"", block)
+    return block
 
 
 def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator[str]:
@@ -173,7 +404,8 @@ class Rule:
 
     ``action`` is ``"record"`` (named groups ``value`` and optionally ``iteration``/``epoch``),
     ``"summary"`` (group ``value``), ``"fact:<key>"`` (group 1 converted by ``convert``), or the
-    name of a handler method ``(self, b, m, line)`` on the parser class.
+    name of a handler method ``(self, b, m, line)`` on the parser class. Record rules run on the
+    raw bytes (``\\d`` and ``\\s`` are ASCII there); handlers get ``str`` matches.
     """
 
     pattern: str
@@ -181,9 +413,15 @@ class Rule:
     convert: Callable[[str], object] = str
     flags: int = 0
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    bregex: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "regex", re.compile(self.pattern, self.flags))
+        object.__setattr__(self, "bregex", re.compile(self.pattern.encode(), self.flags))
+
+
+#: one block's records as columns: line numbers, values, iterations, epochs (file order)
+_Columns = tuple[Sequence[int], Sequence[float], Sequence[int | None], Sequence[int | None]]
 
 
 class Builder:
@@ -201,33 +439,58 @@ class Builder:
         self._summaries = 0
         self._dropped = 0
         self.last_record_line = 0
+        # records of the current block not yet in a series, and the line being handled
+        self._pending: _Columns | None = None
+        self._taken = 0
+        self._at = 0
 
     # series -------------------------------------------------------------------------------
     def current(self) -> Series:
+        self._sync()
+        return self._current()
+
+    def _current(self) -> Series:
         if not self.series:
-            self.series.append(Series(gpus=None, records=[], per_gpu=self.per_gpu))
+            self.series.append(Series(gpus=None, records=(), per_gpu=self.per_gpu))
         return self.series[-1]
 
     def new_run(self, gpus: int | None = None) -> Series:
         """A new run starts here; reuse the current series while it is still empty."""
+        self._sync()
         s = self.series[-1] if self.series else None
-        if s is None or s.records or s.summary is not None:
-            s = Series(gpus=None, records=[], per_gpu=self.per_gpu)
+        if s is None or s._count() or s.summary is not None:
+            s = Series(gpus=None, records=(), per_gpu=self.per_gpu)
             self.series.append(s)
         if gpus is not None:
             s.gpus = gpus
         return s
 
     def record(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
-        self.current().records.append(_new_record(value, iteration, epoch, line))
+        self._sync()
+        self._current()._add(value, iteration, epoch, line)
         self.last_record_line = line
 
     def summary(self, value: float, line: int, series: Series | None = None) -> None:
-        s = series or self.current()
+        self._sync()
+        s = series or self._current()
         if s.summary is not None:
             self._summaries += 1
         s.summary = value
         self.last_record_line = line
+
+    def _sync(self, upto: int | None = None) -> None:
+        """Move the pending records that come before line ``upto`` (default: the line being
+        handled) into the current series."""
+        cols = self._pending
+        if cols is None:
+            return
+        lines = cols[0]
+        lo = self._taken
+        hi = bisect_left(lines, self._at if upto is None else upto, lo)
+        if hi > lo:
+            self._current()._extend(cols, lo, hi)
+            self.last_record_line = lines[hi - 1]
+            self._taken = hi
 
     # facts and issues ------------------------------------------------------------------------
     def fact(self, key: str, value: object, line: int) -> None:
@@ -284,11 +547,14 @@ class PatternParser(LogParser):
     def parse(self, lines: Iterable[str]) -> ParseResult:
         return self.parse_blocks(blocks_from_lines(lines))
 
-    def parse_blocks(self, blocks: Iterable[str]) -> ParseResult:
-        """Run the rules over blocks of whole lines (the last block may end without a newline)."""
+    def parse_blocks(self, blocks: Iterable[bytes | str]) -> ParseResult:
+        """Run the rules over blocks of whole lines (the last block may end without a newline).
+
+        Blocks are raw bytes (UTF-8; bad sequences are replaced where text is decoded) or text.
+        """
         b = Builder(self.per_gpu)
-        # A long log yields millions of small objects that never form cycles; the cyclic GC
-        # would only re-walk them over and over, so it is paused for the scan.
+        # The parse makes few objects that live, but the cyclic GC would still run on the many
+        # short-lived ones (match objects, split parts); it is paused for the scan.
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
@@ -296,79 +562,39 @@ class PatternParser(LogParser):
         finally:
             if gc_was_on:
                 gc.enable()
-        if tail and not tail.endswith("\n"):
-            self._check_cut_line(b, tail[tail.rfind("\n") + 1 :], lines)
+        if tail and not tail.endswith(b"\n"):
+            last = tail[tail.rfind(b"\n") + 1 :].decode("utf-8", "replace")
+            self._check_cut_line(b, last, lines)
         self.finish(b)
         return b.finish(self.name, lines)
 
-    def _scan(self, b: Builder, blocks: Iterable[str]) -> tuple[int, str]:
-        """Count lines and dispatch every match in file order; returns (lines, last block)."""
-        record_rules = [(r.regex, _record_layout(r.regex)) for r in self.rules if r.action == "record"]
-        other_rules = [(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
-        actions = [a for _, a in other_rules]
+    def _scan(self, b: Builder, blocks: Iterable[bytes | str]) -> tuple[int, bytes]:
+        """Count lines and hand every match over in file order; returns (lines, last block)."""
+        record_rules = [_RecordRule(r.bregex) for r in self.rules if r.action == "record"]
+        other_rules = [(r.bregex, r.regex, self._action(r)) for r in self.rules if r.action != "record"]
         base = 0  # newlines before the current block
-        tail = ""
+        tail = b""
         for raw in blocks:
-            block = clean_text(raw)
-            others: list[tuple[int, int, re.Match[str]]] = []
-            for i, (rx, _) in enumerate(other_rules):
-                others += [(m.start(), i, m) for m in rx.finditer(block)]
-            others.sort()  # file order; (start, rule) is unique, so matches are never compared
-            base = self._dispatch(b, block, base, _record_matches(block, record_rules), others, actions)
-            if block:
-                tail = block
-        if tail and not tail.endswith("\n"):
+            block = clean_block(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+            if not block:
+                continue
+            cols, newlines = _record_columns(record_rules, block, base)
+            if other_rules:
+                hits = _other_matches(other_rules, block)
+                if hits:
+                    b._pending, b._taken = cols, 0
+                    _dispatch(b, hits, base)
+                    b._sync(upto=1 << 62)  # the rest of the block's records
+                    b._pending = None
+                    cols = None
+            if cols is not None and len(cols[0]):
+                b._current()._extend(cols, 0, len(cols[0]))
+                b.last_record_line = cols[0][-1]
+            base += newlines
+            tail = block
+        if tail and not tail.endswith(b"\n"):
             base += 1
         return base, tail
-
-    @staticmethod
-    def _dispatch(
-        b: Builder,
-        block: str,
-        base: int,
-        records: Iterator[tuple[re.Match[str], _Layout]],
-        others: list[tuple[int, int, re.Match[str]]],
-        actions: list[Callable],
-    ) -> int:
-        """The hot loop: walk record matches and the (few) other matches merged by position.
-
-        Records are the bulk of the matches, so they are handled inline, without building an
-        event per match or calling a handler; the current series can only change in a handler.
-        """
-        count = block.count
-        pos, n = 0, base
-        k, n_others = 0, len(others)
-        next_other = others[0][0] if others else -1
-        recs = b.current().records if b.series else None
-        ints = _INTS
-        for m, (names, it, ep) in records:
-            start = m.start()
-            while 0 <= next_other < start:
-                _, i, om = others[k]
-                n += count("\n", pos, next_other)
-                pos = next_other
-                actions[i](b, om, n + 1)
-                k += 1
-                next_other = others[k][0] if k < n_others else -1
-                recs = None
-            n += count("\n", pos, start)
-            pos = start
-            g = m.group(*names)
-            iteration = g[it] if it else None  # digit strings -> shared ints (see _INTS)
-            if iteration:
-                iteration = ints.get(iteration) or _int_of(iteration)
-            epoch = g[ep] if ep else None
-            if epoch:
-                epoch = ints.get(epoch) or _int_of(epoch)
-            if recs is None:
-                recs = b.current().records
-            recs.append(_new_record(float(g[0]), iteration, epoch, n + 1))
-            b.last_record_line = n + 1
-        for start, i, om in others[k:]:
-            n += count("\n", pos, start)
-            pos = start
-            actions[i](b, om, n + 1)
-        return n + count("\n", pos)
 
     def finish(self, b: Builder) -> None:
         """Hook: derive facts that need the whole log."""
@@ -386,10 +612,8 @@ class PatternParser(LogParser):
             ):
                 raise TypeError(f"{cls.__name__}: no handler method {r.action!r}")
 
-    def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None] | None:
+    def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None]:
         act = rule.action
-        if act == "record":
-            return None  # handled inline by _scan
         if act == "summary":
             return _on_summary
         if act.startswith("fact:"):
@@ -402,11 +626,122 @@ class PatternParser(LogParser):
             b.issue(f"line {line} is cut off (file ends without a newline) and was not used: {text[:120]!r}")
 
 
+# ---------------------------------------------------------------------------------------------
+# the scan
+
+
+class _RecordRule:
+    """A record rule's bytes pattern and where its groups land in ``re.split`` output."""
+
+    __slots__ = ("rx", "stride", "value", "iteration", "epoch")
+
+    def __init__(self, rx: re.Pattern[bytes]) -> None:
+        self.rx = rx
+        self.stride = rx.groups + 1  # text before the match, then every group of the match
+        self.value = rx.groupindex["value"]
+        self.iteration = rx.groupindex.get("iteration", 0)
+        self.epoch = rx.groupindex.get("epoch", 0)
+
+    def columns(self, block: bytes, base: int) -> tuple[_Columns, int]:
+        """This rule's records in ``block`` as columns, and the number of newlines in the block.
+
+        ``split`` gives [text before match 1, groups of 1, text between 1 and 2, groups of 2, ...,
+        text after the last match]; newlines are counted in the text around the matches, which
+        covers the whole block because a record never holds a newline.
+        """
+        parts = self.rx.split(block)
+        step = self.stride
+        # line of the first line of the block, then of each record, then one past the block
+        lines = array("q", accumulate(map(bytes.count, parts[::step], repeat(b"\n")), initial=base + 1))
+        newlines = lines.pop() - base - 1
+        del lines[0]
+        n = len(lines)
+        if not n:
+            return (lines, array("d"), array("q"), array("q")), newlines
+        values = array("d", map(float, parts[self.value :: step]))
+        missing = array("q", (_MISSING,)) * n
+        its = _ints(parts[self.iteration :: step]) if self.iteration else missing
+        eps = _ints(parts[self.epoch :: step]) if self.epoch else missing
+        return (lines, values, its, eps), newlines
+
+
+def _ints(digits: list[bytes | None]) -> array[int] | list[int | None]:
+    try:
+        return array("q", map(int, digits))
+    except (TypeError, OverflowError):  # a group that took no part, or a number past int64
+        return [None if d is None else int(d) for d in digits]
+
+
+def _record_columns(rules: list[_RecordRule], block: bytes, base: int) -> tuple[_Columns | None, int]:
+    """All record rules over ``block``, merged in file order, and the block's newline count."""
+    if not rules:
+        return None, block.count(b"\n")
+    found = [rule.columns(block, base) for rule in rules]
+    newlines = found[0][1]
+    hit = [cols for cols, _ in found if len(cols[0])]
+    if not hit:
+        return None, newlines
+    if len(hit) == 1:
+        return hit[0], newlines
+    # several rules matched in one block (rare: a log in two line formats): merge by line
+    rows = sorted(
+        (cols[0][k], r, k) for r, cols in enumerate(hit) for k in range(len(cols[0]))
+    )  # (line, rule, index): unique, so columns are never compared
+    cols = [[c[0] for c in hit], [c[1] for c in hit], [_as_list(c[2]) for c in hit], [_as_list(c[3]) for c in hit]]
+    lines, values, its, eps = ([col[r][k] for _, r, k in rows] for col in cols)
+    return (array("q", lines), array("d", values), _int_col(its), _int_col(eps)), newlines
+
+
+_Hit = tuple[int, int, re.Match[str], Callable[[Builder, re.Match[str], int], None]]
+
+
+def _other_matches(
+    rules: list[tuple[re.Pattern[bytes], re.Pattern[str], Callable[[Builder, re.Match[str], int], None]]],
+    block: bytes,
+) -> list[_Hit]:
+    """Matches of the non-record rules in ``block`` as ``str`` matches, in file order.
+
+    The scan runs on the bytes. A block of pure ASCII (nearly every log) decodes to text with the
+    same offsets, so each hit is matched again at its offset in the text; otherwise the text
+    is scanned, which gives the matches of the text exactly.
+    """
+    spots = [(m.start(), i) for i, (brx, _, _) in enumerate(rules) for m in brx.finditer(block)]
+    if not spots:
+        return []
+    text = block.decode("utf-8", "replace")
+    hits: list[_Hit] = []
+    if block.isascii():
+        for start, i in spots:
+            m = rules[i][1].match(text, start)
+            if m is not None:
+                hits.append((start, i, m, rules[i][2]))
+    else:
+        hits = [(m.start(), i, m, act) for i, (_, srx, act) in enumerate(rules) for m in srx.finditer(text)]
+    hits.sort(key=_hit_key)
+    return hits
+
+
+def _hit_key(hit: _Hit) -> tuple[int, int]:
+    return hit[0], hit[1]
+
+
+def _dispatch(b: Builder, hits: list[_Hit], base: int) -> None:
+    """Call the handlers in file order with their 1-based line numbers."""
+    text = hits[0][2].string
+    count = text.count
+    pos, n = 0, base
+    for start, _, m, act in hits:
+        n += count("\n", pos, start)
+        pos = start
+        b._at = n + 1
+        act(b, m, n + 1)
+
+
 def _new_record(value: float, iteration: int | None, epoch: int | None, line: int) -> Record:
     """``Record(...)`` without the frozen-dataclass ``__init__``, which costs twice as much.
 
     The slots are filled through their descriptors; the object is the same as one built by the
-    constructor (tests compare both). Hot: called once per record line.
+    constructor (tests compare both).
     """
     r = _object_new(Record)
     _set_value(r, value)
@@ -416,50 +751,10 @@ def _new_record(value: float, iteration: int | None, epoch: int | None, line: in
     return r
 
 
-def _int_of(text: str) -> int:
-    """``int(text)``, remembered in :data:`_INTS` while that holds fewer than 65536 numbers."""
-    value = int(text)
-    if len(_INTS) < 1 << 16:
-        _INTS[text] = value
-    return value
-
-
-#: digit string -> int, shared by all records: step and epoch numbers repeat from run to run, and
-#: one int object per distinct number (instead of per record) saves memory on long logs
-_INTS: dict[str, int] = {}
-
-
 _object_new = object.__new__
 _set_value, _set_iteration, _set_epoch, _set_line = (
     Record.__dict__[f].__set__ for f in ("value", "iteration", "epoch", "line")
 )
-
-
-_Layout = tuple[tuple[str, ...], int, int]
-
-
-def _record_matches(
-    block: str, rules: list[tuple[re.Pattern[str], _Layout]]
-) -> Iterator[tuple[re.Match[str], _Layout]]:
-    """Record matches of all record rules in file order (one rule: straight from the scan)."""
-    if len(rules) == 1:
-        rx, layout = rules[0]
-        return zip(rx.finditer(block), repeat(layout))
-    found = [(m.start(), i, m) for i, (rx, _) in enumerate(rules) for m in rx.finditer(block)]
-    found.sort()
-    return ((m, rules[i][1]) for _, i, m in found)
-
-
-def _record_layout(regex: re.Pattern[str]) -> _Layout:
-    """For a record rule: the group names to fetch (always two or more, so ``m.group`` returns a
-    tuple) and the positions of iteration and epoch in that tuple (0 when the rule has none)."""
-    extra = tuple(g for g in ("iteration", "epoch") if g in regex.groupindex)
-    names = ("value",) + (extra or ("value",))
-    return (
-        names,
-        names.index("iteration") if "iteration" in extra else 0,
-        names.index("epoch") if "epoch" in extra else 0,
-    )
 
 
 def _on_summary(b: Builder, m: re.Match[str], line: int) -> None:

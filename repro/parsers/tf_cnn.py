@@ -22,19 +22,17 @@ class TfCnnBenchmarks(PatternParser):
         re.compile(r"(?m)^TensorFlow: +\S+\nModel: +\S+"),
     )
     rules = (
-        # the step number starts the line; the handler reads it back from the line start
-        Rule(rf"\timages/sec: (?P<value>{NUM}) \+/- {NUM} \(jitter = {NUM}\)", "on_step"),
+        # the step number is the whole text before the tab (spaces around it allowed)
+        Rule(
+            rf"^[ \t]*(?P<iteration>\d+)[ \t]*\timages/sec: (?P<value>{NUM}) \+/- {NUM} \(jitter = {NUM}\)",
+            "record",
+            flags=re.M,
+        ),
         Rule(rf"total images/sec: (?P<value>{NUM})(?=\s)", "summary"),
         Rule(r"TensorFlow: +(\S+)\n", "on_header"),
         Rule(r"Batch size: +\d+ global\n +(\d+) per device", "fact:batch_size", to_int),
         Rule(r"Devices: +\[([^\]\n]*)\]", "on_devices"),
     )
-
-    def on_step(self, b: Builder, m: re.Match[str], line: int) -> None:
-        text = m.string
-        step = to_int(text[text.rfind("\n", 0, m.start()) + 1 : m.start()])
-        if step is not None:
-            b.record(float(m.group("value")), step, None, line)
 
     def on_header(self, b: Builder, m: re.Match[str], line: int) -> None:
         b.new_run()
