@@ -60,6 +60,7 @@ class UpOptions:
 class UpResult:
     run: RunDir
     manifest: Manifest
+    record: dict[str, Any] = field(default_factory=dict)  # the provenance record being filled
     done: int = 0
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -75,8 +76,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
     manifest = run.load_manifest()
     if target and target != manifest.id:
         raise UsageError(f"{opts.resume} is a run of {manifest.id}, not {target}")
-    hosts = load_hosts(opts.hosts_file) if opts.hosts_file else load_hosts(run.file("hosts.yaml"))
-    return manifest, hosts, run
+    recorded = run.file("hosts.yaml")
+    if opts.hosts_file is None and "<redacted>" in recorded.read_text(encoding="utf-8"):
+        raise UsageError(f"{recorded} has its secret values redacted, so it cannot be run again",
+                         hint="give the original inventory: repro up --resume RUN_DIR --hosts FILE")
+    return manifest, hosts_or(opts.hosts_file, recorded), run
+
+
+def hosts_or(given: Path | None, recorded: Path) -> Hosts:
+    return load_hosts(given or recorded)
 
 
 def _preflight(hosts: Hosts, manifest: Manifest, opts: UpOptions, progress: Progress) -> dict[str, bool]:
@@ -137,8 +145,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
-    result = UpResult(run, manifest)
     clients = _clients(used, progress)
+    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result)
     except KeyboardInterrupt as e:
@@ -147,7 +155,45 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         for c in clients.values():
             c.close()
         result.seconds = time.monotonic() - started
+        _seal(result, progress)
     return result
+
+
+def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
+            progress: Progress) -> dict[str, Any]:
+    """The provenance record: resumed from the run directory, or new with every node's host and image facts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from repro import probes, provenance
+    from repro.nodes import ssh_config_path
+
+    if run.file("provenance.json").is_file():
+        return provenance.load_record(run.file("provenance.json"))
+    progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
+    record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
+    host_facts = probes.probe_hosts(hosts.nodes, ssh_config=ssh_config_path(), clients=clients)
+    sources = [manifest.source["path"]] if manifest.source else []
+    with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
+        containers = dict(zip([n.name for n in hosts.nodes], pool.map(
+            lambda n: probes.probe_container(clients[n.name], images.reference, sources=sources), hosts.nodes)))
+    for node in hosts.nodes:
+        img = clients[node.name].images.get(images.reference)
+        repo_digests = img.attrs.get("RepoDigests") or []
+        provenance.add_node(record, node, host=host_facts[node.name], container=containers[node.name],
+                            image={"ref": images.reference, "id": img.id, "repo_digests": repo_digests,
+                                   "digest": repo_digests[0].partition("@")[2] if repo_digests else None,
+                                   "labels": img.labels})
+    return record
+
+
+def _seal(result: UpResult, progress: Progress) -> None:
+    """Provenance and checksums on every way out, so even a stopped run is auditable as far as it got."""
+    from repro import provenance
+
+    try:
+        provenance.finalize(result.run, result.record, reports=False)
+    except ReproError as e:
+        progress(Event("warn", f"provenance not written: {e}"))
 
 
 def _todo(run: RunDir, cells: Sequence[Cell], repeats: int | None) -> list[tuple[Cell, int]]:
@@ -200,10 +246,12 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
 
         t0 = time.monotonic()
         try:
-            launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
-                        on_event=on_event, infiniband=infiniband,
-                        log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
+            nodes_ran = launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
+                                    on_event=on_event, infiniband=infiniband,
+                                    log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
+            _commands(result, cell, repeat, nodes_ran, manifest.launch.env_for(cell, hosts.env), image)
         except CellFailed as e:
+            _commands(result, cell, repeat, e.results, manifest.launch.env_for(cell, hosts.env), image)
             why = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
             last = attempt == attempts
             run.set_status(cell, repeat, FAILED if last else PENDING, why)
@@ -223,21 +271,37 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
     return False
 
 
+def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeResult], env: Mapping[str, str],
+              image: str) -> None:
+    from repro import provenance
+
+    for r in nodes:
+        if r.started:
+            provenance.add_command(result.record, result.run, cell, repeat, rank=r.rank, node=r.node, role=r.role,
+                                   argv=r.command, env=env, image=image, started=r.started, ended=r.ended,
+                                   exit_code=r.exit_code, workdir=result.manifest.launch.workdir, log=r.log)
+
+
 def finish(result: UpResult) -> str:
     """Parse the run's logs with the manifest's protocol, write the reports into the run
     directory, and return the table with a closing summary for the CLI to print."""
     from repro.report import RENDERERS, plot_scaling
     from repro.reproduce import reproduce_run
 
+    from repro import archive
+
     run = result.run
     table = reproduce_run(run.path)
     for fmt, render in RENDERERS.items():
         run.write_text(f"report.{fmt}", render([table]))
     plot_scaling([table], run.file("report.png"))
+    _seal(result, ignore)
+    packed = archive.create(run)
     overhead = result.seconds - result.cell_seconds
     summary = (f"\nrun {run.path}: {result.done} repeat(s) done, {len(result.failed)} failed"
                + (f" ({', '.join(result.failed)})" if result.failed else "")
                + f"; {result.seconds:.0f} s in all, {result.cell_seconds:.0f} s in cells\n")
+    summary += f"archive {packed} (check it with: repro audit {packed})\n"
     if result.failed:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)

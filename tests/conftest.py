@@ -74,3 +74,31 @@ def cluster() -> dict:
     info = _cluster()
     assert info is not None, f"missing {CLUSTER_ENV}"
     return info
+
+
+@pytest.fixture(scope="session")
+def cpu_torch(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The cpu-torch image, built once by the kit from torch-rn50-cpu on this cluster's base,
+    pushed to the cluster's registry and present on every node.
+
+    Returns the manifest copy (its lock file beside it) and the reference the nodes run.
+    """
+    from repro.hosts import load_hosts
+    from repro.images import BuildOptions, ImagesOptions, lock_target, prepare
+    from repro.manifest import load_manifest
+
+    wheels = Path(os.environ.get("REPRO_TEST_WHEELS", "/opt/wheels"))
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    d = tmp_path_factory.mktemp("cpu-torch")
+    text = (ROOT / "manifests" / "torch-rn50-cpu.yaml").read_text()
+    path = d / "torch-rn50-cpu.yaml"
+    path.write_text(text.replace("127.0.0.1:5000/repro-test/debian:bookworm", cluster["base_image"]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DOCKER_HOST", cluster["docker_host"])
+        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
+        manifest = load_manifest(path)
+        lock_target(manifest)
+        opts = ImagesOptions(push=f"{cluster['registry']}/repro-test",
+                             build=BuildOptions(wheels=wheels, ca_bundle=ca if ca.is_file() else None))
+        result = prepare(manifest, load_hosts(Path(cluster["hosts_file"])), opts)
+    return {"manifest": path, "image": result.reference, "image_id": result.image_id}

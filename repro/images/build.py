@@ -99,20 +99,33 @@ def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str) -> dict[
         "org.opencontainers.image.base.digest": base.digest,
         "repro.target": manifest.id,
         "repro.manifest.sha256": manifest.sha256,
+        "repro.build.sha256": build_inputs_sha256(manifest),
         "repro.dockerfile.sha256": dockerfile_sha,
         "repro.ofed": ofed_layer.describe(manifest.ofed),
         "repro.kit.version": __version__,
     }
 
 
+#: Labels that trace an image to the manifest it was built for but say nothing about its content:
+#: a manifest that changes only its matrix, launch flags or protocol reuses the image.
+TRACE_ONLY = ("repro.manifest.sha256", "repro.target")
+
+
+def build_inputs_sha256(manifest: Manifest) -> str:
+    """A digest of everything in a manifest that goes into its image: the build section, source, OFED."""
+    inputs = {"build": manifest.data["image"]["build"], "source": manifest.data.get("source"),
+              "ofed": manifest.data["ofed"]}
+    return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
 def find_current(client: docker.DockerClient, manifest: Manifest, base: Ref, opts: BuildOptions) -> Any | None:
-    """The image already tagged for this manifest, when it was built from exactly these inputs."""
+    """The image already tagged for this manifest's build, when it was built from exactly these inputs."""
     image = local_image(client, manifest.image["build"]["tag"])
     if image is None:
         return None
     want = identity_labels(manifest, base, tree_sha256(dockerfile_dir(manifest, opts)))
     have = image.labels or {}
-    return image if all(have.get(k) == v for k, v in want.items()) else None
+    return image if all(have.get(k) == v for k, v in want.items() if k not in TRACE_ONLY) else None
 
 
 def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts: BuildOptions,

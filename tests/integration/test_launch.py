@@ -175,3 +175,30 @@ except KeyboardInterrupt:
     assert leftovers(node_engines, "t-sigint") == []
     assert sorted(p.name for p in tmp_path.glob("*.log")) == ["0-rc-node1.log", "1-rc-node2.log"]
     assert all(p.read_text() == "start\n" for p in tmp_path.glob("*.log"))
+
+
+def test_torch_gloo_ddp_across_two_nodes(hosts_file, clients, cpu_torch, node_engines, tmp_path):
+    m = load_manifest(DATA / "torch-ddp.yaml")
+    results = launch_cell(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-ddp", clients=clients,
+                          image=cpu_torch["image"], timeout_s=600)
+    assert [r.exit_code for r in results] == [0, 0]
+    sums = [ln.split("checksum ")[1] for r in results for ln in Path(r.log).read_text().splitlines()
+            if "parameter checksum" in ln]
+    assert len(sums) == 2 and sums[0] == sums[1], "both replicas must hold the same weights"
+    rank0 = Path(results[0].log).read_text()
+    assert "world_size : 2" in rank0 and "Summary: " in rank0
+    assert leftovers(node_engines, "t-ddp") == []
+
+
+def test_mpi_allreduce_across_two_nodes_with_per_run_sshd(hosts_file, clients, cpu_torch, node_engines, tmp_path):
+    m = load_manifest(DATA / "mpi.yaml")
+    results = launch_cell(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-mpi", clients=clients,
+                          image=cpu_torch["image"], timeout_s=300)
+    head, worker = results
+    assert head.role == "mpi-head" and head.exit_code == 0
+    assert worker.role == "mpi-sshd" and worker.ok
+    out = Path(head.log).read_text()
+    assert "rank 0 of 2: allreduce sum 3" in out and "rank 1 of 2: allreduce sum 3" in out
+    assert "hosts ['rc-node1', 'rc-node2']" in out
+    assert "Server listening on 10.77.0.12 port 12345" in Path(worker.log).read_text()
+    assert leftovers(node_engines, "t-mpi") == []
