@@ -192,6 +192,21 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         click.echo(f"plot written to {plot}", err=True)
 
 
+def image_options(fn: F) -> F:
+    """The options that say how a target's image is obtained; shared by `images` and `up`."""
+    for option in reversed([
+        click.option("--push", metavar="REGISTRY", help="push a built image to HOST[:PORT][/PREFIX]; nodes then pull it"),
+        click.option("--allow-unpinned", is_flag=True, help="use what a tag-only reference points to now (and record it)"),
+        click.option("--update-lock", is_flag=True, help="accept pins that differ from the lock file and rewrite it"),
+        click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="CA bundle for builds behind a TLS-intercepting proxy (kept out of the image)"),
+        click.option("--wheels", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     help="directory of *.whl files the build may install from"),
+    ]):
+        fn = option(fn)
+    return fn
+
+
 def _image_events(verbose: bool) -> Callable[[Any], None]:
     """Render images-library events: phases and results always, build output with -v."""
 
@@ -214,13 +229,7 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--pull", "mode", flag_value="pull", help="only pull by digest; never build")
 @click.option("--build", "mode", flag_value="build", help="build even when a current image is present")
-@click.option("--push", metavar="REGISTRY", help="push a built image to HOST[:PORT][/PREFIX]; nodes then pull it")
-@click.option("--allow-unpinned", is_flag=True, help="use what a tag-only reference points to now (and record it)")
-@click.option("--update-lock", is_flag=True, help="accept pins that differ from the lock file and rewrite it")
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="CA bundle for builds behind a TLS-intercepting proxy (kept out of the image)")
-@click.option("--wheels", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="directory of *.whl files the build may install from")
+@image_options
 @click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED tarball directory")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), help="build contexts and logs")
 @click.option("--no-cache", is_flag=True, help="build without the engine's layer cache")
@@ -339,13 +348,7 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--json-logs", is_flag=True, help="progress as JSON lines on stderr")
 @click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
-@click.option("--allow-unpinned", is_flag=True, help="use what a tag-only reference points to now (and record it)")
-@click.option("--update-lock", is_flag=True, help="accept pins that differ from the lock file and rewrite it")
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="CA bundle for builds behind a TLS-intercepting proxy (kept out of the image)")
-@click.option("--wheels", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="directory of *.whl files an image build may install from")
-@click.option("--push", metavar="REGISTRY", help="push a built image to HOST[:PORT][/PREFIX]; nodes then pull it")
+@image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
