@@ -103,7 +103,8 @@ class Series:
         self._i: array[int] | list[int | None] = array("q")
         self._e: array[int] | list[int | None] = array("q")
         self._l: array[int] | list[int] = array("q")
-        self.records = records  # type: ignore[assignment]
+        if records != ():
+            self.records = records  # type: ignore[assignment]
 
     # the record view ------------------------------------------------------------------------
     @property
@@ -163,6 +164,10 @@ class Series:
         lines, values, its, eps = cols
         self._l.extend(lines[lo:hi])
         self._v.extend(values[lo:hi])
+        if its.__class__ is array and eps.__class__ is array and self._i.__class__ is array is self._e.__class__:
+            self._i.extend(its[lo:hi])
+            self._e.extend(eps[lo:hi])
+            return
         for name, chunk in (("_i", its), ("_e", eps)):
             col = getattr(self, name)
             part = chunk[lo:hi]
@@ -369,12 +374,12 @@ def params_of(text: str) -> dict[str, str]:
     Items are separated by two spaces; values may hold single spaces (``gpus : [0, 1, 2]``).
     """
     out: dict[str, str] = {}
-    for item in text.split("  "):
-        key, sep, value = item.strip().partition(" : ")
+    # strip and partition run in C (map); a PARAMETER line holds about a hundred items
+    for key, sep, value in map(str.partition, map(str.strip, text.split("  ")), repeat(" : ")):
         if sep:
             out[key] = value.strip()
-        elif item.strip().endswith(" :"):
-            out[item.strip()[:-2]] = ""
+        elif key.endswith(" :"):  # "key :" with nothing after it
+            out[key[:-2]] = ""
     return out
 
 

@@ -77,11 +77,16 @@ class NgcMxnet(PatternParser):
         except ValueError:
             value = math.nan
         runs: list[tuple[Series, int | None]] = b.scratch.get("runs", [])  # type: ignore[assignment]
-        match = [s for s, per_gpu in runs if s.gpus == gpus and (bs is None or per_gpu in (None, bs))]
+        # the latest matching run, searched from the end: the table follows its own runs, and a
+        # log of many runs would otherwise cost runs x cells
+        match = next(
+            (s for s, per_gpu in reversed(runs) if s.gpus == gpus and (bs is None or per_gpu in (None, bs))),
+            None,
+        )
         where = f"{gpus} GPU(s)" + (f", batch {bs}" if bs is not None else "")
-        if not match:
+        if match is None:
             b.issue(f"result table (line {line}) has a figure for {where} but the log has no such run")
         elif math.isnan(value):
             b.issue(f"result table (line {line}) prints {cell!r} for {where}; no summary for that run")
         else:
-            b.summary(value, line, match[-1])
+            b.summary(value, line, match)
