@@ -32,9 +32,12 @@ class PaddleClas(PatternParser):
         # dynamic engine: "[Train][Epoch 1/120][Iter: 10/5005]lr: ... ips: 852.06 samples/s, eta: ..."
         Rule(rf"\[Train\]\[Epoch (?P<epoch>\d+)/\d+\]\[Iter: (?P<iteration>\d+)/\d+\]{_IPS}", "record"),
         # config dump, one "key : value" per line, nesting shown by 4-space indents; only the
-        # section headers (to know the path) and the keys the kit reads are matched
+        # section headers (to know the path) and the keys the kit reads are matched. Most lines
+        # of a PaddleClas log start with "ppcls INFO: "; the possessive " *+" and "\w*+" (what
+        # follows them can never match a space or a word character, so they give the same
+        # matches) spare the backtracking on every one of them and halve the cost of this scan.
         Rule(
-            r"ppcls INFO: (?P<indent> *)(?:(?P<section>[A-Za-z_]\w*) : ?\n|"
+            r"ppcls INFO: (?P<indent> *+)(?:(?P<section>[A-Za-z_]\w*+) : ?\n|"
             r"(?P<key>batch_size|level|use_amp|use_pure_fp16|use_dali|data_format) : (?P<value>[^\n]*))",
             "on_config",
         ),
