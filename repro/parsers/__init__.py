@@ -120,28 +120,17 @@ def _head(f: IO[str], n: int) -> list[str]:
 def _blocks(raw: IO[bytes]) -> Iterator[bytes]:
     """Blocks of whole lines as raw bytes; the last one keeps a missing final newline missing.
 
-    A block is cut after its last newline and the rest carried to the next one; a newline byte
-    never occurs inside a UTF-8 sequence, so no character is ever cut in two.
+    A block that ends inside a line is completed with ``readline()`` (the rest of that line),
+    which copies the block once where carrying the tail to the next block would copy it twice.
+    A newline byte never occurs inside a UTF-8 sequence, so no character is ever cut in two.
     """
-    rest = b""
     while True:
         data = raw.read(BLOCK_BYTES)
         if not data:
-            if rest:
-                yield rest
             return
-        if rest:
-            data = rest + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            rest = data  # one line longer than a block: keep reading
-            continue
-        if cut == len(data):
-            rest = b""
-            yield data
-        else:
-            rest = data[cut:]
-            yield data[:cut]
+        if not data.endswith(b"\n"):
+            data += raw.readline()
+        yield data
 
 
 def _clean_lines(f: IO[str]) -> Iterator[str]:
