@@ -240,3 +240,17 @@ def cut_inside_line(data: bytes, line: int, keep: float = 0.5) -> bytes:
     lines = data.split(b"\n")
     text = lines[line - 1]
     return b"\n".join(lines[: line - 1] + [text[: max(1, int(len(text) * keep))]])
+
+
+def spliced_tags(data: bytes, seed: int, every: int = 4, timestamp: bool = False) -> bytes:
+    """Tag every line, and splice more tags into the middle of some lines, as Open MPI does when
+    a rank writes a line in several pieces or ranks write at once (deterministic)."""
+    rnd = random.Random(seed)
+    stamp = b"Mon Jun 13 17:45:27 2022" if timestamp else b""
+    out = []
+    for line in mpi_tagged(data, timestamp).split(b"\n"):
+        if len(line) > 40 and rnd.randrange(every) == 0:
+            at = rnd.randrange(len(stamp) + 15, len(line))
+            line = line[:at] + stamp + f"[1,{rnd.randrange(8)}]<std{rnd.choice(['out', 'err'])}>:".encode() + line[at:]
+        out.append(line)
+    return b"\n".join(out)

@@ -23,6 +23,7 @@ from parsers_helpers import (
     mpi_tagged,
     reference_logs,
     representative_logs,
+    spliced_tags,
     with_junk,
 )
 
@@ -555,3 +556,64 @@ def test_ngc_tf1_train_mode_and_pytorch_2020_lines_synthetic() -> None:
     ]
     assert detect(pt).name == "ngc-pytorch"
     assert PARSERS.get("ngc-pytorch")().parse(pt).series[0].records == [Record(4294.91, 2, 0, 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# MPI tags: left in place where they open their lines, removed where they are spliced in
+
+
+def _full(result: ParseResult) -> tuple:
+    return (
+        result.parser,
+        result.lines,
+        result.facts,
+        result.issues,
+        [(s.gpus, s.summary, s.per_gpu, list(s.records)) for s in result.series],
+    )
+
+
+@pytest.mark.parametrize("timestamp", [False, True], ids=["plain", "timestamped"])
+@pytest.mark.parametrize("path", representative_logs()[::2], ids=lambda p: str(p.relative_to(PUBLISHED)))
+def test_tags_spliced_into_lines_are_removed(path: Path, timestamp: bool, tmp_path: Path) -> None:
+    """A tag in the middle of a line (ranks writing at once) is cut out before the rules run, so a
+    record line it splits still counts."""
+    base = _baseline(path)
+    p = tmp_path / path.name
+    p.write_bytes(spliced_tags(path.read_bytes(), seed=len(path.name), timestamp=timestamp))
+    got = parse_file(p)
+    assert _shape(got) == _shape(base)
+    assert got.facts == base.facts and got.issues == base.issues
+    assert [[r.line for r in s.records] for s in got.series] == [[r.line for r in s.records] for s in base.series]
+
+
+@pytest.mark.parametrize("variant", ["mpi-tags", "mpi-timestamped-tags", "crlf+tags+junk", "spliced"])
+@pytest.mark.parametrize("path", representative_logs(), ids=lambda p: str(p.relative_to(PUBLISHED)))
+def test_tags_left_in_place_read_as_removed(
+    path: Path, variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built-in parsers leave tags that open their lines in place (mpi_tags_in_place); the result
+    is the one of a parse that removes every tag first, line numbers and issues included."""
+    make = VARIANTS.get(variant) or (lambda d: spliced_tags(d, seed=3, every=50))
+    p = tmp_path / path.name
+    p.write_bytes(make(path.read_bytes()))
+    got = parse_file(p)
+    cls = PARSERS.get(got.parser)
+    assert cls.mpi_tags_in_place  # type: ignore[attr-defined]
+    monkeypatch.setattr(cls, "mpi_tags_in_place", False)
+    assert _full(got) == _full(parse_file(p))
+
+
+def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
+    """Rules that read from a line start or across a newline allow a tag there (MPI_PREFIX)."""
+    text = (
+        "TensorFlow:  1.15\nModel:       resnet50\nBatch size:  256 global\n             64 per device\n"
+        "Devices:     ['/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3']\n"
+        "10\timages/sec: 1094.2 +/- 1.0 (jitter = 2.8)\t7.804\n"
+        "20\timages/sec: 1095.0 +/- 0.6 (jitter = 2.1)\t7.713\n"
+        "total images/sec: 1093.18\n"
+    )
+    plain = PARSERS.get("tf-cnn-benchmarks")().parse(text.splitlines(keepends=True))
+    stamped = [f"Mon Jun 13 17:45:27 2022[1,3]<stdout>:{line}" for line in text.splitlines(keepends=True)]
+    got = PARSERS.get("tf-cnn-benchmarks")().parse(stamped)
+    assert _full(got) == _full(plain)
+    assert got.facts["batch_size"] == 64 and [r.iteration for r in got.series[0].records] == [10, 20]

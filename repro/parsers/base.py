@@ -44,9 +44,29 @@ BLOCK_BYTES = 1 << 20
 BLOCK_CHARS = BLOCK_BYTES  # the name before blocks were bytes
 
 _MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
-_MPI_STAMPED_TAG = re.compile(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}" + _MPI_TAG.pattern)
+_MPI_STAMP = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # --timestamp-output
+_MPI_STAMPED_TAG = re.compile(_MPI_STAMP + _MPI_TAG.pattern)
 _MPI_TAG_B = re.compile(_MPI_TAG.pattern.encode())
 _MPI_STAMPED_TAG_B = re.compile(_MPI_STAMPED_TAG.pattern.encode())
+
+#: An optional MPI tag (timestamped or not), for rules that read from a line start or across a
+#: newline in a parser with ``mpi_tags_in_place`` (see :class:`PatternParser`).
+MPI_PREFIX = rf"(?:(?:{_MPI_STAMP})?{_MPI_TAG.pattern})?"
+
+
+def _misplaced_tag(stamped: bool) -> re.Pattern[bytes]:
+    """A tag that does not open its line, or is not in the usual form (``[J,R]`` with up to 3 and
+    4 digits; with the timestamp when ``stamped``). The scan looks for the literal end of a tag
+    and checks what precedes it with fixed-width lookbehinds, so it runs at a few times the speed
+    of the substitution that removes tags."""
+    end = r"\]<std(?:out|err)>:"
+    heads = sorted((r"\[" + r"\d" * j + "," + r"\d" * r for j in (1, 2, 3) for r in (1, 2, 3, 4)), key=len)
+    stamp = _MPI_STAMP if stamped else ""
+    return re.compile((end + "".join(rf"(?<!(?<![^\n]){stamp}{h}{end})" for h in heads)).encode())
+
+
+_MISPLACED_TAG = _misplaced_tag(False)
+_MISPLACED_STAMPED_TAG = _misplaced_tag(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,29 +334,49 @@ def clean_text(text: str) -> str:
 
 
 def clean_block(block: bytes) -> bytes:
-    """:func:`clean_text` for a block of raw bytes (the same result, a lot faster).
+    """:func:`clean_text` for a block of raw bytes (the same result)."""
+    return _TagStripper(in_place=False)(block)
 
-    A log written through ``mpirun`` usually carries one tag (``[1,0]<stdout>:``) on every line:
-    each distinct tag is dropped with ``bytes.replace``, which runs at memory speed, where a
-    regular-expression substitution would be the most expensive step of a parse. Past a few
-    distinct tags (many ranks writing) the substitution does the rest.
+
+class _TagStripper:
+    """:func:`clean_block` with two shortcuts.
+
+    * ``in_place``: when every tag of the block opens its line (the usual case: each rank writes
+      whole lines), the block is left as it is; the parser's rules are written to read past a
+      tag at a line start (``mpi_tags_in_place``). A tag anywhere else (ranks writing at once
+      splice tags into lines) makes the block go through the full removal.
+    * logs of one rank carry a single tag (``[1,0]<stdout>:``), which ``bytes.replace`` drops
+      twice as fast as a regular-expression substitution; once a block turns out to hold several
+      distinct tags, later blocks go straight to the substitution.
     """
-    if b"\r" in block:
-        block = block.replace(b"\r\n", b"\n")
-    if b"]<std" in block:
+
+    __slots__ = ("in_place", "single")
+
+    def __init__(self, in_place: bool) -> None:
+        self.in_place = in_place
+        self.single = True
+
+    def __call__(self, block: bytes) -> bytes:
+        if b"\r" in block:
+            block = block.replace(b"\r\n", b"\n")
+        if b"]<std" not in block:
+            return block
         m = _MPI_TAG_B.search(block)
-        if m and _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None:
+        if m is None:
+            return block
+        stamped = _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None
+        if self.in_place and (_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG).search(block) is None:
+            return block
+        if stamped:
             block = _MPI_STAMPED_TAG_B.sub(b"", block)
-            m = _MPI_TAG_B.search(block)
-        for _ in range(8):
-            if m is None:
+            if b"]<std" not in block:
                 return block
+        elif self.single:
             block = block.replace(m.group(), b"")
             if b"]<std" not in block:
                 return block
-            m = _MPI_TAG_B.search(block)
-        block = _MPI_TAG_B.sub(b"", block)
-    return block
+            self.single = False
+        return _MPI_TAG_B.sub(b"", block)
 
 
 def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator[str]:
@@ -548,6 +588,13 @@ class PatternParser(LogParser):
     per_gpu: ClassVar[bool] = False
     #: substrings of record and summary lines; used to report a cut-off last line
     record_hints: ClassVar[tuple[str, ...]] = ()
+    #: True when every rule matches the same whether or not its line opens with an MPI tag
+    #: (``[1,0]<stdout>:``, optionally timestamped), so that blocks whose tags all open their
+    #: lines need not be cleaned: no rule may start inside a tag or read the text before its
+    #: start (``^``, lookbehind, ``m.string``) without allowing for one (:data:`MPI_PREFIX`,
+    #: :func:`clean_text`), and a rule that continues past a newline allows one there too.
+    #: Tags elsewhere in a line are always removed first. False: every tagged block is cleaned.
+    mpi_tags_in_place: ClassVar[bool] = False
 
     @classmethod
     def detect(cls, head: Sequence[str]) -> bool:
@@ -573,7 +620,7 @@ class PatternParser(LogParser):
             if gc_was_on:
                 gc.enable()
         if tail and not tail.endswith(b"\n"):
-            last = tail[tail.rfind(b"\n") + 1 :].decode("utf-8", "replace")
+            last = clean_text(tail[tail.rfind(b"\n") + 1 :].decode("utf-8", "replace"))
             self._check_cut_line(b, last, lines)
         self.finish(b)
         return b.finish(self.name, lines)
@@ -582,10 +629,11 @@ class PatternParser(LogParser):
         """Count lines and hand every match over in file order; returns (lines, last block)."""
         record_rules = [_RecordRule(r.bregex) for r in self.rules if r.action == "record"]
         other_rules = [_OtherRule(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
+        clean = _TagStripper(self.mpi_tags_in_place)
         base = 0  # newlines before the current block
         tail = b""
         for raw in blocks:
-            block = clean_block(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+            block = clean(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
             if not block:
                 continue
             cols, newlines = _record_columns(record_rules, block, base)

@@ -15,12 +15,23 @@ import math
 import re
 
 from repro.parsers import PARSERS
-from repro.parsers.base import NUM, Builder, PatternParser, Rule, Series, params_of, to_bool, to_int
+from repro.parsers.base import (
+    NUM,
+    Builder,
+    PatternParser,
+    Rule,
+    Series,
+    clean_text,
+    params_of,
+    to_bool,
+    to_int,
+)
 
 
 @PARSERS.register("ngc-mxnet")
 class NgcMxnet(PatternParser):
     record_hints = ("train.ips : ",)
+    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"PARAMETER [^\n]*\bkv_store : "),
         re.compile(r"Epoch: \d+ +(?:Iteration: \d+ +)?train\.loss : \S+ +train\.ips : "),
@@ -60,7 +71,7 @@ class NgcMxnet(PatternParser):
         if not isinstance(cols, list):
             return
         text = m.string
-        label = text[text.rfind("\n", 0, m.start()) + 1 : m.start()].strip()
+        label = clean_text(text[text.rfind("\n", 0, m.start()) + 1 : m.start()]).strip()
         cells = [c.strip() for c in m.group(1).split("|") if c.strip()]
         if not label:
             cols[:] = [to_int(c) for c in cells]

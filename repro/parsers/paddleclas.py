@@ -21,6 +21,7 @@ _IPS = rf"[^\n]*ips: (?P<value>{NUM}) (?:samples|images)/s"
 class PaddleClas(PatternParser):
     per_gpu = True
     record_hints = ("ips: ",)
+    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"ppcls INFO: "),
         re.compile(rf"\bips: {NUM} (?:samples|images)/s(?:ec)?\b"),

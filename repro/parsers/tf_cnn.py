@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 
 from repro.parsers import PARSERS
-from repro.parsers.base import NUM, Builder, PatternParser, Rule, to_int
+from repro.parsers.base import MPI_PREFIX, NUM, Builder, PatternParser, Rule, to_int
 
 
 @PARSERS.register("tf-cnn-benchmarks")
 class TfCnnBenchmarks(PatternParser):
     record_hints = ("images/sec: ",)
+    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"(?m)^\d+\timages/sec: {NUM} \+/- {NUM} \(jitter = {NUM}\)"),
         re.compile(rf"(?m)^total images/sec: {NUM}"),
@@ -24,13 +25,14 @@ class TfCnnBenchmarks(PatternParser):
     rules = (
         # the step number is the whole text before the tab (spaces around it allowed)
         Rule(
-            rf"^[ \t]*(?P<iteration>\d+)[ \t]*\timages/sec: (?P<value>{NUM}) \+/- {NUM} \(jitter = {NUM}\)",
+            rf"^{MPI_PREFIX}[ \t]*(?P<iteration>\d+)[ \t]*\timages/sec: (?P<value>{NUM}) \+/- {NUM} "
+            rf"\(jitter = {NUM}\)",
             "record",
             flags=re.M,
         ),
         Rule(rf"total images/sec: (?P<value>{NUM})(?=\s)", "summary"),
         Rule(r"TensorFlow: +(\S+)\n", "on_header"),
-        Rule(r"Batch size: +\d+ global\n +(\d+) per device", "fact:batch_size", to_int),
+        Rule(rf"Batch size: +\d+ global\n{MPI_PREFIX} +(\d+) per device", "fact:batch_size", to_int),
         Rule(r"Devices: +\[([^\]\n]*)\]", "on_devices"),
     )
 
