@@ -617,3 +617,63 @@ def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
     got = PARSERS.get("tf-cnn-benchmarks")().parse(stamped)
     assert _full(got) == _full(plain)
     assert got.facts["batch_size"] == 64 and [r.iteration for r in got.series[0].records] == [10, 20]
+
+
+# ---------------------------------------------------------------------------------------------
+# records are kept as columns; Series.records is a list-like view
+
+
+def test_records_view_behaves_like_the_list_it_replaces() -> None:
+    path = PUBLISHED / P_9881 / "ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/tf_gpu8_amp_bs256.txt"
+    s = parse_file(path).series[0]
+    recs = list(s.records)
+    assert len(s.records) == len(recs) == 30
+    assert s.records == recs and recs == list(s.records) and s.records != recs[:-1]
+    assert s.records[0] == recs[0] and s.records[-1] == recs[-1] and s.records[5:8] == recs[5:8]
+    assert s.records[::10] == recs[::10]
+    with pytest.raises(IndexError):
+        s.records[30]
+    assert list(s.values) == [r.value for r in recs]
+    assert s.iterations == [r.iteration for r in recs] == list(range(200, 500, 10))
+    assert s.epochs == [r.epoch for r in recs] and s.lines == [r.line for r in recs]
+    copy = Series(s.gpus, recs, s.summary, s.per_gpu)
+    assert copy == s and copy.records == s.records
+    extra = Record(1.5, 501, 3, 10_000)
+    s.records.append(extra)
+    assert s.records[-1] == extra and len(s.records) == 31 and copy != s
+
+
+def test_series_keeps_what_does_not_fit_an_int64_column() -> None:
+    recs = [Record(1.0), Record(2.5, 2**70, 3, 7), Record(3.0, None, -1, 8), Record(4, 5, None, 2**64)]
+    s = Series(gpus=2, records=recs)
+    assert list(s.records) == recs and s.iterations == [None, 2**70, None, 5]
+    assert s.epochs == [None, 3, -1, None]
+    s.records.append(Record(5.0, 6, 0, 9))
+    assert list(s.records) == recs + [Record(5.0, 6, 0, 9)]
+    m = measure(s, Protocol(from_iteration=5))
+    assert m.records_used == 3 and m.value == pytest.approx((2.5 + 4 + 5.0) / 3)
+
+
+def test_iteration_numbers_past_int64_are_read_exactly() -> None:
+    lines = [
+        "DLL 2020-09-01 06:41:11.984949 - (3, 99999999999999999999) imgs_per_sec : 1146.8 ",
+        "DLL 2020-09-01 06:41:12.984949 - (3, 16135) imgs_per_sec : 1146.9 ",
+    ]
+    s = PARSERS.get("ngc-tf1")().parse(lines).series[0]
+    assert s.records == [Record(1146.8, 99999999999999999999, 3, 1), Record(1146.9, 16135, 3, 2)]
+
+
+def test_run_boundaries_split_a_block_of_records() -> None:
+    """Runs start in the middle of a block: each record lands in the series of its run, and the
+    iteration numbers (converted only when read) follow them."""
+    path = PUBLISHED / P_9881 / "ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/tf_gpu1_fp32_bs256.txt"
+    one = parse_file(path).series[0]
+    text = path.read_text()
+    many = PARSERS.get("ngc-tf1")().parse((text * 40).splitlines(keepends=True))
+    assert len(many.series) == 40
+    for k, s in enumerate(many.series):
+        assert [(r.value, r.iteration, r.epoch) for r in s.records] == [
+            (r.value, r.iteration, r.epoch) for r in one.records
+        ]
+        assert s.records[0].line == one.records[0].line + k * len(text.splitlines())
+        assert measure(s, Protocol(from_iteration=300)).value == measure(one, Protocol(from_iteration=300)).value

@@ -101,6 +101,29 @@ def _as_list(col: array[int] | list[int | None]) -> list[int | None]:
     return col if isinstance(col, list) else list(map(_UNMISS, col, col))
 
 
+class _Digits:
+    """One block's iteration (or epoch) numbers, kept as their digits joined by spaces (a few
+    bytes a record) and converted to an int column when first read: measure() reads them only
+    for a protocol that selects by iteration, and joining costs a seventh of ``int()``. The
+    conversion happens once for all the series that hold part of the block."""
+
+    __slots__ = ("_blob", "_ints")
+
+    def __init__(self, blob: bytes) -> None:
+        self._blob = blob
+        self._ints: array[int] | list[int | None] | None = None
+
+    def ints(self) -> array[int] | list[int | None]:
+        if self._ints is None:
+            self._ints = _ints(self._blob.split())
+            self._blob = b""
+        return self._ints
+
+
+def _eager(col: Sequence[int | None] | _Digits) -> Sequence[int | None]:
+    return col.ints() if isinstance(col, _Digits) else col
+
+
 class Series:
     """All records of one run inside a log.
 
@@ -109,7 +132,7 @@ class Series:
     :class:`Record` objects when they are asked for. :attr:`values` is the value column itself.
     """
 
-    __slots__ = ("gpus", "summary", "per_gpu", "_v", "_i", "_e", "_l")
+    __slots__ = ("gpus", "summary", "per_gpu", "_v", "_i", "_e", "_l", "_lazy")
 
     def __init__(
         self,
@@ -125,6 +148,9 @@ class Series:
         self._i: array[int] | list[int | None] = array("q")
         self._e: array[int] | list[int | None] = array("q")
         self._l: array[int] | list[int] = array("q")
+        # parts of blocks whose iteration/epoch digits are not converted yet, in file order:
+        # (iterations, epochs, lo, hi); see _Digits
+        self._lazy: list[tuple[Sequence[int | None] | _Digits, Sequence[int | None] | _Digits, int, int]] = []
         if records != ():
             self.records = records  # type: ignore[assignment]
 
@@ -136,6 +162,7 @@ class Series:
     @records.setter
     def records(self, records: Iterable[Record]) -> None:
         recs = list(records)
+        self._lazy = []
         values = [r.value for r in recs]
         lines = [r.line for r in recs]
         self._v = array("d", values) if all(type(v) is float for v in values) else values
@@ -150,10 +177,12 @@ class Series:
 
     @property
     def iterations(self) -> list[int | None]:
+        self._settle()
         return _as_list(self._i)
 
     @property
     def epochs(self) -> list[int | None]:
+        self._settle()
         return _as_list(self._e)
 
     @property
@@ -164,6 +193,7 @@ class Series:
         self._add(record.value, record.iteration, record.epoch, record.line)
 
     def _add(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
+        self._settle()
         if type(value) is not float and not isinstance(self._v, list):
             self._v = list(self._v)
         self._v.append(value)
@@ -186,9 +216,26 @@ class Series:
         lines, values, its, eps = cols
         self._l.extend(lines[lo:hi])
         self._v.extend(values[lo:hi])
+        if its.__class__ is _Digits or eps.__class__ is _Digits:
+            self._lazy.append((its, eps, lo, hi))
+            return
+        if self._lazy:
+            self._settle()
+        self._extend_ints(its, eps, lo, hi)
+
+    def _settle(self) -> None:
+        """Convert the iteration/epoch digits still held as text (see :class:`_Digits`)."""
+        if self._lazy:
+            lazy, self._lazy = self._lazy, []
+            for its, eps, lo, hi in lazy:
+                self._extend_ints(_eager(its), _eager(eps), lo, hi)
+
+    def _extend_ints(
+        self, its: Sequence[int | None], eps: Sequence[int | None], lo: int, hi: int
+    ) -> None:
         if its.__class__ is array and eps.__class__ is array and self._i.__class__ is array is self._e.__class__:
-            self._i.extend(its[lo:hi])
-            self._e.extend(eps[lo:hi])
+            self._i.extend(its[lo:hi])  # type: ignore[arg-type]
+            self._e.extend(eps[lo:hi])  # type: ignore[arg-type]
             return
         for name, chunk in (("_i", its), ("_e", eps)):
             col = getattr(self, name)
@@ -204,6 +251,7 @@ class Series:
         return len(self._v)
 
     def _record(self, i: int) -> Record:
+        self._settle()
         it, ep = self._i[i], self._e[i]
         if not isinstance(self._i, list) and it == _MISSING:
             it = None
@@ -212,6 +260,7 @@ class Series:
         return _new_record(self._v[i], it, ep, self._l[i])
 
     def _iter_records(self) -> Iterator[Record]:
+        self._settle()
         its = self._i if isinstance(self._i, list) else map(_UNMISS, self._i, self._i)
         eps = self._e if isinstance(self._e, list) else map(_UNMISS, self._e, self._e)
         return map(_new_record, self._v, its, eps, self._l)
@@ -471,7 +520,7 @@ class Rule:
 
 
 #: one block's records as columns: line numbers, values, iterations, epochs (file order)
-_Columns = tuple[Sequence[int], Sequence[float], Sequence[int | None], Sequence[int | None]]
+_Columns = tuple[Sequence[int], Sequence[float], "Sequence[int | None] | _Digits", "Sequence[int | None] | _Digits"]
 
 
 class Builder:
@@ -718,9 +767,16 @@ class _RecordRule:
             return (lines, array("d"), array("q"), array("q")), newlines
         values = array("d", map(float, parts[self.value :: step]))
         missing = array("q", (_MISSING,)) * n
-        its = _ints(parts[self.iteration :: step]) if self.iteration else missing
-        eps = _ints(parts[self.epoch :: step]) if self.epoch else missing
+        its = _digits(parts[self.iteration :: step]) if self.iteration else missing
+        eps = _digits(parts[self.epoch :: step]) if self.epoch else missing
         return (lines, values, its, eps), newlines
+
+
+def _digits(digits: list[bytes | None]) -> _Digits | array[int] | list[int | None]:
+    try:
+        return _Digits(b" ".join(digits))
+    except TypeError:  # a group that took no part (None)
+        return _ints(digits)
 
 
 def _ints(digits: list[bytes | None]) -> array[int] | list[int | None]:
@@ -745,7 +801,12 @@ def _record_columns(rules: list[_RecordRule], block: bytes, base: int) -> tuple[
     rows = sorted(
         (cols[0][k], r, k) for r, cols in enumerate(hit) for k in range(len(cols[0]))
     )  # (line, rule, index): unique, so columns are never compared
-    cols = [[c[0] for c in hit], [c[1] for c in hit], [_as_list(c[2]) for c in hit], [_as_list(c[3]) for c in hit]]
+    cols = [
+        [c[0] for c in hit],
+        [c[1] for c in hit],
+        [_as_list(_eager(c[2])) for c in hit],  # type: ignore[arg-type]
+        [_as_list(_eager(c[3])) for c in hit],  # type: ignore[arg-type]
+    ]
     lines, values, its, eps = ([col[r][k] for _, r, k in rows] for col in cols)
     return (array("q", lines), array("d", values), _int_col(its), _int_col(eps)), newlines
 
