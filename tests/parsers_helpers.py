@@ -251,6 +251,7 @@ def spliced_tags(data: bytes, seed: int, every: int = 4, timestamp: bool = False
     for line in mpi_tagged(data, timestamp).split(b"\n"):
         if len(line) > 40 and rnd.randrange(every) == 0:
             at = rnd.randrange(len(stamp) + 15, len(line))
-            line = line[:at] + stamp + f"[1,{rnd.randrange(8)}]<std{rnd.choice(['out', 'err'])}>:".encode() + line[at:]
+            tag = f"[1,{rnd.randrange(8)}]<std{rnd.choice(['out', 'err'])}>:".encode()
+            line = line[:at] + stamp + tag + line[at:]
         out.append(line)
     return b"\n".join(out)

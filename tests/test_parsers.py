@@ -583,7 +583,8 @@ def test_tags_spliced_into_lines_are_removed(path: Path, timestamp: bool, tmp_pa
     got = parse_file(p)
     assert _shape(got) == _shape(base)
     assert got.facts == base.facts and got.issues == base.issues
-    assert [[r.line for r in s.records] for s in got.series] == [[r.line for r in s.records] for s in base.series]
+    lines = [[r.line for r in s.records] for s in got.series]
+    assert lines == [[r.line for r in s.records] for s in base.series]
 
 
 @pytest.mark.parametrize("variant", ["mpi-tags", "mpi-timestamped-tags", "crlf+tags+junk", "spliced"])
@@ -676,4 +677,5 @@ def test_run_boundaries_split_a_block_of_records() -> None:
             (r.value, r.iteration, r.epoch) for r in one.records
         ]
         assert s.records[0].line == one.records[0].line + k * len(text.splitlines())
-        assert measure(s, Protocol(from_iteration=300)).value == measure(one, Protocol(from_iteration=300)).value
+        late = Protocol(from_iteration=300)
+        assert measure(s, late).value == measure(one, late).value

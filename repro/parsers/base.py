@@ -233,7 +233,7 @@ class Series:
     def _extend_ints(
         self, its: Sequence[int | None], eps: Sequence[int | None], lo: int, hi: int
     ) -> None:
-        if its.__class__ is array and eps.__class__ is array and self._i.__class__ is array is self._e.__class__:
+        if its.__class__ is eps.__class__ is self._i.__class__ is self._e.__class__ is array:
             self._i.extend(its[lo:hi])  # type: ignore[arg-type]
             self._e.extend(eps[lo:hi])  # type: ignore[arg-type]
             return
@@ -520,7 +520,9 @@ class Rule:
 
 
 #: one block's records as columns: line numbers, values, iterations, epochs (file order)
-_Columns = tuple[Sequence[int], Sequence[float], "Sequence[int | None] | _Digits", "Sequence[int | None] | _Digits"]
+_Columns = tuple[
+    Sequence[int], Sequence[float], "Sequence[int | None] | _Digits", "Sequence[int | None] | _Digits"
+]
 
 
 class Builder:
