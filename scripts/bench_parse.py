@@ -9,15 +9,18 @@ reaches ``--size-mb``. Every file has the same size, so a smaller set (the first
 
 Measured, after one read of every file to warm the page cache:
 
-* ``grep -c -F ips FILES``: one process over all files (wall time, MB/s);
+* ``grep -c -F ips FILES``: one process over all files, and one per format (wall time, MB/s); its
+  output goes to a pipe, because GNU grep stops at the first match when stdout is /dev/null;
 * the kit: one ``python -c`` process per file calling ``repro.parsers.parse_file`` and
   ``repro.measure.measure`` on every run (wall time including interpreter start, MB/s, the parse
-  time the worker reports itself, and the peak RSS of each worker from ``wait4``);
+  time the worker reports itself, and the peak RSS of each worker from ``wait4``), ``--repeat``
+  times per file, the best time counting;
 * for every process also its CPU time (user + sys): on a shared machine wall time mostly
   measures the other load, CPU time much less so.
 * when the CLI has a ``parse`` command, also ``python -m repro parse FILE --format json`` per file.
 
-Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--files 20] [--small-files 5] [--json OUT]``
+Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--files 20] [--small-files 5] [--repeat 3]
+[--json OUT]``
 """
 
 from __future__ import annotations
@@ -99,32 +102,54 @@ def run_child(cmd: list[str], capture: bool = True) -> dict:
     }
 
 
-def bench_grep(files: list[Path]) -> dict:
-    runs = [run_child(["grep", "-c", "-F", "ips", *map(str, files)], capture=False) for _ in range(3)]
-    best = min(runs, key=lambda r: r["wall"])
-    mb = total_mb(files)
-    return {
-        "seconds": best["wall"],
-        "mb_s": mb / best["wall"],
-        "cpu": best["cpu"],
-        "cpu_mb_s": mb / best["cpu"],
-    }
+def fmt_of(path: Path) -> str:
+    return path.name.split("-", 1)[1][:-4]
 
 
-def bench_kit(files: list[Path], cmd_for) -> dict:
+def bench_grep(files: list[Path], runs: int = 5) -> dict:
+    """grep over all files at once, and over the files of each format; best wall and best CPU
+    time of ``runs`` runs each."""
+
+    def best(group: list[Path]) -> dict:
+        # grep's output is read (a pipe): with stdout on /dev/null, GNU grep (3.x) stops at the
+        # first match of each file, as with -q, and would read almost nothing of most logs
+        rs = [run_child(["grep", "-c", "-F", "ips", *map(str, group)]) for _ in range(runs)]
+        wall, cpu = min(r["wall"] for r in rs), min(r["cpu"] for r in rs)
+        mb = total_mb(group)
+        return {"seconds": wall, "mb_s": mb / wall, "cpu": cpu, "cpu_mb_s": mb / max(cpu, 1e-6)}
+
+    res = best(files)
+    groups: dict[str, list[Path]] = {}
+    for f in files:
+        groups.setdefault(fmt_of(f), []).append(f)
+    res["by_format"] = {fmt: best(group) for fmt, group in groups.items()}
+    return res
+
+
+def bench_kit(files: list[Path], cmd_for, repeat: int = 1) -> dict:
+    """One process per file, ``repeat`` times; per file the best wall and best CPU time count
+    (other load on the machine only ever adds time), and the highest peak RSS."""
     wall = cpu = parse = parse_cpu = peak = 0.0
     per_file = []
     for f in files:
-        r = run_child(cmd_for(f))
-        if r["rc"] != 0:
-            raise SystemExit(f"parse of {f} failed (exit {r['rc']})")
-        wall, cpu, peak = wall + r["wall"], cpu + r["cpu"], max(peak, r["rss_mb"])
-        info = {"file": f.name, "wall": r["wall"], "rss_mb": r["rss_mb"]}
+        runs = [run_child(cmd_for(f)) for _ in range(repeat)]
+        for r in runs:
+            if r["rc"] != 0:
+                raise SystemExit(f"parse of {f} failed (exit {r['rc']})")
+        info = {
+            "file": f.name,
+            "wall": min(r["wall"] for r in runs),
+            "proc_cpu": min(r["cpu"] for r in runs),
+            "rss_mb": max(r["rss_mb"] for r in runs),
+        }
+        wall, cpu, peak = wall + info["wall"], cpu + info["proc_cpu"], max(peak, info["rss_mb"])
         try:
-            info.update(json.loads(r["out"].strip().splitlines()[-1]))
+            reports = [json.loads(r["out"].strip().splitlines()[-1]) for r in runs]
+            info.update(min(reports, key=lambda x: x.get("cpu", 0.0)))
+            info["seconds"] = min(x.get("seconds", 0.0) for x in reports)
             parse += info.get("seconds", 0.0)
             parse_cpu += info.get("cpu", 0.0)
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, AttributeError):
             pass
         per_file.append(info)
     mb = total_mb(files)
@@ -159,7 +184,7 @@ def cli_has_parse() -> bool:
     return r.returncode == 0 and "--format" in r.stdout
 
 
-def measure_set(label: str, files: list[Path], use_cli: bool) -> dict:
+def measure_set(label: str, files: list[Path], use_cli: bool, repeat: int = 1) -> dict:
     for f in files:  # warm the page cache so grep and the kit read from memory alike
         with f.open("rb") as fh:
             while fh.read(16 * MB):
@@ -171,11 +196,12 @@ def measure_set(label: str, files: list[Path], use_cli: bool) -> dict:
         "load": os.getloadavg()[0],
         "grep": bench_grep(files),
     }
-    res["kit"] = bench_kit(files, lambda f: [sys.executable, "-c", WORKER, str(f)])
+    res["kit"] = bench_kit(files, lambda f: [sys.executable, "-c", WORKER, str(f)], repeat)
     if use_cli:
         res["cli"] = bench_kit(
-            files, lambda f: [sys.executable, "-m", "repro", "parse", str(f), "--format", "json"]
+            files, lambda f: [sys.executable, "-m", "repro", "parse", str(f), "--format", "json"], repeat
         )
+    res["load_after"] = os.getloadavg()[0]
     return res
 
 
@@ -187,7 +213,8 @@ def report(results: list[dict], file_mb: float) -> str:
     for r in results:
         g, k = r["grep"], r["kit"]
         lines.append(
-            f"\n== {r['label']}: {r['files']} files, {r['mb']:.0f} MiB (load average {r['load']:.1f})"
+            f"\n== {r['label']}: {r['files']} files, {r['mb']:.0f} MiB "
+            f"(load average {r['load']:.1f} before, {r.get('load_after', r['load']):.1f} after)"
         )
         lines.append(
             f"grep -c -F ips         {g['seconds']:7.2f} s {g['mb_s']:7.0f} MB/s [{g['cpu_mb_s']:6.0f}]"
@@ -208,13 +235,24 @@ def report(results: list[dict], file_mb: float) -> str:
         by_fmt: dict[str, list[dict]] = {}
         for info in k["per_file"]:
             by_fmt.setdefault(info["file"].split("-", 1)[1][:-4], []).append(info)
+        lines.append(
+            f"    {'format':12s} {'records':>8s}   {'grep MB/s':>14s}   {'kit process MB/s':>16s}   "
+            f"{'kit parse':>9s}   {'x grep':>13s}   {'RSS':>6s}"
+        )
         for fmt, infos in by_fmt.items():
-            recs = sum(i.get("records", 0) for i in infos) / len(infos)
-            cpu_s = sum(i.get("cpu", 0) for i in infos) / len(infos)
-            speed = file_mb / cpu_s if cpu_s else 0.0
+            n = len(infos)
+            recs = sum(i.get("records", 0) for i in infos) / n
+            pwall, pcpu = (sum(i[key] for i in infos) for key in ("wall", "proc_cpu"))
+            cpu_s = sum(i.get("cpu", 0) for i in infos)
+            parse = n * file_mb / cpu_s if cpu_s else 0.0
             rss = max(i["rss_mb"] for i in infos)
+            gf = g.get("by_format", {}).get(fmt)
+            gtxt = f"{gf['mb_s']:5.0f} [{gf['cpu_mb_s']:5.0f}]" if gf else " " * 13
+            kw, kc = n * file_mb / pwall, n * file_mb / pcpu
+            ratio = f"{kw / gf['mb_s']:.3f} [{kc / gf['cpu_mb_s']:.3f}]" if gf else ""
             lines.append(
-                f"    {fmt:12s} {recs:8.0f} records/file  parse [{speed:5.0f}] MB/s  RSS {rss:4.0f} MB"
+                f"    {fmt:12s} {recs:8.0f}   {gtxt:>14s}   {kw:6.0f} [{kc:6.0f}]   [{parse:6.0f}]   "
+                f"{ratio:>13s}   {rss:4.0f} MB"
             )
     if len(results) == 2:
         small, big = (r["kit"]["peak_rss_mb"] for r in results)
@@ -243,12 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         default=5,
         help="files in the smaller set measured first (default 5, one per format)",
     )
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per file of the kit, best one counts (default 3)"
+    )
     ap.add_argument("--tmpdir", type=Path, default=None, help="where to build the set (default: system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
     ap.add_argument("--json", type=Path, default=None, help="also write all figures to this JSON file")
     args = ap.parse_args(argv)
     if not 0 < args.small_files < args.files:
         ap.error("--small-files must be between 1 and --files - 1")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if shutil.which("grep") is None:
         ap.error("grep is not on PATH")
     folder = Path(tempfile.mkdtemp(prefix="repro-bench-", dir=args.tmpdir))
@@ -262,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         use_cli = cli_has_parse()
         print(f"CLI parse command: {'yes' if use_cli else 'no (python -c fallback only)'}", file=sys.stderr)
         results = [
-            measure_set("small set", files[: args.small_files], use_cli),
-            measure_set("full set", files, use_cli),
+            measure_set("small set", files[: args.small_files], use_cli, args.repeat),
+            measure_set("full set", files, use_cli, args.repeat),
         ]
         print(report(results, total_mb(files) / len(files)))
         if args.json:
