@@ -77,9 +77,11 @@ def locked(target: Path) -> Path:
 def test_full_matrix_runs_and_prints_the_table(cluster, target, locked, env, tmp_path):
     proc = repro(env, *up_args(cluster, target, tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = list(tmp_path.iterdir())
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(runs) == 1
     run = runs[0]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [f"{run.name}.tar.gz",
+                                                                          f"{run.name}.tar.gz.sha256"]
     assert statuses(run) == {"1n1g-fp32-bs8": ["done"] * 3, "2n1g-fp32-bs8": ["done"] * 3}
     for key in ("1n1g-fp32-bs8", "2n1g-fp32-bs8"):
         for k in (1, 2, 3):
@@ -127,7 +129,7 @@ def test_interrupted_run_leaves_no_container_and_resume_runs_exactly_the_rest(cl
     assert ran == ["1n1g-fp32-bs8 r2", "1n1g-fp32-bs8 r3"]
     assert statuses(run)["1n1g-fp32-bs8"] == ["done"] * 3
     assert (run / "cells" / "1n1g-fp32-bs8" / "r1" / "0-rc-node1.log").read_bytes() == kept
-    assert len(list(tmp_path.iterdir())) == 1, "resume appends to the same run directory"
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == [run], "resume appends to the same run directory"
 
 
 def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, env, tmp_path):
@@ -148,7 +150,7 @@ def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, 
             killed = True
     out, err = proc.communicate(timeout=600)
     assert killed and proc.returncode == 0, "".join(lines)[-3000:]
-    run = next(tmp_path.iterdir())
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
     entry = state_of(run)["cells"]["2n1g-fp32-bs8"]["repeats"]["1"]
     assert entry["status"] == "done" and entry["attempts"] == 2
     r1 = run / "cells" / "2n1g-fp32-bs8" / "r1"
