@@ -30,6 +30,7 @@ from parsers_helpers import (
 from repro.errors import ParseError, UnknownPlugin
 from repro.measure import Protocol, measure
 from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
+from repro.parsers.base import clean_block, clean_text
 
 
 def series_of(result: ParseResult, gpus: int) -> Series:
@@ -679,3 +680,20 @@ def test_run_boundaries_split_a_block_of_records() -> None:
         assert s.records[0].line == one.records[0].line + k * len(text.splitlines())
         late = Protocol(from_iteration=300)
         assert measure(s, late).value == measure(one, late).value
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        crlf,
+        mpi_tagged,
+        lambda d: mpi_tagged(d, timestamp=True),
+        lambda d: spliced_tags(d, seed=5),
+        lambda d: crlf(spliced_tags(d, seed=6, timestamp=True)),
+    ],
+    ids=["crlf", "tags", "timestamped", "spliced", "crlf+spliced-timestamped"],
+)
+def test_clean_block_is_clean_text_on_bytes(make) -> None:  # type: ignore[no-untyped-def]
+    for path in representative_logs()[::5]:
+        data = make(path.read_bytes())
+        assert clean_block(data) == clean_text(data.decode("utf-8", "replace")).encode()

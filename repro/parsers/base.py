@@ -5,20 +5,23 @@ a match) and a few small handler methods. :class:`PatternParser` runs the table 
 bytes of the log in large blocks of whole lines, and nothing runs per line in Python:
 
 * a record rule is applied to the whole block with ``re.split`` on bytes, which hands back, in
-  C, the text between records and the groups of every record; values, iteration and epoch
-  numbers and line numbers (newlines counted in the text between records) are converted with
-  ``map`` into ``array`` columns, so the cost of a record is a few C calls, not a Python loop;
+  C, the text between records and the groups of every record; values and line numbers (newlines
+  counted in the text between records) are converted with ``map`` into ``array`` columns, and
+  iteration and epoch digits are kept joined until first read, so the cost of a record is a few
+  C calls, not a Python loop;
 * every other rule (run boundaries, summaries, facts; a few lines per run) scans the block,
-  decoded to text, with ``finditer``, and only its matches reach Python: each is handed to the
-  rule's handler in file order. Records before a match are moved into the current series when the
-  handler touches the series (a new run, a summary), so a run boundary splits the records where
-  it occurs.
+  decoded to text, with ``finditer`` (or ``str.find`` on its literal prefix), and only its
+  matches reach Python: each is handed to the rule's handler in file order. Records before a
+  match are moved into the current series when the handler touches the series (a new run, a
+  summary), so a run boundary splits the records where it occurs;
+* CRLF endings and MPI output tags are removed from the block first, except tags that open their
+  lines in a parser whose rules read past them (``mpi_tags_in_place``).
 
-Rules must not match across a newline (record rules never may), and a number that ends a record
-has to be followed by something (a unit, a space, the newline). The last line of a cut-off file
-has no newline, so a number cut in half there never matches and never becomes a wrong record.
-A record rule counts once per match; when a record and another rule's match share one line, the
-other match is handled first.
+A record rule must not match a newline, and a number that ends a record has to be followed by
+something (a unit, a space, the newline). The last line of a cut-off file has no newline, so a
+number cut in half there never matches and never becomes a wrong record. Other rules may span
+lines. A record rule counts once per match; when a record and another rule's match share one
+line, the other match is handled first.
 """
 
 from __future__ import annotations
