@@ -7,14 +7,17 @@ them. ``plot_scaling`` writes the scaling chart with matplotlib's non-interactiv
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from tabulate import tabulate
 
 from repro.reproduce import MATCH, CellResult, TableResult, non_monotonic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JSON_KEYS = ("nodes", "gpus", "precision", "batch_size", "published", "reproduced", "delta_pct", "verdict")
 
@@ -37,6 +40,7 @@ def cell_text(c: CellResult) -> str:
 
 
 def _frame(results: Sequence[TableResult]) -> pd.DataFrame:
+    import pandas as pd  # tables only: `repro parse` never pays for importing it
     several = len({r.manifest.id for r in results}) > 1
     rows = []
     for r in results:
@@ -50,7 +54,7 @@ def _frame(results: Sequence[TableResult]) -> pd.DataFrame:
 def _pivot(df: pd.DataFrame, value: str) -> list[list[Any]]:
     order = list(dict.fromkeys(df["col"]))
     wide = df.pivot_table(index=["gpus", "row"], columns="col", values=value, aggfunc="first").reindex(columns=order)
-    return [[row, *("" if pd.isna(v) else v for v in vals)] for (_, row), vals in zip(wide.index, wide.values)], order
+    return [[row, *("" if v != v or v is None else v for v in vals)] for (_, row), vals in zip(wide.index, wide.values)], order
 
 
 def render_markdown(results: Sequence[TableResult]) -> str:
@@ -75,8 +79,8 @@ def render_markdown(results: Sequence[TableResult]) -> str:
     out += _scaling_section(df)
     out += _notes_section(results)
     cells = [c for r in results for c in r.cells]
-    counts = pd.Series([c.verdict for c in cells]).value_counts()
-    out += ["", "Verdict: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(cells)} cells."]
+    counts = Counter(c.verdict for c in cells)
+    out += ["", "Verdict: " + ", ".join(f"{n} {v}" for v, n in counts.most_common()) + f" of {len(cells)} cells."]
     return "\n".join(out) + "\n"
 
 
@@ -129,6 +133,7 @@ def render_json(results: Sequence[TableResult]) -> str:
 
 
 def render_csv(results: Sequence[TableResult]) -> str:
+    import pandas as pd
     recs = [cell_record(c) for r in results for c in r.cells]
     for rec in recs:
         rec["repeats"] = " ".join(f"{v:.2f}" for v in rec["repeats"])

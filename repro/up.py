@@ -20,9 +20,10 @@ from typing import Any
 
 import docker
 
+from repro import lock
 from repro.errors import ReproError, RunFailed, UsageError
 from repro.hosts import Hosts, load_hosts
-from repro.images import ImagesOptions, prepare
+from repro.images import ImagesOptions, check_pins, prepare
 from repro.images.engine import node_client
 from repro.images.events import Event, Progress, ignore
 from repro.launch import CellFailed, NodeResult, launch_cell
@@ -137,11 +138,14 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         raise UsageError(f"no cell of {manifest.id} matches the --cells filter")
     need = max(c.nodes for c in cells)
     used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
+    progress(Event("step", "checking the pins against the lock file"))
+    check_pins(manifest, opts.images, progress=progress)
     infiniband = {} if opts.skip_preflight else _preflight(used, manifest, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
         run = RunDir.create(opts.out, manifest, hosts)
+        lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))

@@ -31,7 +31,7 @@ from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BuildOptions", "ImagesOptions", "ImagesResult", "dry_run_text", "lock_target", "prepare"]
+__all__ = ["BuildOptions", "ImagesOptions", "ImagesResult", "check_pins", "dry_run_text", "lock_target", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,7 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
     if opts.mode not in ("auto", "pull", "build"):
         raise UsageError(f"unknown mode {opts.mode!r}")
     local = client or connect()
-    pins = resolve_pins(local, manifest, opts, progress)
-    unpinned = any(not r.digest for r in lock.image_refs(manifest).values())
-    path, written = lock.check(manifest, pins, update=opts.update_lock, allow_create=opts.allow_unpinned and unpinned)
-    if written:
-        progress(Event("info", f"lock written: {path}"))
+    pins, path, written = check_pins(manifest, opts, progress=progress, client=local)
     built = None
     if "registry" in manifest.image:
         if opts.mode == "build" or opts.push:
@@ -94,6 +90,22 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
     progress(Event("done", f"{reference} ({image_id[:19]}) on {len(nodes) or 1} engine(s)",
                    data={"seconds": result.seconds}))
     return result
+
+
+def check_pins(manifest: Manifest, opts: ImagesOptions = ImagesOptions(), *, progress: Progress = ignore,
+               client: docker.DockerClient | None = None) -> tuple[lock.Pins, Path, bool]:
+    """Resolve the target's pins and hold them against its lock file (ProvenanceError on a difference).
+
+    Returns the pins, the lock path and whether the lock was written. `repro up` calls this
+    before it touches any node, so a mismatch refuses to start.
+    """
+    local = client or connect()
+    pins = resolve_pins(local, manifest, opts, progress)
+    unpinned = any(not r.digest for r in lock.image_refs(manifest).values())
+    path, written = lock.check(manifest, pins, update=opts.update_lock, allow_create=opts.allow_unpinned and unpinned)
+    if written:
+        progress(Event("info", f"lock written: {path}"))
+    return pins, path, written
 
 
 def resolve_pins(local: docker.DockerClient, manifest: Manifest, opts: ImagesOptions, progress: Progress) -> lock.Pins:

@@ -142,7 +142,8 @@ def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, 
     for line in proc.stderr:
         lines.append(line)
         ev = json.loads(line) if line.startswith("{") else {}
-        if not killed and ev.get("kind") == "throughput" and ev.get("node") == "rc-node2":
+        # rank 0 reports throughput while both ranks train; kill rank 1's container then
+        if not killed and ev.get("kind") == "throughput":
             run_id = Path(next(json.loads(x)["run_dir"] for x in lines if '"run_dir"' in x)).name
             node2 = docker.DockerClient(base_url=cluster["nodes"][1]["docker_host"])
             threading.Thread(target=lambda: [c.kill() for c in node2.containers.list(
@@ -161,17 +162,20 @@ def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, 
 
 
 def test_a_run_whose_lock_does_not_match_refuses_to_start(cluster, target, locked, env, tmp_path):
+    """The manifest pins one base digest, its lock file another: nothing starts, both digests are named."""
     other = tmp_path / "t"
     other.mkdir()
-    shutil.copy(target, other / target.name)
-    lock = json.loads(locked.read_text())
-    text = json.dumps(lock)
     real = cluster["base_digest"]
     fake = "sha256:" + "0" * 64
-    assert real in text
-    (other / locked.name).write_text(text.replace(real, fake))
+    text = target.read_text()
+    pinned = text.replace(f'base: {{ref: "{cluster["base_image"]}", digest: ""}}',
+                          f'base: {{ref: "{cluster["base_image"]}", digest: "{real}"}}')
+    assert pinned != text
+    (other / target.name).write_text(pinned)
+    (other / locked.name).write_text(locked.read_text().replace(real, fake))
     proc = repro(env, *up_args(cluster, other / target.name, tmp_path / "runs"))
-    assert proc.returncode != 0
-    assert real in proc.stderr and fake in proc.stderr
+    assert proc.returncode == 6, proc.stderr[-2000:]
+    assert real in proc.stderr and fake in proc.stderr and "--update-lock" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert '"preflight' not in proc.stderr, "the lock is checked before any node is touched"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
