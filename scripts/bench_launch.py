@@ -71,9 +71,16 @@ def by_hand(hosts: Hosts, clients: dict, manifest, image: str, out: Path) -> flo
     return figure(out, manifest)
 
 
+OVERHEAD: list[tuple[float, float]] = []  # (launch_cell wall, container start-to-end) per kit run
+
+
 def by_kit(hosts: Hosts, clients: dict, manifest, image: str, d: Path, i: int) -> float:
     cell = next(c for c in manifest.cells() if c.nodes == 1)
+    t0 = time.monotonic()
     res = launch_cell(manifest, cell, hosts, d, run_id=f"bench-kit-{i}", clients=clients, image=image)
+    wall = time.monotonic() - t0
+    ran = datetime.fromisoformat(res[0].ended).timestamp() - datetime.fromisoformat(res[0].started).timestamp()
+    OVERHEAD.append((wall, ran))
     return figure(Path(res[0].log), manifest)
 
 
@@ -126,6 +133,10 @@ def main() -> None:
     ratio = statistics.median(kit) / statistics.median(hand)
     print(f"throughput: kit median {statistics.median(kit):.2f}, by hand median {statistics.median(hand):.2f} "
           f"images/s, ratio {ratio:.3f} (target >= 0.98)")
+    over = [(w - r) / w for w, r in OVERHEAD]
+    print("launch overhead per cell (create, copy-in, start, follow, remove), as a share of the cell's wall time: "
+          + ", ".join(f"{w - r:.2f} s of {w:.1f} s" for w, r in OVERHEAD)
+          + f"; median {statistics.median(over):.1%}; on a 60 s cell: {statistics.median([w - r for w, r in OVERHEAD]) / 60:.1%}")
     if args.manifest:
         print("repro up, one 1-node cell:", json.dumps(up_overhead(args.manifest, cluster["hosts_file"]), indent=2))
     print(f"load average after: {os.getloadavg()}")
