@@ -104,7 +104,8 @@ def test_torch_ranks_and_master_at_api_level() -> None:
 PADDLE_DOCKER = ("docker run --network=host --ipc=host --shm-size=64g --ulimit=memlock=-1 "
                  "'--gpus=\"device=0,1,2,3,4,5,6,7\"' -v=/data/imagenet:/workspace/PaddleClas/data:ro "
                  "-w=/workspace/PaddleClas -e=FLAGS_conv_workspace_size_limit=4000 "
-                 "-e=FLAGS_cudnn_batchnorm_spatial_persistent=1 -e=FLAGS_cudnn_exhaustive_search=1 IMAGE")
+                 "-e=FLAGS_cudnn_batchnorm_spatial_persistent=1 -e=FLAGS_cudnn_exhaustive_search=1 "
+                 "-e=POD_IP={ip} IMAGE")  # the node's own address: Paddle's rank comes from it
 PADDLE_CMD = ("$ python -m paddle.distributed.launch --log_dir=./mylog --gpus=0,1,2,3,4,5,6,7 "
               "--ips=10.10.0.1,10.10.0.2,10.10.0.3,10.10.0.4 ppcls/static/train.py "
               "-c ppcls/configs/ImageNet/ResNet/ResNet50.yaml -o Global.print_batch_step=10 "
@@ -119,16 +120,16 @@ launcher paddle, 1 cells x 1 repeats
 cell 4n8g-fp32-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), fp32, batch 256/GPU
   image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04@sha256:{"ab" * 32}
   rank 0 on 10.10.0.1 (10.10.0.1) [worker]
-    {PADDLE_DOCKER}
+    {PADDLE_DOCKER.format(ip="10.10.0.1")}
     {PADDLE_CMD}
   rank 1 on 10.10.0.2 (10.10.0.2) [worker]
-    {PADDLE_DOCKER}
+    {PADDLE_DOCKER.format(ip="10.10.0.2")}
     {PADDLE_CMD}
   rank 2 on 10.10.0.3 (10.10.0.3) [worker]
-    {PADDLE_DOCKER}
+    {PADDLE_DOCKER.format(ip="10.10.0.3")}
     {PADDLE_CMD}
   rank 3 on 10.10.0.4 (10.10.0.4) [worker]
-    {PADDLE_DOCKER}
+    {PADDLE_DOCKER.format(ip="10.10.0.4")}
     {PADDLE_CMD}
 """
 
