@@ -33,8 +33,8 @@ default 1 GiB set (51 MiB files):
 * peak RSS 36 MB (51 MiB files) and 28 MB with the 256 MiB set (13 MiB files), whatever the
   number of files: memory grows only with the records a file holds, about 22 bytes each (a single
   1 GiB TF1 log, 9.2 million records, peaks at ~290 MB);
-* ``repro parse`` (CLI) 36-52 MB/s: it imports pandas (via repro.report) even for --format json,
-  about 0.6 s of CPU per process.
+* ``repro parse`` (CLI) 36-52 MB/s when it still imported pandas (via repro.report) for every
+  parse, about 0.6 s of CPU per process; the parse path no longer imports it (not re-measured).
 
 Where the time goes, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a format), 0.7-1 us a
 record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs hold ~9000 records
