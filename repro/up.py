@@ -81,11 +81,7 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
     if opts.hosts_file is None and "<redacted>" in recorded.read_text(encoding="utf-8"):
         raise UsageError(f"{recorded} has its secret values redacted, so it cannot be run again",
                          hint="give the original inventory: repro up --resume RUN_DIR --hosts FILE")
-    return manifest, hosts_or(opts.hosts_file, recorded), run
-
-
-def hosts_or(given: Path | None, recorded: Path) -> Hosts:
-    return load_hosts(given or recorded)
+    return manifest, load_hosts(opts.hosts_file or recorded), run
 
 
 def _preflight(hosts: Hosts, manifest: Manifest, opts: UpOptions, progress: Progress) -> dict[str, bool]:
@@ -100,17 +96,18 @@ def _preflight(hosts: Hosts, manifest: Manifest, opts: UpOptions, progress: Prog
     return {r.node: bool(r.infiniband.value) for r in reports}
 
 
-def _clients(hosts: Hosts, progress: Progress) -> dict[str, docker.DockerClient]:
+def _clients(hosts: Hosts) -> dict[str, docker.DockerClient]:
+    """Every node's engine, connected in parallel; one error listing every node that failed."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         futures = {n.name: pool.submit(node_client, n) for n in hosts.nodes}
-    errors = {name: f.exception() for name, f in futures.items() if f.exception()}
+    errors = {name: e for name, f in futures.items() if (e := f.exception()) is not None}
     if errors:
-        lines = [f"{name}: {err}" for name, err in errors.items()]
-        raise RunFailed("cannot reach the Docker engine of every node:\n  " + "\n  ".join(lines),
-                        hint=next(iter(errors.values())).hint if isinstance(next(iter(errors.values())), ReproError)
-                        else None)
+        hints = {e.hint for e in errors.values() if isinstance(e, ReproError) and e.hint}
+        raise RunFailed("cannot reach the Docker engine of every node:\n  "
+                        + "\n  ".join(f"{name}: {err}" for name, err in errors.items()),
+                        hint="; ".join(sorted(hints)) or None)
     return {name: f.result() for name, f in futures.items()}
 
 
@@ -149,7 +146,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
-    clients = _clients(used, progress)
+    clients = _clients(used)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result)

@@ -9,7 +9,6 @@ No container may survive any test.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
