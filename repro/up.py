@@ -261,8 +261,8 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
             if last:
                 return False
             continue
-        except BaseException:
-            run.set_status(cell, repeat, PENDING, "interrupted")
+        except BaseException as e:  # Ctrl-C, or the environment failing under the run: resumable
+            run.set_status(cell, repeat, PENDING, "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {e}")
             raise
         finally:
             result.cell_seconds += time.monotonic() - t0
