@@ -246,13 +246,14 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
                 progress(Event("node", f"{kind} {text}", node=node))
 
         t0 = time.monotonic()
+        env = manifest.launch.env_for(cell, hosts.env)
         try:
             nodes_ran = launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
                                     on_event=on_event, infiniband=infiniband,
                                     log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
-            _commands(result, cell, repeat, nodes_ran, manifest.launch.env_for(cell, hosts.env), image)
+            _commands(result, cell, repeat, nodes_ran, env, image)
         except CellFailed as e:
-            _commands(result, cell, repeat, e.results, manifest.launch.env_for(cell, hosts.env), image)
+            _commands(result, cell, repeat, e.results, env, image)
             why = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
             last = attempt == attempts
             run.set_status(cell, repeat, FAILED if last else PENDING, why)

@@ -18,6 +18,7 @@ import paramiko
 from docker.transport import SSHHTTPAdapter
 
 from repro.errors import EnvironmentUnavailable
+from repro import nodes
 from repro.hosts import Node
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class _VerifiedSSH(SSHHTTPAdapter):
 
 
 def ssh_config_path() -> Path:
-    return Path(os.environ.get("REPRO_SSH_CONFIG") or os.path.expanduser("~/.ssh/config"))
+    """The ssh config paramiko reads: ``REPRO_SSH_CONFIG`` as repro.nodes resolves it, else ~/.ssh/config."""
+    return nodes.ssh_config_path() or Path("~/.ssh/config").expanduser()
 
 
 def node_url(node: Node) -> str:
