@@ -28,14 +28,31 @@ from __future__ import annotations
 
 import abc
 import gc
+import os
 import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from itertools import accumulate, repeat
-from typing import ClassVar, overload
+from typing import TYPE_CHECKING, ClassVar, overload
+
+if TYPE_CHECKING:
+    from repro.parsers import _scan
+
+try:
+    from repro.parsers._scan import PCRE2_VERSION, Scanner
+except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
+    Scanner = None  # type: ignore[assignment,misc]
+    PCRE2_VERSION = ""
+
+#: the engine rules run on: "native (PCRE2 <version>)" or "python"
+ENGINE = (
+    f"native (PCRE2 {PCRE2_VERSION.split()[0]})"
+    if Scanner is not None and os.environ.get("REPRO_PARSE_ENGINE", "") != "python"
+    else "python"
+)
 
 #: A decimal number as training scripts print it (``394.81086``, ``1e-05``, ``12671.899230200308``).
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -135,7 +152,7 @@ class Series:
     :class:`Record` objects when they are asked for. :attr:`values` is the value column itself.
     """
 
-    __slots__ = ("gpus", "summary", "per_gpu", "_v", "_i", "_e", "_l", "_lazy")
+    __slots__ = ("_e", "_i", "_l", "_lazy", "_v", "gpus", "per_gpu", "summary")
 
     def __init__(
         self,
@@ -417,10 +434,10 @@ class _TagStripper:
         if m is None:
             return block
         stamped = _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None
-        if self.in_place and (_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG).search(block) is None:
+        if self.in_place and not _found(_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG, block):
             return block
         if stamped:
-            block = _MPI_STAMPED_TAG_B.sub(b"", block)
+            block = _removed(_MPI_STAMPED_TAG_B, block)
             if b"]<std" not in block:
                 return block
         elif self.single:
@@ -428,7 +445,26 @@ class _TagStripper:
             if b"]<std" not in block:
                 return block
             self.single = False
-        return _MPI_TAG_B.sub(b"", block)
+        return _removed(_MPI_TAG_B, block)
+
+
+@cache
+def _native_of(rx: re.Pattern[bytes]) -> _scan.Scanner | None:
+    return _native_scanner(rx.pattern.decode(), rx.flags)
+
+
+def _found(rx: re.Pattern[bytes], block: bytes) -> bool:
+    """``rx.search(block) is not None``, natively where it can be."""
+    native = _native_of(rx)
+    starts = native.starts(block) if native is not None else None
+    return bool(starts) if starts is not None else rx.search(block) is not None
+
+
+def _removed(rx: re.Pattern[bytes], block: bytes) -> bytes:
+    """``rx.sub(b"", block)``, natively where it can be."""
+    native = _native_of(rx)
+    out = native.remove(block) if native is not None else None
+    return out if out is not None else rx.sub(b"", block)
 
 
 def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator[str]:
@@ -514,12 +550,18 @@ class Rule:
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "regex", re.compile(self.pattern, self.flags))
+        # ASCII classes (\d, \w, \s) on text as on bytes, and in both engines
+        object.__setattr__(self, "regex", re.compile(self.pattern, self.flags | re.ASCII))
 
     @cached_property
     def bregex(self) -> re.Pattern[bytes]:
         """The pattern for raw bytes (record rules run on those)."""
         return re.compile(self.pattern.encode(), self.flags)
+
+    @cached_property
+    def native(self) -> _scan.Scanner | None:
+        """The pattern compiled by the native scanner, or None (Python engine; see :data:`ENGINE`)."""
+        return _native_scanner(self.pattern, self.flags)
 
 
 #: one block's records as columns: line numbers, values, iterations, epochs (file order)
@@ -681,8 +723,10 @@ class PatternParser(LogParser):
 
     def _scan(self, b: Builder, blocks: Iterable[bytes | str]) -> tuple[int, bytes]:
         """Count lines and hand every match over in file order; returns (lines, last block)."""
-        record_rules = [_RecordRule(r.bregex) for r in self.rules if r.action == "record"]
-        other_rules = [_OtherRule(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
+        record_rules = [_RecordRule(r.bregex, r.native) for r in self.rules if r.action == "record"]
+        other_rules = [
+            _OtherRule(r.regex, self._action(r), r.native) for r in self.rules if r.action != "record"
+        ]
         clean = _TagStripper(self.mpi_tags_in_place)
         base = 0  # newlines before the current block
         tail = b""
@@ -692,7 +736,7 @@ class PatternParser(LogParser):
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
             if other_rules:
-                hits = _other_matches(other_rules, block.decode("utf-8", "replace"))
+                hits = _other_matches(other_rules, block)
                 if hits:
                     b._pending, b._taken = cols, 0
                     _dispatch(b, hits, base)
@@ -745,17 +789,30 @@ class PatternParser(LogParser):
 class _RecordRule:
     """A record rule's bytes pattern and where its groups land in ``re.split`` output."""
 
-    __slots__ = ("rx", "stride", "value", "iteration", "epoch")
+    __slots__ = ("epoch", "iteration", "native", "rx", "stride", "value")
 
-    def __init__(self, rx: re.Pattern[bytes]) -> None:
+    def __init__(self, rx: re.Pattern[bytes], native: _scan.Scanner | None = None) -> None:
         self.rx = rx
+        self.native = native
         self.stride = rx.groups + 1  # text before the match, then every group of the match
         self.value = rx.groupindex["value"]
         self.iteration = rx.groupindex.get("iteration", 0)
         self.epoch = rx.groupindex.get("epoch", 0)
 
     def columns(self, block: bytes, base: int) -> tuple[_Columns, int]:
-        """This rule's records in ``block`` as columns, and the number of newlines in the block.
+        """This rule's records in ``block`` as columns, and the number of newlines in the block."""
+        if self.native is not None:
+            found = self.native.records(block, base, self.value, self.iteration, self.epoch)
+            if found is not None:
+                *raw, newlines = found
+                lines, values, its, eps = array("q"), array("d"), array("q"), array("q")
+                for col, data in zip((lines, values, its, eps), raw):
+                    col.frombytes(data)
+                return (lines, values, its, eps), newlines
+        return self._columns(block, base)
+
+    def _columns(self, block: bytes, base: int) -> tuple[_Columns, int]:
+        """:meth:`columns` in Python.
 
         ``split`` gives [text before match 1, groups of 1, text between 1 and 2, groups of 2, ...,
         text after the last match]; newlines are counted in the text around the matches, which
@@ -829,16 +886,31 @@ class _OtherRule:
     are. When a block shows the literal is common after all, the rule goes back to ``finditer``.
     """
 
-    __slots__ = ("rx", "act", "prefix")
+    __slots__ = ("act", "native", "prefix", "rx")
 
     MIN_PREFIX = 4  # shorter literals (a quote, "] ") are too common for find to pay
     MAX_TRIES = 256  # places per block tried before the literal counts as common
 
-    def __init__(self, rx: re.Pattern[str], act: Callable[[Builder, re.Match[str], int], None]) -> None:
+    def __init__(
+        self,
+        rx: re.Pattern[str],
+        act: Callable[[Builder, re.Match[str], int], None],
+        native: _scan.Scanner | None = None,
+    ) -> None:
         self.rx = rx
         self.act = act
+        self.native = native
         prefix = _literal_prefix(rx)
         self.prefix = prefix if len(prefix) >= self.MIN_PREFIX else ""
+
+    def native_matches(self, block: bytes, text: _Text) -> list[re.Match[str]] | None:
+        """The matches in an ASCII block, found by the native scanner (None: ask :meth:`matches`)."""
+        starts = self.native.starts(block) if self.native is not None else None
+        if not starts:
+            return starts
+        match, s = self.rx.match, text.get()
+        found = [match(s, at) for at in starts]
+        return None if None in found else found  # type: ignore[return-value]
 
     def matches(self, text: str) -> Iterable[re.Match[str]]:
         prefix = self.prefix
@@ -880,11 +952,51 @@ def _literal_prefix(rx: re.Pattern[str]) -> str:
     return "".join(out)
 
 
-def _other_matches(rules: list[_OtherRule], text: str) -> list[_Hit]:
-    """Matches of the non-record rules in ``text`` (the decoded block), in file order."""
-    hits = [(m.start(), i, m, r.act) for i, r in enumerate(rules) for m in r.matches(text)]
+class _Text:
+    """A block decoded once, when a rule first needs the text."""
+
+    __slots__ = ("block", "text")
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.text: str | None = None
+
+    def get(self) -> str:
+        if self.text is None:
+            self.text = self.block.decode("utf-8", "replace")
+        return self.text
+
+
+def _other_matches(rules: list[_OtherRule], block: bytes) -> list[_Hit]:
+    """Matches of the non-record rules in ``block`` (as decoded text), in file order."""
+    text = _Text(block)
+    ascii_ = block.isascii()  # byte offsets are text offsets, and both engines read it alike
+    hits = []
+    for i, r in enumerate(rules):
+        found = r.native_matches(block, text) if ascii_ else None
+        if found is None:
+            found = r.matches(text.get())
+        hits += [(m.start(), i, m, r.act) for m in found]
     hits.sort()  # (start, rule) is unique, so matches are never compared
     return hits
+
+
+#: what the native scanner reads as Python does: re flags it maps, and no construct whose meaning
+#: differs between the two (``\Z``, ``{,n}``, ``\N{...}``, ``\u``, octal ``\0``, inline flags,
+#: conditionals) - any such rule just stays with the Python engine
+_NATIVE_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII
+_NATIVE_UNSAFE = re.compile(r"\\[ZNuU0]|\{,|\(\?[aiLmsux-]|\(\?\(")
+
+
+def _native_scanner(pattern: str, flags: int) -> _scan.Scanner | None:
+    if ENGINE == "python" or flags & ~_NATIVE_FLAGS or not pattern.isascii():
+        return None
+    if _NATIVE_UNSAFE.search(pattern):
+        return None
+    try:
+        return Scanner(pattern.encode(), int(flags))
+    except ValueError:
+        return None
 
 
 def _dispatch(b: Builder, hits: list[_Hit], base: int) -> None:

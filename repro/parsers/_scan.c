@@ -1,0 +1,322 @@
+/* Native scanner for the parser engine (repro.parsers.base): one rule's regular expression run
+ * over a block of log bytes with PCRE2's JIT, the records collected straight into columns.
+ *
+ * The Python engine stays the reference: this module only answers questions the engine asks
+ * of a rule and a block, and answers None whenever its answer could differ from what the
+ * Python code would compute (a number too long to convert here, an iteration past int64, a
+ * match-limit error), so the caller takes the Python path for that block.
+ *
+ *   Scanner(pattern: bytes, flags: int)        compile (raises ValueError if PCRE2 cannot)
+ *   Scanner.records(block, base, value, iteration, epoch)
+ *       -> (lines, values, iterations, epochs, newlines) | None
+ *          lines/iterations/epochs: bytes of native int64, values: bytes of double; a group
+ *          that took no part in a match is -1; group index 0 means "no such group".
+ *   Scanner.starts(block) -> list[int] | None   start offsets of successive matches
+ *   Scanner.remove(block) -> bytes | None        the block without its matches (re.sub(b"", ...))
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdint.h>
+#include <string.h>
+
+/* flags the Python side passes (re module values) */
+#define RE_IGNORECASE 2
+#define RE_MULTILINE 8
+#define RE_DOTALL 16
+#define RE_VERBOSE 64
+
+#define MAX_NUMBER 64 /* longer value groups go back to Python */
+
+typedef struct {
+    PyObject_HEAD
+    pcre2_code *code;
+    int jit;
+} Scanner;
+
+static void Scanner_dealloc(Scanner *self) {
+    if (self->code) pcre2_code_free(self->code);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"pattern", "flags", NULL};
+    Py_buffer pat;
+    int flags = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|i", kwlist, &pat, &flags)) return -1;
+    uint32_t options = PCRE2_NO_UTF_CHECK;
+    if (flags & RE_IGNORECASE) options |= PCRE2_CASELESS;
+    if (flags & RE_MULTILINE) options |= PCRE2_MULTILINE;
+    if (flags & RE_DOTALL) options |= PCRE2_DOTALL;
+    if (flags & RE_VERBOSE) options |= PCRE2_EXTENDED;
+    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+    if (!cc) {
+        PyBuffer_Release(&pat);
+        PyErr_NoMemory();
+        return -1;
+    }
+    pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
+    pcre2_set_bsr(cc, PCRE2_BSR_ANYCRLF);
+    int err;
+    PCRE2_SIZE at;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)pat.buf, (PCRE2_SIZE)pat.len, options, &err, &at, cc);
+    pcre2_compile_context_free(cc);
+    PyBuffer_Release(&pat);
+    if (!code) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        PyErr_Format(PyExc_ValueError, "PCRE2 cannot compile the pattern at %zu: %s", (size_t)at, msg);
+        return -1;
+    }
+    if (self->code) pcre2_code_free(self->code);
+    self->code = code;
+    self->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    return 0;
+}
+
+static inline int run(Scanner *s, const char *buf, size_t len, size_t off, pcre2_match_data *md) {
+    if (s->jit) return pcre2_jit_match(s->code, (PCRE2_SPTR)buf, len, off, 0, md, NULL);
+    return pcre2_match(s->code, (PCRE2_SPTR)buf, len, off, 0, md, NULL);
+}
+
+static inline int64_t count_newlines(const char *p, const char *end) {
+    int64_t n = 0;
+    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        n++;
+        p++;
+    }
+    return n;
+}
+
+/* a growable column of 8-byte items */
+typedef struct {
+    char *data;
+    size_t n, cap;
+} Column;
+
+static int col_push(Column *c, const void *item) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 1024;
+        char *d = PyMem_Realloc(c->data, cap * 8);
+        if (!d) return -1;
+        c->data = d;
+        c->cap = cap;
+    }
+    memcpy(c->data + 8 * c->n++, item, 8);
+    return 0;
+}
+
+/* -1: group unset; -2: not a plain run of at most 18 digits (Python decides) */
+static int64_t digits(const char *buf, PCRE2_SIZE *ov, int group) {
+    PCRE2_SIZE a = ov[2 * group], b = ov[2 * group + 1];
+    if (a == PCRE2_UNSET) return -1;
+    if (b <= a || b - a > 18) return -2;
+    int64_t v = 0;
+    for (PCRE2_SIZE i = a; i < b; i++) {
+        unsigned char ch = (unsigned char)buf[i];
+        if (ch < '0' || ch > '9') return -2;
+        v = v * 10 + (ch - '0');
+    }
+    return v;
+}
+
+static PyObject *Scanner_records(Scanner *self, PyObject *args) {
+    Py_buffer blk;
+    long long base;
+    int vg, ig, eg;
+    if (!PyArg_ParseTuple(args, "y*Liii", &blk, &base, &vg, &ig, &eg)) return NULL;
+    uint32_t groups;
+    pcre2_pattern_info(self->code, PCRE2_INFO_CAPTURECOUNT, &groups);
+    if (vg <= 0 || (uint32_t)vg > groups || ig < 0 || (uint32_t)ig > groups || eg < 0 || (uint32_t)eg > groups) {
+        PyBuffer_Release(&blk);
+        PyErr_SetString(PyExc_ValueError, "group index out of range");
+        return NULL;
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->code, NULL);
+    if (!md) {
+        PyBuffer_Release(&blk);
+        return PyErr_NoMemory();
+    }
+    const char *buf = blk.buf;
+    size_t len = (size_t)blk.len, off = 0, counted = 0;
+    int64_t line = base + 1;
+    Column cl = {0}, cv = {0}, ci = {0}, ce = {0};
+    int fallback = 0, nomem = 0;
+    char num[MAX_NUMBER + 1];
+    while (off <= len) {
+        int rc = run(self, buf, len, off, md);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) { /* match or depth limit: let Python decide */
+            fallback = 1;
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        line += count_newlines(buf + counted, buf + ov[0]);
+        counted = ov[0];
+        PCRE2_SIZE a = ov[2 * vg], b = ov[2 * vg + 1];
+        if (a == PCRE2_UNSET || b <= a || b - a > MAX_NUMBER || memchr(buf + a, '_', b - a)) {
+            fallback = 1;
+            break;
+        }
+        memcpy(num, buf + a, b - a);
+        num[b - a] = 0;
+        char *end;
+        double value = PyOS_string_to_double(num, &end, NULL);
+        if (value == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            fallback = 1;
+            break;
+        }
+        if (end != num + (b - a)) {
+            fallback = 1;
+            break;
+        }
+        int64_t it = ig ? digits(buf, ov, ig) : -1, ep = eg ? digits(buf, ov, eg) : -1;
+        if (it == -2 || ep == -2) {
+            fallback = 1;
+            break;
+        }
+        if (col_push(&cl, &line) || col_push(&cv, &value) || col_push(&ci, &it) || col_push(&ce, &ep)) {
+            nomem = 1;
+            break;
+        }
+        if (ov[1] > ov[0]) {
+            off = ov[1];
+        } else { /* an empty match: a record rule never makes one; Python decides */
+            fallback = 1;
+            break;
+        }
+    }
+    pcre2_match_data_free(md);
+    PyObject *out = NULL;
+    if (nomem) {
+        PyErr_NoMemory();
+    } else if (fallback) {
+        out = Py_NewRef(Py_None);
+    } else {
+        int64_t newlines = (line - base - 1) + count_newlines(buf + counted, buf + len);
+        out = Py_BuildValue("(y#y#y#y#L)", cl.data ? cl.data : "", (Py_ssize_t)(8 * cl.n),
+                            cv.data ? cv.data : "", (Py_ssize_t)(8 * cv.n), ci.data ? ci.data : "",
+                            (Py_ssize_t)(8 * ci.n), ce.data ? ce.data : "", (Py_ssize_t)(8 * ce.n),
+                            (long long)newlines);
+    }
+    PyMem_Free(cl.data);
+    PyMem_Free(cv.data);
+    PyMem_Free(ci.data);
+    PyMem_Free(ce.data);
+    PyBuffer_Release(&blk);
+    return out;
+}
+
+static PyObject *Scanner_starts(Scanner *self, PyObject *args) {
+    Py_buffer blk;
+    if (!PyArg_ParseTuple(args, "y*", &blk)) return NULL;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->code, NULL);
+    PyObject *out = md ? PyList_New(0) : PyErr_NoMemory();
+    const char *buf = blk.buf;
+    size_t len = (size_t)blk.len, off = 0;
+    while (out && off <= len) {
+        int rc = run(self, buf, len, off, md);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            Py_SETREF(out, Py_NewRef(Py_None));
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] == ov[0]) { /* empty matches follow Python's rules, not these: Python decides */
+            Py_SETREF(out, Py_NewRef(Py_None));
+            break;
+        }
+        PyObject *at = PyLong_FromSize_t(ov[0]);
+        if (!at || PyList_Append(out, at) < 0) Py_CLEAR(out);
+        Py_XDECREF(at);
+        off = ov[1];
+    }
+    if (md) pcre2_match_data_free(md);
+    PyBuffer_Release(&blk);
+    return out;
+}
+
+static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
+    Py_buffer blk;
+    if (!PyArg_ParseTuple(args, "y*", &blk)) return NULL;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->code, NULL);
+    char *dst = md ? PyMem_Malloc(blk.len ? (size_t)blk.len : 1) : NULL;
+    PyObject *out = NULL;
+    if (!dst) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const char *buf = blk.buf;
+    size_t len = (size_t)blk.len, off = 0, kept = 0, n = 0;
+    int decided = 1;
+    while (off <= len) {
+        int rc = run(self, buf, len, off, md);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */
+            decided = 0;
+            break;
+        }
+        memcpy(dst + n, buf + kept, ov[0] - kept);
+        n += ov[0] - kept;
+        kept = off = ov[1];
+    }
+    if (decided) {
+        memcpy(dst + n, buf + kept, len - kept);
+        out = PyBytes_FromStringAndSize(dst, (Py_ssize_t)(n + len - kept));
+    } else {
+        out = Py_NewRef(Py_None);
+    }
+done:
+    PyMem_Free(dst);
+    if (md) pcre2_match_data_free(md);
+    PyBuffer_Release(&blk);
+    return out;
+}
+
+static PyObject *Scanner_get_jit(Scanner *self, void *closure) { return PyBool_FromLong(self->jit); }
+
+static PyMethodDef Scanner_methods[] = {
+    {"records", (PyCFunction)Scanner_records, METH_VARARGS,
+     "records(block, base, value, iteration, epoch) -> (lines, values, iterations, epochs, newlines) or None"},
+    {"starts", (PyCFunction)Scanner_starts, METH_VARARGS, "starts(block) -> list of match starts, or None"},
+    {"remove", (PyCFunction)Scanner_remove, METH_VARARGS, "remove(block) -> block without the matches, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Scanner_getset[] = {
+    {"jit", (getter)Scanner_get_jit, NULL, "whether PCRE2 compiled the pattern to machine code", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "repro.parsers._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A regular expression compiled by PCRE2 (JIT) for scanning blocks of log bytes.",
+    .tp_methods = Scanner_methods,
+    .tp_getset = Scanner_getset,
+    .tp_init = (initproc)Scanner_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT, "_scan", "PCRE2 scanner for repro's log parsers.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&scan_module);
+    if (!m) return NULL;
+    char version[64];
+    pcre2_config(PCRE2_CONFIG_VERSION, version);
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddStringConstant(m, "PCRE2_VERSION", version) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

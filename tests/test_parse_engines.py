@@ -1,0 +1,174 @@
+"""The native scanner (PCRE2) and the Python engine give the same parse, to the last field.
+
+Every bundled log, and damaged copies of the representative ones, is parsed in this process
+(the engine the install built) and in a child with ``REPRO_PARSE_ENGINE=python``; the two
+results must be equal: parser, line count, facts, issues, and every series with every record
+(value, iteration, epoch, line). Where the native scanner is not built the comparison would
+compare the Python engine with itself: the tests are skipped locally and FAIL in CI
+(``REPRO_REQUIRE`` / ``CI``), like every test that needs a real component.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import subprocess
+import sys
+from array import array
+from pathlib import Path
+
+import pytest
+from parsers_helpers import (
+    PUBLISHED,
+    crlf,
+    cut_inside_line,
+    mpi_tagged,
+    reference_logs,
+    representative_logs,
+    spliced_tags,
+    with_junk,
+)
+
+from repro.parsers import ParseResult, parse_file
+from repro.parsers import base as engine
+
+pytestmark = pytest.mark.native
+
+CHILD = """
+import pickle, sys
+from repro.parsers import base, parse_file
+assert base.ENGINE == "python", base.ENGINE
+out = []
+for path in sys.argv[1:]:
+    try:
+        out.append(_full(parse_file(path)))
+    except Exception as e:  # the same error must come from both engines
+        out.append(("error", type(e).__name__, str(e)))
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+
+
+def _full(result: ParseResult) -> tuple:
+    return (
+        result.parser,
+        result.lines,
+        result.facts,
+        result.issues,
+        [
+            (s.gpus, s.summary, s.per_gpu, list(s.values), s.iterations, s.epochs, s.lines)
+            for s in result.series
+        ],
+    )
+
+
+def _here(path: Path) -> tuple:
+    try:
+        return _full(parse_file(path))
+    except Exception as e:  # noqa: BLE001 - compared with the child's
+        return ("error", type(e).__name__, str(e))
+
+
+def _python_engine(paths: list[Path]) -> list[tuple]:
+    import inspect
+
+    code = "from __future__ import annotations\n" + inspect.getsource(_full) + CHILD
+    r = subprocess.run(
+        [sys.executable, "-c", code, *map(str, paths)],
+        capture_output=True,
+        env={**os.environ, "REPRO_PARSE_ENGINE": "python"},
+        check=False,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return pickle.loads(r.stdout)
+
+
+def _ascii_junk(data: bytes) -> bytes:
+    """Junk lines without the non-ASCII one, so the native path reads every block."""
+    out = with_junk(data, seed=11)
+    return out.decode("utf-8", "replace").encode("ascii", "replace")
+
+
+VARIANTS = {
+    "crlf": crlf,
+    "mpi-tags": mpi_tagged,
+    "timestamped-tags": lambda d: mpi_tagged(d, timestamp=True),
+    "spliced-tags": lambda d: spliced_tags(d, seed=5, every=3),
+    "junk": lambda d: with_junk(d, seed=3),  # not ASCII: other rules take the Python path
+    "ascii-junk": _ascii_junk,
+    "cut-last-line": lambda d: cut_inside_line(d, d.count(b"\n") - 1, 0.6),
+}
+
+SYNTHETIC = {
+    # past what the scanner converts itself: a 70-digit value, an iteration past int64
+    "long-number.log": (
+        "DLL 2022-06-07 08:11:20.889682 - (0, 200) total_ips : 1" + "1" * 69 + ".5 \n"
+        "DLL 2022-06-07 08:11:21.889682 - (0, 210) total_ips : 1184.3794455241973 \n"
+    ),
+    "huge-iteration.log": (
+        "DLL 2022-06-07 08:11:20.889682 - (0, 92233720368547758070) total_ips : 1142.5 \n"
+        "DLL 2022-06-07 08:11:21.889682 - (0, 210) total_ips : 1184.3794455241973 \n"
+    ),
+    "exponent.log": (
+        "DLL 2022-06-07 08:11:20.889682 - (0, 200) total_ips : 1.1426e+03 \n"
+        "DLL 2022-06-07 08:11:21.889682 - (1, 210) total_ips : .5 \n"
+        "DLL 2022-06-07 08:11:22.889682 - () train_throughput : 1184.37944552419731234 \n"
+    ),
+}
+
+
+def test_native_engine_reads_every_built_in_rule() -> None:
+    from repro.parsers import PARSERS
+
+    python_only = [(c.name, r.pattern) for c in PARSERS.plugins() for r in c.rules if r.native is None]
+    assert python_only == []
+
+
+def test_every_bundled_log_parses_the_same() -> None:
+    paths = reference_logs()
+    assert len(paths) > 40
+    theirs = _python_engine(paths)
+    for path, want in zip(paths, theirs, strict=True):
+        assert _here(path) == want, path.relative_to(PUBLISHED)
+
+
+def test_damaged_and_synthetic_logs_parse_the_same(tmp_path: Path) -> None:
+    paths = []
+    for i, log in enumerate(representative_logs()):
+        data = log.read_bytes()
+        for name, make in VARIANTS.items():
+            p = tmp_path / f"{i:02d}-{name}-{log.name}"
+            p.write_bytes(make(data))
+            paths.append(p)
+    for name, text in SYNTHETIC.items():
+        p = tmp_path / name
+        p.write_text(text)
+        paths.append(p)
+    theirs = _python_engine(paths)
+    for path, want in zip(paths, theirs, strict=True):
+        assert _here(path) == want, path.name
+    long_number = _here(tmp_path / "long-number.log")
+    assert long_number[4][0][3][0] == float("1" * 70 + ".5")  # exactly as float() reads it
+
+
+def test_scanner_answers_like_re() -> None:
+    """The module's own contract, on small inputs."""
+    rx = rb"\((?P<epoch>\d+), (?P<iteration>\d+)\) ips : (?P<value>[\d.e+-]+)(?=\s)"
+    s = engine.Scanner(rx, 0)
+    block = b"a\n(0, 10) ips : 12.5 x (1, 11) ips : 1e3\n\n(2, 12) ips : 7\nend"
+    lines, values, its, eps, newlines = s.records(block, 100, 3, 2, 1)
+    def col(code: str, data: bytes) -> list:
+        a = array(code)
+        a.frombytes(data)
+        return a.tolist()
+
+    assert col("q", lines) == [102, 102, 104]  # the 7 is followed by a newline; "end" is cut
+    assert col("d", values) == [12.5, 1000.0, 7.0]
+    assert (col("q", its), col("q", eps), newlines) == ([10, 11, 12], [0, 1, 2], 4)
+    assert s.starts(block) == [m.start() for m in re.finditer(rx, block)] == [2, 23, 42]
+    tag = engine.Scanner(engine._MPI_TAG_B.pattern, 0)
+    tagged = b"[1,0]<stdout>:a\nb[1,12]<stderr>:c\n"
+    assert tag.remove(tagged) == engine._MPI_TAG_B.sub(b"", tagged) == b"a\nbc\n"
+    with pytest.raises(ValueError, match="PCRE2 cannot compile"):
+        engine.Scanner(rb"(unclosed", 0)
