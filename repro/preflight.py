@@ -64,6 +64,7 @@ class IbPort:
     state: str
     rate_gbps: float | None
     link_layer: str | None
+    fw: str | None = field(default=None, compare=False)  # the HCA's firmware, where the tool prints it
 
     @property
     def active(self) -> bool:
@@ -116,29 +117,33 @@ def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
 def parse_ibstat(text: str) -> tuple[IbPort, ...]:
     """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
     ports: list[dict[str, Any]] = []
-    ca, cur = None, None
+    ca, fw, cur = None, None, None
     for line in text.splitlines():
         if m := re.match(r"CA '(.+)'", line.strip()):
-            ca = m[1]
+            ca, fw, cur = m[1], None, None
         elif (m := re.fullmatch(r"Port (\d+):", line.strip())) and ca:
-            ports.append(cur := {"device": ca, "port": int(m[1])})
+            ports.append(cur := {"device": ca, "port": int(m[1]), "fw": fw})
+        elif line.strip().startswith("Firmware version:") and cur is None:
+            fw = line.partition(":")[2].strip() or None
         elif cur is not None and ":" in line:
             key, _, val = (s.strip() for s in line.partition(":"))
             cur[key.lower()] = val
-    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _num(p.get("rate")), p.get("link layer"))
+    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _num(p.get("rate")), p.get("link layer"), p["fw"])
                  for p in ports)
 
 
 def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
     """``ibv_devinfo -v``: ``hca_id:`` blocks with ``port:`` sections; rate = width x lane speed."""
     ports: list[dict[str, Any]] = []
-    hca, cur = None, None
+    hca, fw, cur = None, None, None
     for line in text.splitlines():
         key, _, val = (s.strip() for s in line.partition(":"))
         if key == "hca_id":
-            hca = val
+            hca, fw, cur = val, None, None
+        elif key == "fw_ver" and cur is None:
+            fw = val or None
         elif key == "port" and hca:
-            ports.append(cur := {"device": hca, "port": int(val)})
+            ports.append(cur := {"device": hca, "port": int(val), "fw": fw})
         elif cur is not None and key in ("state", "link_layer", "active_width", "active_speed"):
             cur[key] = val
     out = []
@@ -146,7 +151,7 @@ def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
         width = re.match(r"(\d+)X", p.get("active_width", ""))
         speed = _num(p.get("active_speed"))
         rate = int(width[1]) * speed if width and speed else None
-        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer")))
+        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer"), p["fw"]))
     return tuple(out)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from repro import paths
 from repro.hosts import Node
+from repro.nodes import Session, run_on_all
+from repro.preflight import parse_ibstat
 
 log = logging.getLogger(__name__)
 
@@ -85,36 +87,12 @@ def local_runner(timeout_s: int = 120) -> Runner:
     return run
 
 
-def ssh_runner(node: Node, ssh_config: Path | None = None, timeout_s: int = 120) -> Runner:
-    """Run on ``node`` over SSH (fabric); host keys must be known (RejectPolicy), as for the engines."""
+def session_runner(session: Session, timeout_s: int = 120) -> Runner:
+    """Run on a node over the session ``nodes.run_on_all`` opened (host keys verified there)."""
     def run(script: str) -> tuple[int, str, str]:
-        import fabric
-        import paramiko
-
-        from repro.images.engine import ssh_config_path
-
-        cfg_path = ssh_config or ssh_config_path()
-        config = fabric.Config(runtime_ssh_path=str(cfg_path)) if cfg_path.is_file() else fabric.Config()
-        kwargs: dict[str, Any] = {"allow_agent": False, "banner_timeout": 15, "auth_timeout": 15}
-        if node.identity:
-            kwargs.update(key_filename=node.identity, look_for_keys=False)
-        try:
-            with fabric.Connection(node.address, user=node.user, port=node.port, config=config,
-                                   connect_timeout=15, connect_kwargs=kwargs) as conn:
-                conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-                for known in str(conn.ssh_config.get("userknownhostsfile", "")).split():
-                    if Path(known).expanduser().is_file():
-                        conn.client.load_host_keys(str(Path(known).expanduser()))
-                res = conn.run(f"sh -c {shlex.quote(script)}", hide=True, warn=True, timeout=timeout_s,
-                               in_stream=False)
-                return res.exited, res.stdout, res.stderr
-        except Exception as e:  # noqa: BLE001 - every failure is a reason, never an exception
-            return 255, "", f"ssh to {node.name} ({node.address}): {type(e).__name__}: {e}"
+        res = session.run(f"sh -c {shlex.quote(script)}", hide=True, warn=True, timeout=timeout_s, in_stream=False)
+        return res.exited, res.stdout, res.stderr
     return run
-
-
-def runner_for(node: Node, ssh_config: Path | None = None) -> Runner:
-    return local_runner() if node.local else ssh_runner(node, ssh_config)
 
 
 # ---------------------------------------------------------------- host probes
@@ -148,9 +126,7 @@ def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Pr
     rc, stdout, stderr = runner(HOST_SCRIPT)
     s = _sections(stdout)
     if not s:
-        reason = f"host probe did not run: {stderr.strip()[-300:] or f'exit {rc}'}"
-        return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
-                                          "gpu_topology", "hcas", "mlx5_core", "docker")}
+        return _not_run(f"host probe did not run: {stderr.strip()[-300:] or f'exit {rc}'}")
 
     def text(name: str, what: str) -> Probe:
         sec = s.get(name)
@@ -174,6 +150,11 @@ def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Pr
         "mlx5_core": text("mlx5", "/sys/module/mlx5_core/version"),
         "docker": docker_facts(docker_client) if docker_client is not None else _docker_cli(s),
     }
+
+
+def _not_run(reason: str) -> dict[str, Probe]:
+    return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
+                                      "gpu_topology", "hcas", "mlx5_core", "docker")}
 
 
 def _os(s: dict[str, tuple[int, str]]) -> Probe:
@@ -263,33 +244,11 @@ def _hcas(s: dict[str, tuple[int, str]]) -> Probe:
         return ok(ports)
     ib = s.get("ibstat")
     if ib and ib[0] == 0 and "CA '" in ib[1]:
-        return ok(parse_ibstat(ib[1]))
+        return ok([{"ca": p.device, "port": p.port, "state": p.state.upper(), "rate_gbps": p.rate_gbps,
+                    "link_layer": p.link_layer, "fw": p.fw} for p in parse_ibstat(ib[1])])
     reasons = [sysfs[1] if sysfs and sysfs[1] else "no /sys/class/infiniband", _why(ib, "ibstat"),
                _why(s.get("ibv_devinfo"), "ibv_devinfo")]
     return fail("; ".join(reasons))
-
-
-def parse_ibstat(text: str) -> list[dict[str, Any]]:
-    ports: list[dict[str, Any]] = []
-    ca, fw, cur = "", None, None
-    for line in text.splitlines():
-        line = line.strip()
-        if m := re.match(r"CA '([^']+)'", line):
-            ca, cur = m.group(1), None
-        elif line.startswith("Firmware version:"):
-            fw = line.split(":", 1)[1].strip()
-        elif m := re.match(r"Port (\d+):", line):
-            cur = {"ca": ca, "port": int(m.group(1)), "state": None, "rate_gbps": None, "link_layer": None, "fw": fw}
-            ports.append(cur)
-        elif cur is not None and ":" in line:
-            k, v = (x.strip() for x in line.split(":", 1))
-            if k == "State":
-                cur["state"] = v.upper()
-            elif k == "Rate":
-                cur["rate_gbps"] = _rate(v)
-            elif k == "Link layer":
-                cur["link_layer"] = v
-    return ports
 
 
 def _docker_cli(s: dict[str, tuple[int, str]]) -> Probe:
@@ -359,12 +318,12 @@ def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), tim
         return fail(f"container probe of {image}: unreadable output: {e}")
 
 
-def probe_hosts(nodes: Sequence[Node], *, ssh_config: Path | None = None,
-                clients: Mapping[str, Any] | None = None) -> dict[str, dict[str, Probe]]:
-    """Every node's host probes, in parallel; ``clients``: node name -> its engine's SDK client."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def probe_hosts(nodes: Sequence[Node], *, clients: Mapping[str, Any] | None = None,
+                timeout_s: int = 120) -> dict[str, dict[str, Probe]]:
+    """Every node's host probes, in parallel over SSH (``nodes.run_on_all``: the same config, host-key
+    checks and errors as preflight and launch); ``clients``: node name -> its engine's SDK client."""
     clients = clients or {}
-    with ThreadPoolExecutor(max(1, min(16, len(nodes)))) as pool:
-        futures = {n.name: pool.submit(probe_host, runner_for(n, ssh_config), clients.get(n.name)) for n in nodes}
-    return {name: f.result() for name, f in futures.items()}
+    found = run_on_all(nodes, lambda s: probe_host(session_runner(s, timeout_s), clients.get(s.node.name)),
+                       timeout=timeout_s)
+    return {name: facts if not isinstance(facts, Exception) else _not_run(f"host probe did not run: {facts}")
+            for name, facts in found.items()}

@@ -166,13 +166,12 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     from concurrent.futures import ThreadPoolExecutor
 
     from repro import probes, provenance
-    from repro.nodes import ssh_config_path
 
     if run.file("provenance.json").is_file():
         return provenance.load_record(run.file("provenance.json"))
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
-    host_facts = probes.probe_hosts(hosts.nodes, ssh_config=ssh_config_path(), clients=clients)
+    host_facts = probes.probe_hosts(hosts.nodes, clients=clients)
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(

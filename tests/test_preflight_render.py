@@ -52,6 +52,14 @@ def test_ibstat_roce_and_ib() -> None:
     )
 
 
+def test_firmware_of_each_hca() -> None:
+    """Not compared by ==; provenance records it."""
+    fws = [p.fw for p in parse_ibstat((DATA / "ibstat-roce-and-ib.txt").read_text())]
+    assert fws == ["14.31.1014", "20.31.1014"]
+    fws = [p.fw for p in parse_ibv_devinfo((DATA / "ibv_devinfo-plain-roce.txt").read_text())]
+    assert fws == ["22.38.1900"]  # mlx5_13 of that output lists no port
+
+
 def test_ibstat_ndr() -> None:
     assert parse_ibstat((DATA / "ibstat-ndr-400.txt").read_text()) == (IbPort("mlx5_5", 1, "Active", 400.0, "InfiniBand"),)
 
@@ -281,7 +289,7 @@ def test_json() -> None:
     assert doc["nodes"][0]["gpus"]["value"][0] == {"name": "Tesla V100-SXM2-32GB", "memory_mib": 32510,
                                                    "driver": "450.80.02"}
     assert doc["nodes"][0]["infiniband"]["value"][0] == {"device": "mlx5_0", "port": 1, "state": "Active",
-                                                         "rate_gbps": 100.0, "link_layer": "InfiniBand"}
+                                                         "rate_gbps": 100.0, "link_layer": "InfiniBand", "fw": None}
 
 
 def test_assess_exit_codes() -> None:

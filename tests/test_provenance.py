@@ -23,7 +23,8 @@ from repro.diff import diff
 from repro.errors import ProvenanceError, UsageError
 from repro.hosts import Hosts, Node
 from repro.manifest import Cell, find_target
-from repro.probes import _sections, local_runner, parse_ibstat, probe_host
+from repro.preflight import parse_ibstat
+from repro.probes import _sections, local_runner, probe_host
 from repro.reproduce import reproduce_run, reproduce_table
 from repro.rundir import (
     DONE,

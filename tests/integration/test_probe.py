@@ -195,15 +195,16 @@ def test_probe_fails_soft_without_python(engine: Any, cluster: dict) -> None:
 
 # ------------------------------------------------------------------ host probe
 @pytest.mark.ssh
-def test_host_probe_on_the_namespace_nodes(cluster: dict) -> None:
+def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import docker
 
     from repro.hosts import load_hosts
     from repro.probes import docker_facts, probe_hosts
 
+    monkeypatch.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
     hosts = load_hosts(Path(cluster["hosts_file"]))
     t0 = time.monotonic()
-    facts = probe_hosts(hosts.nodes, ssh_config=Path(cluster["ssh"]["config"]))
+    facts = probe_hosts(hosts.nodes)
     seconds = time.monotonic() - t0
     for info in cluster["nodes"]:
         f = facts[info["name"]]
@@ -221,25 +222,29 @@ def test_host_probe_on_the_namespace_nodes(cluster: dict) -> None:
 
 
 @pytest.mark.ssh
-def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path) -> None:
+def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from repro.hosts import Node
-    from repro.probes import probe_host, ssh_runner
+    from repro.probes import probe_hosts
 
     info = cluster["nodes"][0]
-    personal = Path.home() / ".ssh" / "known_hosts"   # paramiko reads it whatever the config says
+    personal = Path.home() / ".ssh" / "known_hosts"   # trusted whatever the config says, as by ssh
     if personal.is_file() and info["address"] in personal.read_text():
         pytest.skip(f"{personal} already trusts {info['address']}")
     config = tmp_path / "config"   # the cluster's key, but no known_hosts
     config.write_text(f"Host {info['address']}\n  User root\n  IdentityFile {cluster['ssh']['key']}\n"
                       f"  UserKnownHostsFile {tmp_path / 'empty'}\n")
-    facts = probe_host(ssh_runner(Node(info["name"], info["address"], user="root"), config))
-    assert facts["hostname"]["value"] is None and "not found in known_hosts" in facts["hostname"]["reason"]
+    monkeypatch.setenv("REPRO_SSH_CONFIG", str(config))
+    facts = probe_hosts([Node(info["name"], info["address"], user="root")])[info["name"]]
+    reason = facts["hostname"]["reason"]
+    assert facts["hostname"]["value"] is None and "unknown ssh-ed25519 host key SHA256:" in reason, reason
+    assert all(f["reason"] == reason for f in facts.values())
 
 
 # ------------------------------------------------------------------ real facts in a record
 @pytest.mark.docker
 @pytest.mark.ssh
-def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dict[str, str], tmp_path: Path) -> None:
+def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dict[str, str], tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Host facts from the namespace nodes and the torch image's probe, sealed, archived and audited."""
     from repro import provenance
     from repro.archive import create
@@ -253,7 +258,8 @@ def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dic
     hosts = load_hosts(Path(cluster["hosts_file"]))
     run = RunDir.create(tmp_path / "logs", manifest, hosts)
     record = provenance.new_record(run, manifest, hosts)
-    facts = probe_hosts(hosts.nodes, ssh_config=Path(cluster["ssh"]["config"]))
+    monkeypatch.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
+    facts = probe_hosts(hosts.nodes)
     image = engine.images.get(images["torch"])
     in_image = probe_container(engine, images["torch"], sources=["/workspace/source"])
     for node in hosts.nodes:
