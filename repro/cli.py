@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 import click
 import yaml
-from tabulate import tabulate
 
 from repro import __version__
 from repro.errors import InputError, ReproError, UsageError
@@ -87,6 +86,8 @@ def list_targets(fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     else:
+        from tabulate import tabulate
+
         click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
 
 

@@ -11,12 +11,14 @@ from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from repro.errors import InputError, Problem
+
+if TYPE_CHECKING:  # imported when a document is validated: commands that only parse logs never pay for it
+    import jsonschema
 
 
 @cache
@@ -29,6 +31,8 @@ def load_schema(name: str) -> dict[str, Any]:
 @cache
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     schema = load_schema(name)
+    import jsonschema
+
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
