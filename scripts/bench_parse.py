@@ -36,12 +36,13 @@ default 1 GiB set (51 MiB files):
 * ``repro parse`` (CLI) 36-52 MB/s when it still imported pandas (via repro.report) for every
   parse, about 0.6 s of CPU per process; the parse path no longer imports it (not re-measured).
 
-With the native scanner (PCRE2 JIT; load average ~1, CPU MB/s, best of 2, 1 GiB set): grep 1279 MB/s;
-kit process per file 128 MB/s (0.100 x grep), one process for all files 181 MB/s (0.141 x grep);
-per format PaddleClas 129, TF1 91, PyTorch 123, MXNet 172, Keras 157; peak RSS 39 MB at 257 MiB and
+With the native scanner (PCRE2 JIT; load average ~1, CPU MB/s, best of 3, 1 GiB set): grep 1338 MB/s;
+kit process per file 161 MB/s (0.121 x grep), one process for all files 229 MB/s (0.171 x grep),
+``repro parse`` CLI 135 MB/s (0.101; it was 98 before jsonschema and tabulate were imported lazily);
+per format PaddleClas 153, TF1 114, PyTorch 174, MXNet 212, Keras 194; peak RSS 39 MB at 257 MiB and
 at 1029 MiB. What is left is Python work per run and per config line (DLLogger PARAMETER lines,
-PaddleClas config dumps), ~0.1 s of interpreter start and imports per process, and the scan itself
-(~600 MB/s for TF1's dense records).
+PaddleClas config dumps, their handlers), ~0.1 s of interpreter start and imports per process, and
+the scan itself (~600 MB/s for TF1's dense records).
 
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a format), 0.7-1 us a
 record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs hold ~9000 records
