@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 import re
 import subprocess
 import sys
@@ -172,3 +173,73 @@ def test_scanner_answers_like_re() -> None:
     assert tag.remove(tagged) == engine._MPI_TAG_B.sub(b"", tagged) == b"a\nbc\n"
     with pytest.raises(ValueError, match="PCRE2 cannot compile"):
         engine.Scanner(rb"(unclosed", 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# rule by rule, on mutated blocks: the scanner's answer, where it gives one, is re's
+
+PIECES = [b"\n", b" ", b"(", b")", b",", b":", b"ips: ", b"total_ips : ", b"[1,0]<stdout>:", b"\r\n", b"\xff",
+          b"\xe6\xad\xa3", b"1e5", b"-3.5", b"99999999999999999999", b".5", b"images/s", b"samples/s",
+          b"Epoch: ", b" Iteration: ", b"\t", b"\x1c"]
+
+
+def _mutated(rng: random.Random, data: bytes) -> bytes:
+    d = bytearray(data)
+    for _ in range(rng.randrange(1, 40)):
+        op, at = rng.randrange(3), rng.randrange(len(d) + 1)
+        if op == 0:
+            d[at:at] = rng.choice(PIECES)
+        elif op == 1:
+            del d[at : at + rng.randrange(1, 8)]
+        else:
+            d[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+    return bytes(d)
+
+
+def _col(code: str, data: bytes, missing: bool = False) -> list:
+    a = array(code)
+    a.frombytes(data)
+    return [None if missing and v == -1 else v for v in a]
+
+
+def _py_ints(col: object) -> list:
+    col = engine._eager(col)  # type: ignore[arg-type]
+    if isinstance(col, array):
+        return [None if v == -1 else v for v in col]
+    return list(col)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_scanner_agrees_with_re_on_mutated_blocks(seed: int) -> None:
+    from repro.parsers import PARSERS
+
+    rng = random.Random(seed)
+    logs = [p.read_bytes() for p in representative_logs()]
+    rules = [r for c in PARSERS.plugins() for r in c.rules]
+    compared = 0
+    for _ in range(120):
+        src = rng.choice(logs)
+        at = rng.randrange(len(src))
+        block = _mutated(rng, src[at : at + rng.randrange(100, 20000)])
+        for r in rules:
+            if r.action == "record":
+                rule = engine._RecordRule(r.bregex, r.native)
+                got = r.native.records(block, 7, rule.value, rule.iteration, rule.epoch)
+                if got is None:  # handed back to Python
+                    continue
+                (lines, values, its, eps), newlines = rule._columns(block, 7)
+                native = (_col("q", got[0]), _col("d", got[1]), _col("q", got[2], 1), _col("q", got[3], 1))
+                python = (list(lines), list(values), _py_ints(its), _py_ints(eps))
+                assert (native, got[4]) == (python, newlines), (r.pattern, block[:300])
+            elif block.isascii():
+                starts = r.native.starts(block)
+                if starts is None:
+                    continue
+                want = [m.start() for m in r.regex.finditer(block.decode())]
+                assert starts == want, (r.pattern, block[:300])
+            compared += 1
+        for rx in (engine._MPI_TAG_B, engine._MPI_STAMPED_TAG_B):
+            assert engine._native_of(rx).remove(block) == rx.sub(b"", block)
+        for rx in (engine._MISPLACED_TAG, engine._MISPLACED_STAMPED_TAG):
+            assert bool(engine._native_of(rx).starts(block)) == (rx.search(block) is not None)
+    assert compared > 1000
