@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -371,6 +372,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     try:
         result = run_up(target, opts, progress)
     except Interrupted as e:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping already: another Ctrl-C only brings a traceback
         progress.close()
         click.echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
                    err=True)

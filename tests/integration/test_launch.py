@@ -137,7 +137,7 @@ def test_values_with_shell_metacharacters_stay_literal(hosts_file, clients, base
 
 def test_ctrl_c_removes_every_container_and_keeps_logs(cluster, hosts_file, base_on_nodes, node_engines, tmp_path):
     script = f"""
-import os, sys
+import os, signal, sys
 os.environ["REPRO_SSH_CONFIG"] = {cluster['ssh']['config']!r}
 from pathlib import Path
 from repro.hosts import load_hosts
@@ -155,6 +155,7 @@ try:
     launch_cell(m, cell, hosts, Path({str(tmp_path)!r}), run_id="t-sigint", clients=clients, image={base_on_nodes!r},
                 on_event=ev)
 except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the CLI does: a Ctrl-C after cleanup ends nothing more
     print("INTERRUPTED", flush=True)
     sys.exit(130)
 """
