@@ -75,7 +75,7 @@ def test_show_dlperf_text() -> None:
     assert lines[2].startswith("  sha256: ") and len(lines[2].removeprefix("  sha256: ")) == 64
     expected = [
         "  framework: pytorch, model: resnet50v1.5",
-        "  image: built from dockerfiles/ngc-pytorch as repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca, "
+        "  image: built from dockerfiles/requirements as repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca, "
         "FROM nvcr.io/nvidia/pytorch:20.03-py3 (base not pinned)",
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
         "-> /workspace/DeepLearningExamples",

@@ -52,7 +52,7 @@ def test_ngc_pytorch_renders_exactly() -> None:
     text = render_build(find_target("ngc-pytorch-rn50-v100"), pinned_base("ngc-pytorch-rn50-v100"))
     body = text.split("sees the CA bundle; the final stage copies the wheels it built, never the bundle.\n", 1)[1]
     ofed = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64"
-    assert text.startswith("# dockerfiles/ngc-pytorch/Dockerfile for ngc-pytorch-rn50-v100\n")
+    assert text.startswith("# dockerfiles/requirements/Dockerfile for ngc-pytorch-rn50-v100\n")
     assert body == f"""ARG BASE=nvcr.io/nvidia/pytorch@{D}
 
 FROM nvcr.io/nvidia/pytorch@{D} AS deps
