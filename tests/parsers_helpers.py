@@ -13,6 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from repro.measure import Protocol
+from repro.parsers import ParseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "logs" / "published"
@@ -255,3 +256,14 @@ def spliced_tags(data: bytes, seed: int, every: int = 4, timestamp: bool = False
             line = line[:at] + stamp + tag + line[at:]
         out.append(line)
     return b"\n".join(out)
+
+
+def full(result: ParseResult) -> tuple:
+    """Everything a parse found, records with their line numbers, in comparable form."""
+    return (
+        result.parser,
+        result.lines,
+        result.facts,
+        result.issues,
+        [(s.gpus, s.summary, s.per_gpu, list(s.records)) for s in result.series],
+    )

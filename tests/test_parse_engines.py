@@ -24,6 +24,7 @@ from parsers_helpers import (
     PUBLISHED,
     crlf,
     cut_inside_line,
+    full,
     mpi_tagged,
     reference_logs,
     representative_logs,
@@ -31,51 +32,37 @@ from parsers_helpers import (
     with_junk,
 )
 
-from repro.parsers import ParseResult, parse_file
+from repro.parsers import parse_file
 from repro.parsers import base as engine
 
 pytestmark = pytest.mark.native
 
 CHILD = """
 import pickle, sys
+sys.path.insert(0, sys.argv[1])
+from parsers_helpers import full
 from repro.parsers import base, parse_file
 assert base.ENGINE == "python", base.ENGINE
 out = []
-for path in sys.argv[1:]:
+for path in sys.argv[2:]:
     try:
-        out.append(_full(parse_file(path)))
+        out.append(full(parse_file(path)))
     except Exception as e:  # the same error must come from both engines
         out.append(("error", type(e).__name__, str(e)))
 sys.stdout.buffer.write(pickle.dumps(out))
 """
 
 
-def _full(result: ParseResult) -> tuple:
-    return (
-        result.parser,
-        result.lines,
-        result.facts,
-        result.issues,
-        [
-            (s.gpus, s.summary, s.per_gpu, list(s.values), s.iterations, s.epochs, s.lines)
-            for s in result.series
-        ],
-    )
-
-
 def _here(path: Path) -> tuple:
     try:
-        return _full(parse_file(path))
+        return full(parse_file(path))
     except Exception as e:  # noqa: BLE001 - compared with the child's
         return ("error", type(e).__name__, str(e))
 
 
 def _python_engine(paths: list[Path]) -> list[tuple]:
-    import inspect
-
-    code = "from __future__ import annotations\n" + inspect.getsource(_full) + CHILD
     r = subprocess.run(
-        [sys.executable, "-c", code, *map(str, paths)],
+        [sys.executable, "-c", CHILD, str(Path(__file__).parent), *map(str, paths)],
         capture_output=True,
         env={**os.environ, "REPRO_PARSE_ENGINE": "python"},
         check=False,
@@ -150,7 +137,7 @@ def test_damaged_and_synthetic_logs_parse_the_same(tmp_path: Path) -> None:
     for path, want in zip(paths, theirs, strict=True):
         assert _here(path) == want, path.name
     long_number = _here(tmp_path / "long-number.log")
-    assert long_number[4][0][3][0] == float("1" * 70 + ".5")  # exactly as float() reads it
+    assert long_number[4][0][3][0].value == float("1" * 70 + ".5")  # exactly as float() reads it
 
 
 def test_scanner_answers_like_re() -> None:

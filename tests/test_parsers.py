@@ -20,6 +20,7 @@ from parsers_helpers import (
     Case,
     crlf,
     cut_inside_line,
+    full,
     mpi_tagged,
     reference_logs,
     representative_logs,
@@ -563,16 +564,6 @@ def test_ngc_tf1_train_mode_and_pytorch_2020_lines_synthetic() -> None:
 # MPI tags: left in place where they open their lines, removed where they are spliced in
 
 
-def _full(result: ParseResult) -> tuple:
-    return (
-        result.parser,
-        result.lines,
-        result.facts,
-        result.issues,
-        [(s.gpus, s.summary, s.per_gpu, list(s.records)) for s in result.series],
-    )
-
-
 @pytest.mark.parametrize("timestamp", [False, True], ids=["plain", "timestamped"])
 @pytest.mark.parametrize("path", representative_logs()[::2], ids=lambda p: str(p.relative_to(PUBLISHED)))
 def test_tags_spliced_into_lines_are_removed(path: Path, timestamp: bool, tmp_path: Path) -> None:
@@ -602,7 +593,7 @@ def test_tags_left_in_place_read_as_removed(
     cls = PARSERS.get(got.parser)
     assert cls.mpi_tags_in_place  # type: ignore[attr-defined]
     monkeypatch.setattr(cls, "mpi_tags_in_place", False)
-    assert _full(got) == _full(parse_file(p))
+    assert full(got) == full(parse_file(p))
 
 
 def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
@@ -617,7 +608,7 @@ def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
     plain = PARSERS.get("tf-cnn-benchmarks")().parse(text.splitlines(keepends=True))
     stamped = [f"Mon Jun 13 17:45:27 2022[1,3]<stdout>:{line}" for line in text.splitlines(keepends=True)]
     got = PARSERS.get("tf-cnn-benchmarks")().parse(stamped)
-    assert _full(got) == _full(plain)
+    assert full(got) == full(plain)
     assert got.facts["batch_size"] == 64 and [r.iteration for r in got.series[0].records] == [10, 20]
 
 
