@@ -66,37 +66,28 @@ PUBLISHED = ROOT / "logs" / "published"
 FORMATS = ("paddle", "ngc-tf1", "ngc-pytorch", "ngc-mxnet", "tf2-keras")  # folders under <set>/
 MB = 2**20
 
+#: parse and measure every file named, in one process; a process per file, or one for all files
+#: as ``grep`` runs (no interpreter start per file)
 WORKER = """
 import json, sys, time
 from repro.measure import Protocol, measure
 from repro.parsers import parse_file
-t, c = time.perf_counter(), time.process_time()
-r = parse_file(sys.argv[1])
-values = [measure(s, Protocol()).value for s in r.series]
-n = sum(len(s.records) for s in r.series)
-print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "parser": r.parser,
-                  "lines": r.lines, "series": len(r.series), "records": n}))
-"""
-
-
-#: the same work for every file in one process, as ``grep`` does it (no interpreter start per file)
-WORKER_ALL = """
-import json, sys, time
-from repro.measure import Protocol, measure
-from repro.parsers import parse_file
 from repro.parsers.base import ENGINE
-t, c, n = time.perf_counter(), time.process_time(), 0
+t, c = time.perf_counter(), time.process_time()
+out = {"parsers": [], "lines": 0, "series": 0, "records": 0, "engine": ENGINE}
 for path in sys.argv[1:]:
     r = parse_file(path)
     values = [measure(s, Protocol()).value for s in r.series]
-    n += sum(len(s.records) for s in r.series)
-print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "records": n,
-                  "engine": ENGINE}))
+    out["parsers"].append(r.parser)
+    out["lines"] += r.lines
+    out["series"] += len(r.series)
+    out["records"] += sum(len(s.records) for s in r.series)
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, **out}))
 """
 
 
 def bench_one_process(files: list[Path], repeat: int) -> dict:
-    runs = [run_child([sys.executable, "-c", WORKER_ALL, *map(str, files)]) for _ in range(repeat)]
+    runs = [run_child([sys.executable, "-c", WORKER, *map(str, files)]) for _ in range(repeat)]
     if any(r["rc"] != 0 for r in runs):
         raise SystemExit("one-process parse failed")
     mb = total_mb(files)
