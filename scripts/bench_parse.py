@@ -22,8 +22,8 @@ Measured, after one read of every file to warm the page cache:
 Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--files 20] [--small-files 5] [--repeat 3]
 [--json OUT]``
 
-Figures from a shared 2-core AMD EPYC VM, Python engine (load average 4-7 from other jobs; CPU MB/s, best of 3),
-default 1 GiB set (51 MiB files):
+Figures from a shared 2-core AMD EPYC VM, Python engine (load average 4-7 from other jobs; CPU MB/s,
+best of 3), default 1 GiB set (51 MiB files):
 
 * grep -c -F ips: 1000-1550 MB/s per format, ~1250 overall (one third: ~420 MB/s);
 * kit, process per file: 81-100 MB/s (0.064-0.078 x grep); parse+measure alone 93-115 MB/s;
@@ -44,8 +44,8 @@ at 1029 MiB. What is left is Python work per run and per config line (DLLogger P
 PaddleClas config dumps, their handlers), ~0.1 s of interpreter start and imports per process, and
 the scan itself (~600 MB/s for TF1's dense records).
 
-Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a format), 0.7-1 us a
-record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs hold ~9000 records
+Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
+format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs hold ~9000 records
 a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start per process.
 """
 

@@ -32,8 +32,8 @@ from parsers_helpers import (
     with_junk,
 )
 
-from repro.parsers import parse_file
 from repro.parsers import base as engine
+from repro.parsers import parse_file
 
 pytestmark = pytest.mark.native
 
