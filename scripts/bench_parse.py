@@ -45,8 +45,8 @@ PaddleClas config dumps, their handlers), ~0.1 s of interpreter start and import
 the scan itself (~600 MB/s for TF1's dense records).
 
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
-format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs hold ~9000 records
-a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start per process.
+format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
+hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start per process.
 """
 
 from __future__ import annotations
