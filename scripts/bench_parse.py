@@ -46,7 +46,8 @@ the scan itself (~600 MB/s for TF1's dense records).
 
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
-hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start per process.
+hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start
+per process.
 """
 
 from __future__ import annotations
