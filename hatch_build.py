@@ -42,7 +42,7 @@ def compile_scanner(root: Path, out: Path) -> str | None:
     if not Path(include, "Python.h").is_file():
         return f"no Python headers ({include}/Python.h)"
     cflags, libs = _pcre2_flags()
-    cmd = [*cc, "-O2", "-shared", "-fPIC", f"-I{include}", *cflags, str(root / SOURCE), "-o", str(out), *libs]
+    cmd = [*cc, "-O2", "-shared", "-fPIC", f"-I{include}", *cflags, str(root / SOURCE), "-o", str(out), *libs, "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -222,11 +222,48 @@ def test_scanner_agrees_with_re_on_mutated_blocks(seed: int) -> None:
                 starts = r.native.starts(block)
                 if starts is None:
                     continue
-                want = [m.start() for m in r.regex.finditer(block.decode())]
+                text = block.decode()
+                want = [m.start() for m in r.regex.finditer(text)]
                 assert starts == want, (r.pattern, block[:300])
+                lines = [7 + text.count("\n", 0, at) + 1 for at in want]
+                assert r.native.starts(block, 7) == (want, lines), (r.pattern, block[:300])
             compared += 1
         for rx in (engine._MPI_TAG_B, engine._MPI_STAMPED_TAG_B):
             assert engine._native_of(rx).remove(block) == rx.sub(b"", block)
         for rx in (engine._MISPLACED_TAG, engine._MISPLACED_STAMPED_TAG):
             assert bool(engine._native_of(rx).starts(block)) == (rx.search(block) is not None)
     assert compared > 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers: the scanner converts most record values itself, and must read them as float() does
+
+
+def _decimals(rng: random.Random, n: int) -> list[bytes]:
+    """Decimal texts as logs print them, and the hard cases: 16-20 significant digits, leading
+    and trailing zeros, exponents, signs, and exact halfway points between two doubles."""
+    out = []
+    for _ in range(n):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 21)))
+        point = rng.randint(0, len(digits))
+        text = digits[:point] + "." + digits[point:] if rng.random() < 0.85 else digits
+        if rng.random() < 0.2:
+            text += rng.choice("eE") + rng.choice(["", "-", "+"]) + str(rng.randint(0, 25))
+        if rng.random() < 0.2:
+            text = rng.choice("-+") + text
+        out.append(text.encode())
+    for k in range(53, 68):  # 2**k + 2**(k-53) lies halfway between two doubles
+        for d in (-1, 0, 1):
+            x = str(2**k + 2 ** (k - 53) + d)
+            out += [x.encode(), f"{x[:-4]}.{x[-4:]}".encode(), f"0.{x}".encode()]
+    return out
+
+
+def test_record_values_are_read_exactly_as_float_reads_them() -> None:
+    s = engine.Scanner(("v=(?P<value>" + engine.NUM + ")\n").encode(), 0)
+    texts = [t for t in _decimals(random.Random(3), 100_000) if re.fullmatch(engine.NUM.encode(), t)]
+    got = s.records(b"".join(b"v=" + t + b"\n" for t in texts), 0, 1, 0, 0)
+    values = _col("d", got[1])
+    assert len(values) == len(texts)
+    wrong = [(t, v) for t, v in zip(texts, values) if v.hex() != float(t).hex()]  # -0.0 too
+    assert wrong == []

@@ -7,6 +7,8 @@ that no rule reproduces, as the documented re-derived value).
 
 from __future__ import annotations
 
+import random
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from parsers_helpers import (
 from repro.errors import ParseError, UnknownPlugin
 from repro.measure import Protocol, measure
 from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
-from repro.parsers.base import clean_block, clean_text
+from repro.parsers.base import clean_block, clean_text, params_of
 
 
 def series_of(result: ParseResult, gpus: int) -> Series:
@@ -688,3 +690,37 @@ def test_clean_block_is_clean_text_on_bytes(make) -> None:  # type: ignore[no-un
     for path in representative_logs()[::5]:
         data = make(path.read_bytes())
         assert clean_block(data) == clean_text(data.decode("utf-8", "replace")).encode()
+
+
+def _params_by_split(text: str) -> dict[str, str]:
+    """What a DLLogger PARAMETER line means: items split on two spaces, ``key : value``."""
+    out = {}
+    for item in text.split("  "):
+        key, sep, value = item.strip().partition(" : ")
+        if sep:
+            out[key] = value.strip()
+        elif key.endswith(" :"):
+            out[key[:-2]] = ""
+    return out
+
+
+def test_parameter_lines_read_by_key_as_split_whole() -> None:
+    lines = []
+    for path in reference_logs():
+        lines += re.findall(r"PARAMETER (\w+ : [^\n]*)", path.read_text(errors="replace"))
+    assert len(lines) > 20
+    rng = random.Random(5)
+    keys = ["amp", "xamp", "amp_x", "a", "batch_size", "gpus", "mode", "dali"]
+    values = ["", "1", "True", "a b", "[0, 1]", "a : b", "amp : 3", " amp", "p q  ", "\t", "k : v :"]
+    for _ in range(20000):  # keys inside values and other keys, blank runs of every length
+        items = []
+        for _ in range(rng.randint(0, 8)):
+            k, v = rng.choice(keys), rng.choice(values)
+            items.append(rng.choice([f"{k} : {v}", f"{k} :", f"{k}: {v}", f"{k} :{v}", v]))
+        seps = [rng.choice(["  ", "   ", "    ", " ", "\t ", "  \t", " \t  ", "\t"]) for _ in items]
+        lines.append(rng.choice(["", " ", "  "]) + "".join(i + s for i, s in zip(items, seps)))
+    for text in lines:
+        want, got = _params_by_split(text), params_of(text)
+        assert dict(got) == want, text
+        for key in keys + [k for k in want if " : " not in k]:
+            assert (got.get(key), key in got) == (want.get(key), key in want), (text, key)

@@ -11,7 +11,9 @@
  *       -> (lines, values, iterations, epochs, newlines) | None
  *          lines/iterations/epochs: bytes of native int64, values: bytes of double; a group
  *          that took no part in a match is -1; group index 0 means "no such group".
- *   Scanner.starts(block) -> list[int] | None   start offsets of successive matches
+ *   Scanner.starts(block[, base]) -> list[int] | (list[int], list[int]) | None
+ *       start offsets of successive matches; given the number of lines before the block, also
+ *       the 1-based line of each
  *   Scanner.remove(block) -> bytes | None        the block without its matches (re.sub(b"", ...))
  */
 #define PY_SSIZE_T_CLEAN
@@ -19,6 +21,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* flags the Python side passes (re module values) */
@@ -121,6 +124,98 @@ static int64_t digits(const char *buf, PCRE2_SIZE *ov, int group) {
     return v;
 }
 
+/* ---- decimal text to double, exactly as Python's float() reads it ----------------------------
+ * PyOS_string_to_double is correctly rounded but slow for the 16-17 digit figures training
+ * scripts print (it also switches the x87 control word on every call). Here a number of at most
+ * 19 significant digits and a decimal exponent within +-19 is converted with 128-bit integer
+ * arithmetic: the digits w and the power of ten are exact, so w * 10^q (q >= 0) is an exact
+ * integer and w / 10^-q an exact quotient plus a "remainder is not zero" bit; either is then
+ * rounded once to 53 bits, half to even. That is the correctly rounded result float() gives.
+ * Anything else (more digits, larger exponents, other syntax) returns 0 and the caller asks
+ * PyOS_string_to_double. */
+typedef unsigned __int128 u128;
+
+static const uint64_t POW10[20] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL,
+    1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+    100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+    1000000000000000000ULL, 10000000000000000000ULL,
+};
+
+static inline int bit_length(u128 n) {
+    uint64_t hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
+    return hi ? 128 - __builtin_clzll(hi) : lo ? 64 - __builtin_clzll(lo) : 0;
+}
+
+/* n * 2^e2 rounded to a double, half to even; `inexact`: the true value lies strictly above n
+ * (only ever set with n of more than 54 bits, so the sticky bit falls below the rounding bit) */
+static double round_binary(u128 n, int inexact, int e2) {
+    int bits = bit_length(n);
+    if (bits <= 53) return ldexp((double)(uint64_t)n, e2);
+    int shift = bits - 53;
+    uint64_t m = (uint64_t)(n >> shift);
+    u128 rem = n & (((u128)1 << shift) - 1), half = (u128)1 << (shift - 1);
+    if (rem > half || (rem == half && (inexact || (m & 1)))) {
+        if (++m == (1ULL << 53)) {
+            m >>= 1;
+            shift++;
+        }
+    }
+    return ldexp((double)m, e2 + shift);
+}
+
+static int exact_decimal(const char *s, size_t n, double *out) {
+    size_t i = 0;
+    int neg = 0, digits = 0, frac = 0, any = 0;
+    uint64_t w = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        any = 1;
+        if (w == 0 && s[i] == '0') continue; /* a leading zero */
+        if (digits++ == 19) return 0;
+        w = w * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+            any = 1;
+            frac++;
+            if (w == 0 && s[i] == '0') continue;
+            if (digits++ == 19) return 0;
+            w = w * 10 + (uint64_t)(s[i] - '0');
+        }
+    }
+    if (!any) return 0;
+    long e = 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        int eneg = 0;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
+        if (i == n || s[i] < '0' || s[i] > '9') return 0;
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+            if (e > 100000) return 0;
+            e = e * 10 + (s[i] - '0');
+        }
+        if (eneg) e = -e;
+    }
+    if (i != n) return 0;
+    double v;
+    long q = e - frac;
+    if (w == 0) {
+        v = 0.0;
+    } else if (q >= 0 && q <= 19) {
+        v = round_binary((u128)w * POW10[q], 0, 0);
+    } else if (q < 0 && q >= -19) {
+        int lz = __builtin_clzll(w);
+        u128 num = (u128)(w << lz) << 64, den = POW10[-q];
+        u128 quo = num / den;
+        v = round_binary(quo, num - quo * den != 0, -64 - lz);
+    } else {
+        return 0;
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
 static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     Py_buffer blk;
     long long base;
@@ -159,18 +254,21 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
             fallback = 1;
             break;
         }
-        memcpy(num, buf + a, b - a);
-        num[b - a] = 0;
-        char *end;
-        double value = PyOS_string_to_double(num, &end, NULL);
-        if (value == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            fallback = 1;
-            break;
-        }
-        if (end != num + (b - a)) {
-            fallback = 1;
-            break;
+        double value;
+        if (!exact_decimal(buf + a, b - a, &value)) {
+            memcpy(num, buf + a, b - a);
+            num[b - a] = 0;
+            char *end;
+            value = PyOS_string_to_double(num, &end, NULL);
+            if (value == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                fallback = 1;
+                break;
+            }
+            if (end != num + (b - a)) {
+                fallback = 1;
+                break;
+            }
         }
         int64_t it = ig ? digits(buf, ov, ig) : -1, ep = eg ? digits(buf, ov, eg) : -1;
         if (it == -2 || ep == -2) {
@@ -209,13 +307,18 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     return out;
 }
 
+/* start offsets of successive matches and, with a base line count, the 1-based line of each */
 static PyObject *Scanner_starts(Scanner *self, PyObject *args) {
     Py_buffer blk;
-    if (!PyArg_ParseTuple(args, "y*", &blk)) return NULL;
+    long long base = -1;
+    if (!PyArg_ParseTuple(args, "y*|L", &blk, &base)) return NULL;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->code, NULL);
     PyObject *out = md ? PyList_New(0) : PyErr_NoMemory();
+    PyObject *lines = out && base >= 0 ? PyList_New(0) : NULL;
+    if (out && base >= 0 && !lines) Py_CLEAR(out);
     const char *buf = blk.buf;
-    size_t len = (size_t)blk.len, off = 0;
+    size_t len = (size_t)blk.len, off = 0, counted = 0;
+    int64_t line = base + 1;
     while (out && off <= len) {
         int rc = run(self, buf, len, off, md);
         if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -231,11 +334,22 @@ static PyObject *Scanner_starts(Scanner *self, PyObject *args) {
         PyObject *at = PyLong_FromSize_t(ov[0]);
         if (!at || PyList_Append(out, at) < 0) Py_CLEAR(out);
         Py_XDECREF(at);
+        if (out && lines) {
+            line += count_newlines(buf + counted, buf + ov[0]);
+            counted = ov[0];
+            PyObject *n = PyLong_FromLongLong(line);
+            if (!n || PyList_Append(lines, n) < 0) Py_CLEAR(out);
+            Py_XDECREF(n);
+        }
         off = ov[1];
     }
     if (md) pcre2_match_data_free(md);
     PyBuffer_Release(&blk);
-    return out;
+    if (!lines || !out || out == Py_None) {
+        Py_XDECREF(lines);
+        return out;
+    }
+    return Py_BuildValue("(NN)", out, lines);
 }
 
 static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
@@ -281,7 +395,8 @@ static PyObject *Scanner_get_jit(Scanner *self, void *closure) { return PyBool_F
 static PyMethodDef Scanner_methods[] = {
     {"records", (PyCFunction)Scanner_records, METH_VARARGS,
      "records(block, base, value, iteration, epoch) -> (lines, values, iterations, epochs, newlines) or None"},
-    {"starts", (PyCFunction)Scanner_starts, METH_VARARGS, "starts(block) -> list of match starts, or None"},
+    {"starts", (PyCFunction)Scanner_starts, METH_VARARGS,
+     "starts(block[, base]) -> list of match starts (with base: (starts, lines)), or None"},
     {"remove", (PyCFunction)Scanner_remove, METH_VARARGS, "remove(block) -> block without the matches, or None"},
     {NULL, NULL, 0, NULL},
 };

@@ -32,7 +32,7 @@ import os
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from itertools import accumulate, repeat
@@ -498,19 +498,81 @@ def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator
         yield "".join(buf)
 
 
-def params_of(text: str) -> dict[str, str]:
-    """``key : value  key : value`` (DLLogger PARAMETER lines) -> dict of strings.
+class Params(Mapping[str, str]):
+    """The items of a DLLogger ``PARAMETER`` line, ``key : value  key : value``, as a mapping.
 
-    Items are separated by two spaces; values may hold single spaces (``gpus : [0, 1, 2]``).
+    Items are separated by two spaces; values may hold single spaces (``gpus : [0, 1, 2]``); a
+    key given twice keeps its last value. Keys are names (a key holding " : " is not looked up). Such a line holds about a hundred items and a handler
+    reads five, so a lookup finds its own key (``str.rfind`` from the end, then a check that the
+    key opens an item) instead of splitting the whole line; iterating splits it.
     """
-    out: dict[str, str] = {}
-    # strip and partition run in C (map); a PARAMETER line holds about a hundred items
-    for key, sep, value in map(str.partition, map(str.strip, text.split("  ")), repeat(" : ")):
-        if sep:
-            out[key] = value.strip()
-        elif key.endswith(" :"):  # "key :" with nothing after it
-            out[key[:-2]] = ""
-    return out
+
+    __slots__ = ("_all", "_found", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._all: dict[str, str] | None = None
+        self._found: dict[str, str | None] = {}  # keys looked up so far ("in", then "[]")
+
+    def _find(self, key: str) -> str | None:
+        try:
+            return self._found[key]
+        except KeyError:
+            value = self._found[key] = self._search(key)
+            return value
+
+    def _search(self, key: str) -> str | None:
+        text, needle = self._text, key + " :"
+        end = len(text)
+        while (at := text.rfind(needle, 0, end)) >= 0:
+            end = at + len(needle) - 1
+            start = at  # back over the blanks before the key
+            while start and text[start - 1].isspace():
+                start -= 1
+            # an item starts here: nothing but blanks before, or blanks holding a separator
+            if not start or (start < at - 1 and "  " in text[start:at]):
+                stop = text.find("  ", at)
+                item = text[at : stop if stop >= 0 else len(text)].strip()
+                name, sep, value = item.partition(" : ")
+                if sep and name == key:
+                    return value.strip()
+                if item == needle:  # "key :" with nothing after it
+                    return ""
+        return None
+
+    def __getitem__(self, key: str) -> str:
+        value = self._find(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        value = self._find(key)
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._find(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def _items(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = {}
+            for key, sep, value in map(
+                str.partition, map(str.strip, self._text.split("  ")), repeat(" : ")
+            ):
+                if sep:
+                    self._all[key] = value.strip()
+                elif key.endswith(" :"):  # "key :" with nothing after it
+                    self._all[key[:-2]] = ""
+        return self._all
+
+
+params_of = Params
 
 
 def to_bool(text: str) -> bool | None:
@@ -736,7 +798,7 @@ class PatternParser(LogParser):
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
             if other_rules:
-                hits = _other_matches(other_rules, block)
+                hits = _other_matches(other_rules, block, base)
                 if hits:
                     b._pending, b._taken = cols, 0
                     _dispatch(b, hits, base)
@@ -873,7 +935,8 @@ def _record_columns(rules: list[_RecordRule], block: bytes, base: int) -> tuple[
     return (array("q", lines), array("d", values), _int_col(its), _int_col(eps)), newlines
 
 
-_Hit = tuple[int, int, re.Match[str], Callable[[Builder, re.Match[str], int], None]]
+#: (start, rule, match, handler, 1-based line or 0 where not yet counted)
+_Hit = tuple[int, int, re.Match[str], Callable[[Builder, re.Match[str], int], None], int]
 
 
 class _OtherRule:
@@ -903,14 +966,20 @@ class _OtherRule:
         prefix = _literal_prefix(rx)
         self.prefix = prefix if len(prefix) >= self.MIN_PREFIX else ""
 
-    def native_matches(self, block: bytes, text: _Text) -> list[re.Match[str]] | None:
-        """The matches in an ASCII block, found by the native scanner (None: ask :meth:`matches`)."""
-        starts = self.native.starts(block) if self.native is not None else None
+    def native_matches(
+        self, block: bytes, text: _Text, base: int
+    ) -> tuple[list[re.Match[str]], list[int]] | None:
+        """The matches in an ASCII block and their lines (``base`` lines before the block), found
+        by the native scanner (None: ask :meth:`matches`)."""
+        found = self.native.starts(block, base) if self.native is not None else None
+        if found is None:
+            return None
+        starts, lines = found
         if not starts:
-            return starts
+            return [], lines
         match, s = self.rx.match, text.get()
-        found = [match(s, at) for at in starts]
-        return None if None in found else found  # type: ignore[return-value]
+        matches = [match(s, at) for at in starts]
+        return None if None in matches else (matches, lines)  # type: ignore[return-value]
 
     def matches(self, text: str) -> Iterable[re.Match[str]]:
         prefix = self.prefix
@@ -967,16 +1036,19 @@ class _Text:
         return self.text
 
 
-def _other_matches(rules: list[_OtherRule], block: bytes) -> list[_Hit]:
-    """Matches of the non-record rules in ``block`` (as decoded text), in file order."""
+def _other_matches(rules: list[_OtherRule], block: bytes, base: int) -> list[_Hit]:
+    """Matches of the non-record rules in ``block`` (as decoded text), in file order; the native
+    scanner gives their lines too (``base`` lines before the block), the Python engine 0."""
     text = _Text(block)
     ascii_ = block.isascii()  # byte offsets are text offsets, and both engines read it alike
-    hits = []
+    hits: list[_Hit] = []
     for i, r in enumerate(rules):
-        found = r.native_matches(block, text) if ascii_ else None
-        if found is None:
-            found = r.matches(text.get())
-        hits += [(m.start(), i, m, r.act) for m in found]
+        native = r.native_matches(block, text, base) if ascii_ else None
+        if native is None:
+            hits += [(m.start(), i, m, r.act, 0) for m in r.matches(text.get())]
+        else:
+            found, lines = native
+            hits += zip(map(re.Match.start, found), repeat(i), found, repeat(r.act), lines)
     hits.sort()  # (start, rule) is unique, so matches are never compared
     return hits
 
@@ -1000,15 +1072,18 @@ def _native_scanner(pattern: str, flags: int) -> _scan.Scanner | None:
 
 
 def _dispatch(b: Builder, hits: list[_Hit], base: int) -> None:
-    """Call the handlers in file order with their 1-based line numbers."""
+    """Call the handlers in file order with their 1-based line numbers (counted here where the
+    scan did not give them)."""
     text = hits[0][2].string
     count = text.count
     pos, n = 0, base
-    for start, _, m, act in hits:
-        n += count("\n", pos, start)
-        pos = start
-        b._at = n + 1
-        act(b, m, n + 1)
+    for start, _, m, act, line in hits:
+        if not line:
+            n += count("\n", pos, start)
+            pos = start
+            line = n + 1
+        b._at = line
+        act(b, m, line)
 
 
 def _new_record(value: float, iteration: int | None, epoch: int | None, line: int) -> Record:
