@@ -140,28 +140,45 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) ->
 
 
 @cli.command()
-@click.argument("log", type=click.Path(path_type=Path))
-@click.option("--parser", "parser_name", help="log format (default: detected from the head of the file)")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--parser", "parser_name", help="log format (default: detected from the head of each file)")
 @click.option("--skip-records", type=click.IntRange(min=0), help="drop the first N throughput records")
 @click.option("--from-iteration", type=click.IntRange(min=0), help="keep records from iteration K on")
 @click.option("--window", type=click.IntRange(min=1), help="then keep at most N records")
 @click.option("--aggregate", type=click.Choice(["mean", "median", "harmonic", "summary"]), default="mean", show_default=True)
 @click.option("--gpus", type=click.IntRange(min=1), help="GPU count; multiplies per-GPU figures (PaddleClas rank-0 logs)")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              help="json: one object for one log, a list of them for several")
 @reports_errors
-def parse(log: Path, parser_name: str | None, skip_records: int | None, from_iteration: int | None,
+def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | None, from_iteration: int | None,
           window: int | None, aggregate: str, gpus: int | None, fmt: str) -> None:
-    """Apply one measurement protocol to one log file."""
+    """Apply one measurement protocol to each log file given (one process reads them all)."""
     from repro.report import render_parse_text
     from repro.reproduce import parse_and_measure
 
     if skip_records is not None and from_iteration is not None:
         raise UsageError("give --skip-records or --from-iteration, not both")
-    out = parse_and_measure(log, parser_name, skip_records=skip_records, from_iteration=from_iteration,
-                            window=window, aggregate=aggregate, gpus=gpus)
-    click.echo(json.dumps(out, indent=2) if fmt == "json" else render_parse_text(out), nl=fmt == "json")
-    if not any(r["throughput"] is not None for r in out["results"]):
-        raise UsageError(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+    outs, failed = [], []
+    for log in logs:
+        try:
+            out = parse_and_measure(log, parser_name, skip_records=skip_records, from_iteration=from_iteration,
+                                    window=window, aggregate=aggregate, gpus=gpus)
+        except ReproError as e:
+            if len(logs) == 1:
+                raise
+            out = {"file": str(log), "error": e.message, "results": [], "issues": []}
+            failed.append(e.message if e.message.startswith(str(log)) else f"{log}: {e.message}")
+        else:
+            if not any(r["throughput"] is not None for r in out["results"]):
+                failed.append(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+        outs.append(out)
+        if fmt == "text":
+            click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
+    if fmt == "json":
+        click.echo(json.dumps(outs[0] if len(logs) == 1 else outs, indent=2))
+    if failed:
+        raise UsageError(failed[0] if len(logs) == 1 else f"{len(failed)} of {len(logs)} logs gave no figure:\n  "
+                         + "\n  ".join(failed))
 
 
 @cli.command()

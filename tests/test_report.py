@@ -155,3 +155,22 @@ def test_cli_parse_rejects_empty_and_binary(tmp_path: Path, content: bytes) -> N
     f.write_bytes(content)
     proc = repro("parse", str(f))
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_cli_parse_reads_several_logs_in_one_process(tmp_path: Path) -> None:
+    mx = ("logs/published/PaddlePaddle-Perf@9881d04/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/"
+          "mxnet_gpu1_gpu8_amp_bs256.txt")
+    tf = "logs/published/PaddlePaddle-Perf@c1ad14b/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/V100_LOG/tf_gpu1_amp_bs256.txt"
+    one = [json.loads(repro("parse", log, "--format", "json").stdout) for log in (mx, tf)]
+    both = repro("parse", mx, tf, "--format", "json")
+    assert both.returncode == 0, both.stderr
+    assert json.loads(both.stdout) == one  # the same figures as one process per log
+    text = repro("parse", mx, tf)
+    assert text.returncode == 0 and [ln.split(":")[0] for ln in text.stdout.splitlines() if not ln[0].isspace()] == [mx, tf]
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    bad = repro("parse", mx, str(empty), "--format", "json")
+    docs = json.loads(bad.stdout)
+    assert [d.get("parser") for d in docs] == ["ngc-mxnet", None] and "the file is empty" in docs[1]["error"]
+    assert bad.returncode == 2 and bad.stderr.startswith("error: 1 of 2 logs gave no figure:")
+    assert f"\n  {empty}: the file is empty" in bad.stderr and "Traceback" not in bad.stderr
