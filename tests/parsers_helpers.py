@@ -8,6 +8,7 @@ summarises (rules P10, T5, TT, Y10/Y9, YS, MH, D).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -267,3 +268,23 @@ def full(result: ParseResult) -> tuple:
         result.issues,
         [(s.gpus, s.summary, s.per_gpu, list(s.records)) for s in result.series],
     )
+
+
+def parameter_lines() -> list[str]:
+    """Every bundled PARAMETER line, and 20k generated ones: keys inside values and inside other
+    keys, blank runs of every length, tabs, empty values."""
+    lines = []
+    for path in reference_logs():
+        lines += re.findall(r"PARAMETER (\w+ : [^\n]*)", path.read_text(errors="replace"))
+    assert len(lines) > 20
+    rng = random.Random(5)
+    keys = ["amp", "xamp", "amp_x", "a", "batch_size", "gpus", "mode", "dali"]
+    values = ["", "1", "True", "a b", "[0, 1]", "a : b", "amp : 3", " amp", "p q  ", "\t", "k : v :", "\x1c"]
+    for _ in range(20000):
+        items = []
+        for _ in range(rng.randint(0, 8)):
+            k, v = rng.choice(keys), rng.choice(values)
+            items.append(rng.choice([f"{k} : {v}", f"{k} :", f"{k}: {v}", f"{k} :{v}", v]))
+        seps = [rng.choice(["  ", "   ", "    ", " ", "\t ", "  \t", " \t  ", "\t"]) for _ in items]
+        lines.append(rng.choice(["", " ", "  "]) + "".join(i + s for i, s in zip(items, seps)))
+    return lines

@@ -26,6 +26,7 @@ from parsers_helpers import (
     cut_inside_line,
     full,
     mpi_tagged,
+    parameter_lines,
     reference_logs,
     representative_logs,
     spliced_tags,
@@ -267,3 +268,15 @@ def test_record_values_are_read_exactly_as_float_reads_them() -> None:
     assert len(values) == len(texts)
     wrong = [(t, v) for t, v in zip(texts, values) if v.hex() != float(t).hex()]  # -0.0 too
     assert wrong == []
+
+
+def test_parameter_lookup_in_c_is_the_python_search() -> None:
+    keys = ["amp", "xamp", "amp_x", "a", "batch_size", "gpus", "mode", "dali", "data_backend", "arch"]
+    compared = 0
+    for text in parameter_lines():
+        p = engine.Params(text)
+        for key in keys:
+            if text.isascii():
+                assert engine._NATIVE_PARAM(text, key) == p._search(key), (text, key)
+                compared += 1
+    assert compared > 100_000

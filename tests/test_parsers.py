@@ -7,8 +7,6 @@ that no rule reproduces, as the documented re-derived value).
 
 from __future__ import annotations
 
-import random
-import re
 import tracemalloc
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from parsers_helpers import (
     cut_inside_line,
     full,
     mpi_tagged,
+    parameter_lines,
     reference_logs,
     representative_logs,
     spliced_tags,
@@ -705,21 +704,8 @@ def _params_by_split(text: str) -> dict[str, str]:
 
 
 def test_parameter_lines_read_by_key_as_split_whole() -> None:
-    lines = []
-    for path in reference_logs():
-        lines += re.findall(r"PARAMETER (\w+ : [^\n]*)", path.read_text(errors="replace"))
-    assert len(lines) > 20
-    rng = random.Random(5)
     keys = ["amp", "xamp", "amp_x", "a", "batch_size", "gpus", "mode", "dali"]
-    values = ["", "1", "True", "a b", "[0, 1]", "a : b", "amp : 3", " amp", "p q  ", "\t", "k : v :"]
-    for _ in range(20000):  # keys inside values and other keys, blank runs of every length
-        items = []
-        for _ in range(rng.randint(0, 8)):
-            k, v = rng.choice(keys), rng.choice(values)
-            items.append(rng.choice([f"{k} : {v}", f"{k} :", f"{k}: {v}", f"{k} :{v}", v]))
-        seps = [rng.choice(["  ", "   ", "    ", " ", "\t ", "  \t", " \t  ", "\t"]) for _ in items]
-        lines.append(rng.choice(["", " ", "  "]) + "".join(i + s for i, s in zip(items, seps)))
-    for text in lines:
+    for text in parameter_lines():
         want, got = _params_by_split(text), params_of(text)
         assert dict(got) == want, text
         for key in keys + [k for k in want if " : " not in k]:

@@ -418,8 +418,54 @@ static PyTypeObject ScannerType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- DLLogger PARAMETER lines ----------------------------------------------------------------
+ * param(text, key) -> str | None: the value of `key` in "key : value  key : value" (items
+ * split on two spaces, each stripped, then split at its first " : "; the last item with the
+ * key wins), found without splitting the line: the last "key :" that opens an item. The same
+ * search as repro.parsers.base.Params._search, for ASCII text (else None: Python decides). */
+static inline int py_space(unsigned char c) { /* str.isspace() for ASCII */
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+static PyObject *scan_param(PyObject *mod, PyObject *args) {
+    PyObject *text, *key;
+    if (!PyArg_ParseTuple(args, "UU", &text, &key)) return NULL;
+    if (!PyUnicode_IS_ASCII(text) || !PyUnicode_IS_ASCII(key)) Py_RETURN_NONE;
+    const char *t = (const char *)PyUnicode_DATA(text), *k = (const char *)PyUnicode_DATA(key);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), kn = PyUnicode_GET_LENGTH(key), nn = kn + 2;
+    if (kn == 0 || py_space((unsigned char)k[0])) Py_RETURN_NONE;
+    Py_ssize_t end = n; /* occurrences must lie within t[0:end] */
+    while (end >= nn) {
+        Py_ssize_t at = end - nn;
+        while (at >= 0 && (t[at] != k[0] || memcmp(t + at, k, kn) || t[at + kn] != ' ' || t[at + kn + 1] != ':')) at--;
+        if (at < 0) break;
+        end = at + nn - 1;
+        Py_ssize_t start = at;
+        while (start && py_space((unsigned char)t[start - 1])) start--;
+        int opens = start == 0;
+        for (Py_ssize_t i = start; !opens && i + 1 < at; i++) opens = t[i] == ' ' && t[i + 1] == ' ';
+        if (!opens) continue;
+        const char *stop = memmem(t + at, (size_t)(n - at), "  ", 2);
+        Py_ssize_t item_end = stop ? stop - t : n;
+        while (item_end > at && py_space((unsigned char)t[item_end - 1])) item_end--;
+        Py_ssize_t after = at + kn; /* just past the key */
+        if (item_end - after >= 3 && t[after] == ' ' && t[after + 1] == ':' && t[after + 2] == ' ') {
+            Py_ssize_t a = after + 3;
+            while (a < item_end && py_space((unsigned char)t[a])) a++;
+            return PyUnicode_FromStringAndSize(t + a, item_end - a);
+        }
+        if (item_end - after == 2) return PyUnicode_FromStringAndSize("", 0); /* "key :" */
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef scan_functions[] = {
+    {"param", scan_param, METH_VARARGS, "param(text, key) -> value of key in a DLLogger PARAMETER line, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef scan_module = {
-    PyModuleDef_HEAD_INIT, "_scan", "PCRE2 scanner for repro's log parsers.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_scan", "PCRE2 scanner for repro's log parsers.", -1, scan_functions,
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {

@@ -42,9 +42,9 @@ if TYPE_CHECKING:
     from repro.parsers import _scan
 
 try:
-    from repro.parsers._scan import PCRE2_VERSION, Scanner
+    from repro.parsers._scan import PCRE2_VERSION, Scanner, param
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = None  # type: ignore[assignment,misc]
+    Scanner = param = None  # type: ignore[assignment,misc]
     PCRE2_VERSION = ""
 
 #: the engine rules run on: "native (PCRE2 <version>)" or "python"
@@ -518,7 +518,8 @@ class Params(Mapping[str, str]):
         try:
             return self._found[key]
         except KeyError:
-            value = self._found[key] = self._search(key)
+            native = _NATIVE_PARAM and self._text.isascii() and key.isascii()
+            value = self._found[key] = _NATIVE_PARAM(self._text, key) if native else self._search(key)
             return value
 
     def _search(self, key: str) -> str | None:
@@ -573,6 +574,8 @@ class Params(Mapping[str, str]):
 
 
 params_of = Params
+#: :meth:`Params._search` in C, for ASCII lines
+_NATIVE_PARAM = param if ENGINE != "python" else None
 
 
 def to_bool(text: str) -> bool | None:
