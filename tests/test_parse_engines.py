@@ -155,7 +155,12 @@ def test_scanner_answers_like_re() -> None:
     assert col("q", lines) == [102, 102, 104]  # the 7 is followed by a newline; "end" is cut
     assert col("d", values) == [12.5, 1000.0, 7.0]
     assert (col("q", its), col("q", eps), newlines) == ([10, 11, 12], [0, 1, 2], 4)
-    assert s.starts(block) == [m.start() for m in re.finditer(rx, block)] == [2, 23, 42]
+    found = s.matches(block, 100)
+    assert found == [(101 + block.count(b"\n", 0, m.start()), sum(m.regs, ())) for m in re.finditer(rx, block)]
+    assert [(line, spans[:2]) for line, spans in found] == [(102, (2, 20)), (102, (23, 40)), (104, (42, 57))]
+    assert engine.Scanner(rx, 0, b"no such text").matches(block, 0) == []  # the required text is missing
+    # a required text the pattern does not hold would hide matches: the engine derives it from the pattern
+    assert engine._required_literal(rx.decode(), 0) == ") ips : "
     tag = engine.Scanner(engine._MPI_TAG_B.pattern, 0)
     tagged = b"[1,0]<stdout>:a\nb[1,12]<stderr>:c\n"
     assert tag.remove(tagged) == engine._MPI_TAG_B.sub(b"", tagged) == b"a\nbc\n"
@@ -220,19 +225,17 @@ def test_scanner_agrees_with_re_on_mutated_blocks(seed: int) -> None:
                 python = (list(lines), list(values), _py_ints(its), _py_ints(eps))
                 assert (native, got[4]) == (python, newlines), (r.pattern, block[:300])
             elif block.isascii():
-                starts = r.native.starts(block)
-                if starts is None:
+                found = r.native.matches(block, 7)
+                if found is None:
                     continue
-                text = block.decode()
-                want = [m.start() for m in r.regex.finditer(text)]
-                assert starts == want, (r.pattern, block[:300])
-                lines = [7 + text.count("\n", 0, at) + 1 for at in want]
-                assert r.native.starts(block, 7) == (want, lines), (r.pattern, block[:300])
+                text = block.decode()  # each match's line and the spans of it and its groups
+                want = [(8 + text.count("\n", 0, m.start()), sum(m.regs, ())) for m in r.regex.finditer(text)]
+                assert found == want, (r.pattern, block[:300])
             compared += 1
         for rx in (engine._MPI_TAG_B, engine._MPI_STAMPED_TAG_B):
             assert engine._native_of(rx).remove(block) == rx.sub(b"", block)
         for rx in (engine._MISPLACED_TAG, engine._MISPLACED_STAMPED_TAG):
-            assert bool(engine._native_of(rx).starts(block)) == (rx.search(block) is not None)
+            assert bool(engine._native_of(rx).matches(block, 0)) == (rx.search(block) is not None)
     assert compared > 1000
 
 

@@ -710,3 +710,27 @@ def test_parameter_lines_read_by_key_as_split_whole() -> None:
         assert dict(got) == want, text
         for key in keys + [k for k in want if " : " not in k]:
             assert (got.get(key), key in got) == (want.get(key), key in want), (text, key)
+
+
+@pytest.mark.parametrize("before", [40, 400, 4000])
+def test_config_dump_across_a_block_boundary_keeps_its_facts(before: int, tmp_path: Path) -> None:
+    """The first block ends ``before`` bytes into the DataLoader section of the second run's config
+    dump: the block takes the rest of the section, so its batch size is still read, in both
+    block readers."""
+    from repro.parsers.base import BLOCK_BYTES
+
+    log = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log"
+    text = log.read_text()
+    second = text.replace("batch_size : 256", "batch_size : 128")  # a run whose dump differs
+    at = second.index("ppcls INFO: DataLoader : ")
+    filler_len = BLOCK_BYTES - len(text) - at - before
+    filler = "".join(f"filler line {i:07d}\n" for i in range(filler_len // 20 + 1))[:filler_len]
+    filler = filler[: filler.rfind("\n") + 1]
+    path = tmp_path / "two-runs.log"
+    path.write_text(text + filler + second)
+    assert path.stat().st_size > BLOCK_BYTES + before
+    whole = parse_file(path)
+    assert whole.facts["batch_size"] == 256
+    assert any("contradicting batch_size: 256" in i and "128" in i for i in whole.issues), whole.issues
+    lines = PARSERS.get("paddleclas")().parse(path.read_text().splitlines(keepends=True))
+    assert full(lines) == full(whole)

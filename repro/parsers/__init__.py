@@ -9,6 +9,7 @@ line no rule knows (NCCL chatter, warnings, tracebacks).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -67,7 +68,7 @@ def parse_file(path: str | os.PathLike[str], parser: str | None = None) -> Parse
     inst = cls()
     if isinstance(inst, PatternParser):
         with p.open("rb") as raw:
-            return inst.parse_blocks(_blocks(raw))
+            return inst.parse_blocks(_blocks(raw, inst.block_continues))
     with _open(p) as f:
         return inst.parse(_clean_lines(f))
 
@@ -117,19 +118,30 @@ def _head(f: IO[str], n: int) -> list[str]:
     return out
 
 
-def _blocks(raw: IO[bytes]) -> Iterator[bytes]:
+def _blocks(raw: IO[bytes], continues: re.Pattern[bytes] | None = None) -> Iterator[bytes]:
     """Blocks of whole lines as raw bytes; the last one keeps a missing final newline missing.
 
     A block that ends inside a line is completed with ``readline()`` (the rest of that line),
     which copies the block once where carrying the tail to the next block would copy it twice.
     A newline byte never occurs inside a UTF-8 sequence, so no character is ever cut in two.
+    With ``continues`` (a parser's :attr:`~repro.parsers.base.PatternParser.block_continues`),
+    a block also takes every following line that pattern matches, up to ``BLOCK_BYTES`` more.
     """
+    carry = b""
     while True:
         data = raw.read(BLOCK_BYTES)
+        if carry:
+            data, carry = carry + data, b""
         if not data:
             return
         if not data.endswith(b"\n"):
             data += raw.readline()
+        if continues is not None and data.endswith(b"\n"):
+            parts, extra = [data], 0
+            while (line := raw.readline()) and continues.match(line) and extra < BLOCK_BYTES:
+                parts.append(line)
+                extra += len(line)
+            data, carry = b"".join(parts), line
         yield data
 
 

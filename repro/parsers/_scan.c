@@ -11,17 +11,20 @@
  *       -> (lines, values, iterations, epochs, newlines) | None
  *          lines/iterations/epochs: bytes of native int64, values: bytes of double; a group
  *          that took no part in a match is -1; group index 0 means "no such group".
- *   Scanner.starts(block[, base]) -> list[int] | (list[int], list[int]) | None
- *       start offsets of successive matches; given the number of lines before the block, also
- *       the 1-based line of each
+ *   Scanner.matches(block, base) -> list[tuple[int, tuple[int, ...]]] | None
+ *       every successive match: its line and the spans of the match and of each group
  *   Scanner.remove(block) -> bytes | None        the block without its matches (re.sub(b"", ...))
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdint.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <string.h>
 
 /* flags the Python side passes (re module values) */
@@ -36,18 +39,36 @@ typedef struct {
     PyObject_HEAD
     pcre2_code *code;
     int jit;
+    char *required; /* text every match holds (NULL: none known); a block without it has none */
+    Py_ssize_t required_len;
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
     if (self->code) pcre2_code_free(self->code);
+    PyMem_Free(self->required);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"pattern", "flags", NULL};
+    static char *kwlist[] = {"pattern", "flags", "required", NULL};
     Py_buffer pat;
     int flags = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|i", kwlist, &pat, &flags)) return -1;
+    const char *required = NULL;
+    Py_ssize_t required_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|iy#", kwlist, &pat, &flags, &required, &required_len))
+        return -1;
+    PyMem_Free(self->required);
+    self->required = NULL;
+    if (required_len > 0) {
+        self->required = PyMem_Malloc((size_t)required_len);
+        if (!self->required) {
+            PyBuffer_Release(&pat);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(self->required, required, (size_t)required_len);
+        self->required_len = required_len;
+    }
     uint32_t options = PCRE2_NO_UTF_CHECK;
     if (flags & RE_IGNORECASE) options |= PCRE2_CASELESS;
     if (flags & RE_MULTILINE) options |= PCRE2_MULTILINE;
@@ -85,11 +106,25 @@ static inline int run(Scanner *s, const char *buf, size_t len, size_t off, pcre2
 
 static inline int64_t count_newlines(const char *p, const char *end) {
     int64_t n = 0;
-    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
-        n++;
-        p++;
+#ifdef __SSE2__
+    /* 16 bytes at a time: each lane counts its newlines (a match is -1, subtracted), and the
+     * lanes are summed before any can pass 255 */
+    const __m128i nl = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
+    while (end - p >= 16) {
+        __m128i acc = zero;
+        for (int k = 0; k < 255 && end - p >= 16; k++, p += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), nl));
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        n += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
     }
+#endif
+    for (; p < end; p++) n += *p == '\n';
     return n;
+}
+
+/* can a match occur in this block at all? (the required text is in it, or none is known) */
+static inline int may_match(Scanner *s, const char *buf, size_t len) {
+    return !s->required || memmem(buf, len, s->required, (size_t)s->required_len) != NULL;
 }
 
 /* a growable column of 8-byte items */
@@ -239,7 +274,8 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     Column cl = {0}, cv = {0}, ci = {0}, ce = {0};
     int fallback = 0, nomem = 0;
     char num[MAX_NUMBER + 1];
-    while (off <= len) {
+    int may = may_match(self, buf, len);
+    while (may && off <= len) {
         int rc = run(self, buf, len, off, md);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) { /* match or depth limit: let Python decide */
@@ -307,49 +343,45 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     return out;
 }
 
-/* start offsets of successive matches and, with a base line count, the 1-based line of each */
-static PyObject *Scanner_starts(Scanner *self, PyObject *args) {
+/* every successive match as (line, (start0, end0, start1, end1, ...)): the 1-based line of its
+ * start (base lines before the block) and the span of the match and of each group (-1, -1 for a
+ * group that took no part) */
+static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
     Py_buffer blk;
-    long long base = -1;
-    if (!PyArg_ParseTuple(args, "y*|L", &blk, &base)) return NULL;
+    long long base;
+    if (!PyArg_ParseTuple(args, "y*L", &blk, &base)) return NULL;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->code, NULL);
     PyObject *out = md ? PyList_New(0) : PyErr_NoMemory();
-    PyObject *lines = out && base >= 0 ? PyList_New(0) : NULL;
-    if (out && base >= 0 && !lines) Py_CLEAR(out);
+    uint32_t groups = 0;
+    pcre2_pattern_info(self->code, PCRE2_INFO_CAPTURECOUNT, &groups);
     const char *buf = blk.buf;
     size_t len = (size_t)blk.len, off = 0, counted = 0;
     int64_t line = base + 1;
-    while (out && off <= len) {
+    int may = may_match(self, buf, len);
+    while (may && out && off <= len) {
         int rc = run(self, buf, len, off, md);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            Py_SETREF(out, Py_NewRef(Py_None));
-            break;
-        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (ov[1] == ov[0]) { /* empty matches follow Python's rules, not these: Python decides */
+        if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */
             Py_SETREF(out, Py_NewRef(Py_None));
             break;
         }
-        PyObject *at = PyLong_FromSize_t(ov[0]);
-        if (!at || PyList_Append(out, at) < 0) Py_CLEAR(out);
-        Py_XDECREF(at);
-        if (out && lines) {
-            line += count_newlines(buf + counted, buf + ov[0]);
-            counted = ov[0];
-            PyObject *n = PyLong_FromLongLong(line);
-            if (!n || PyList_Append(lines, n) < 0) Py_CLEAR(out);
-            Py_XDECREF(n);
+        line += count_newlines(buf + counted, buf + ov[0]);
+        counted = ov[0];
+        PyObject *spans = PyTuple_New(2 * (Py_ssize_t)(groups + 1));
+        for (uint32_t i = 0; spans && i < 2 * (groups + 1); i++) {
+            PyObject *v = ov[i] == PCRE2_UNSET ? PyLong_FromLong(-1) : PyLong_FromSize_t(ov[i]);
+            if (!v) Py_CLEAR(spans);
+            else PyTuple_SET_ITEM(spans, i, v);
         }
+        PyObject *item = spans ? Py_BuildValue("(LN)", (long long)line, spans) : NULL;
+        if (!item || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
         off = ov[1];
     }
     if (md) pcre2_match_data_free(md);
     PyBuffer_Release(&blk);
-    if (!lines || !out || out == Py_None) {
-        Py_XDECREF(lines);
-        return out;
-    }
-    return Py_BuildValue("(NN)", out, lines);
+    return out;
 }
 
 static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
@@ -365,7 +397,8 @@ static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
     const char *buf = blk.buf;
     size_t len = (size_t)blk.len, off = 0, kept = 0, n = 0;
     int decided = 1;
-    while (off <= len) {
+    int may = may_match(self, buf, len);
+    while (may && off <= len) {
         int rc = run(self, buf, len, off, md);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -395,8 +428,8 @@ static PyObject *Scanner_get_jit(Scanner *self, void *closure) { return PyBool_F
 static PyMethodDef Scanner_methods[] = {
     {"records", (PyCFunction)Scanner_records, METH_VARARGS,
      "records(block, base, value, iteration, epoch) -> (lines, values, iterations, epochs, newlines) or None"},
-    {"starts", (PyCFunction)Scanner_starts, METH_VARARGS,
-     "starts(block[, base]) -> list of match starts (with base: (starts, lines)), or None"},
+    {"matches", (PyCFunction)Scanner_matches, METH_VARARGS,
+     "matches(block, base) -> list of (line, spans of the match and its groups), or None"},
     {"remove", (PyCFunction)Scanner_remove, METH_VARARGS, "remove(block) -> block without the matches, or None"},
     {NULL, NULL, 0, NULL},
 };
@@ -459,7 +492,19 @@ static PyObject *scan_param(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* contains(haystack, needle) -> bool: `needle in haystack` for bytes, by glibc's memmem, several
+ * times faster than CPython's search for the short needles the engine looks for in every block */
+static PyObject *scan_contains(PyObject *mod, PyObject *args) {
+    Py_buffer h, n;
+    if (!PyArg_ParseTuple(args, "y*y*", &h, &n)) return NULL;
+    int found = memmem(h.buf, (size_t)h.len, n.buf, (size_t)n.len) != NULL;
+    PyBuffer_Release(&h);
+    PyBuffer_Release(&n);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef scan_functions[] = {
+    {"contains", scan_contains, METH_VARARGS, "contains(haystack, needle) -> needle in haystack (bytes)"},
     {"param", scan_param, METH_VARARGS, "param(text, key) -> value of key in a DLLogger PARAMETER line, or None"},
     {NULL, NULL, 0, NULL},
 };

@@ -4,24 +4,26 @@ A built-in parser is a table of :class:`Rule` objects (a regular expression plus
 a match) and a few small handler methods. :class:`PatternParser` runs the table over the raw
 bytes of the log in large blocks of whole lines, and nothing runs per line in Python:
 
-* a record rule is applied to the whole block with ``re.split`` on bytes, which hands back, in
-  C, the text between records and the groups of every record; values and line numbers (newlines
-  counted in the text between records) are converted with ``map`` into ``array`` columns, and
-  iteration and epoch digits are kept joined until first read, so the cost of a record is a few
-  C calls, not a Python loop;
-* every other rule (run boundaries, summaries, facts; a few lines per run) scans the block,
-  decoded to text, with ``finditer`` (or ``str.find`` on its literal prefix), and only its
-  matches reach Python: each is handed to the rule's handler in file order. Records before a
-  match are moved into the current series when the handler touches the series (a new run, a
-  summary), so a run boundary splits the records where it occurs;
+* a record rule is applied to the whole block at once and gives columns (line numbers, values,
+  iterations, epochs), not objects: natively, PCRE2 with its JIT and an exact decimal reader
+  (see ``_scan.c``); in Python, ``re.split`` on bytes with ``map`` into ``array`` columns, the
+  iteration and epoch digits kept joined until first read;
+* every other rule (run boundaries, summaries, facts; a few lines per run) scans the block, and
+  only its matches reach Python: each is handed to the rule's handler in file order with its
+  line. The native scanner gives each match's line and group spans, and a block that lacks the
+  rule's longest literal is skipped in one ``memmem``; the Python engine uses ``finditer`` (or
+  ``str.find`` on a literal prefix) on the decoded block. Records before a match are moved into
+  the current series when the handler touches the series (a new run, a summary), so a run
+  boundary splits the records where it occurs;
 * CRLF endings and MPI output tags are removed from the block first, except tags that open their
   lines in a parser whose rules read past them (``mpi_tags_in_place``).
 
 A record rule must not match a newline, and a number that ends a record has to be followed by
 something (a unit, a space, the newline). The last line of a cut-off file has no newline, so a
 number cut in half there never matches and never becomes a wrong record. Other rules may span
-lines. A record rule counts once per match; when a record and another rule's match share one
-line, the other match is handled first.
+lines; a parser whose rules read a structure across lines (a config dump) says which lines
+continue one (``block_continues``), and no block ends inside it. A record rule counts once per
+match; when a record and another rule's match share one line, the other match is handled first.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ if TYPE_CHECKING:
     from repro.parsers import _scan
 
 try:
-    from repro.parsers._scan import PCRE2_VERSION, Scanner, param
+    from repro.parsers._scan import PCRE2_VERSION, Scanner, contains, param
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = param = None  # type: ignore[assignment,misc]
+    Scanner = contains = param = None  # type: ignore[assignment,misc]
     PCRE2_VERSION = ""
 
 #: the engine rules run on: "native (PCRE2 <version>)" or "python"
@@ -428,7 +430,7 @@ class _TagStripper:
     def __call__(self, block: bytes) -> bytes:
         if b"\r" in block:
             block = block.replace(b"\r\n", b"\n")
-        if b"]<std" not in block:
+        if not _has(block, b"]<std"):
             return block
         m = _MPI_TAG_B.search(block)
         if m is None:
@@ -448,6 +450,11 @@ class _TagStripper:
         return _removed(_MPI_TAG_B, block)
 
 
+def _has(block: bytes, text: bytes) -> bool:
+    """``text in block``, by the native module's memmem where it is built."""
+    return _NATIVE_CONTAINS(block, text) if _NATIVE_CONTAINS else text in block
+
+
 @cache
 def _native_of(rx: re.Pattern[bytes]) -> _scan.Scanner | None:
     return _native_scanner(rx.pattern.decode(), rx.flags)
@@ -456,8 +463,8 @@ def _native_of(rx: re.Pattern[bytes]) -> _scan.Scanner | None:
 def _found(rx: re.Pattern[bytes], block: bytes) -> bool:
     """``rx.search(block) is not None``, natively where it can be."""
     native = _native_of(rx)
-    starts = native.starts(block) if native is not None else None
-    return bool(starts) if starts is not None else rx.search(block) is not None
+    found = native.matches(block, 0) if native is not None else None
+    return bool(found) if found is not None else rx.search(block) is not None
 
 
 def _removed(rx: re.Pattern[bytes], block: bytes) -> bytes:
@@ -467,15 +474,19 @@ def _removed(rx: re.Pattern[bytes], block: bytes) -> bytes:
     return out if out is not None else rx.sub(b"", block)
 
 
-def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator[str]:
+def blocks_from_lines(
+    lines: Iterable[str], size: int = BLOCK_CHARS, continues: re.Pattern[bytes] | None = None
+) -> Iterator[str]:
     """Join an iterable of lines into blocks of whole lines.
 
     Items may carry their line ending or not (``str.splitlines()`` output). When the earlier
     items did end in a newline and the last one does not, the last one is kept unterminated:
-    that is how a cut-off file looks, and the rules treat it accordingly.
+    that is how a cut-off file looks, and the rules treat it accordingly. A block never ends
+    before a line ``continues`` matches (see ``parsers._blocks``), within ``size`` more.
     """
     buf: list[str] = []
     held = 0
+    full = False  # the block has its size and ends at the next line that continues nothing
     terminated = False
     prev: str | None = None
     for line in lines:
@@ -484,15 +495,23 @@ def blocks_from_lines(lines: Iterable[str], size: int = BLOCK_CHARS) -> Iterator
                 terminated = True
             else:
                 prev += "\n"
+            if full and (
+                continues is None
+                or held >= 2 * size
+                or not continues.match(prev.encode("utf-8", "surrogatepass"))
+            ):
+                yield "".join(buf)
+                buf, held, full = [], 0, False
             buf.append(prev)
             held += len(prev)
-            if held >= size:
-                yield "".join(buf)
-                buf, held = [], 0
+            full = held >= size
         prev = line
     if prev is not None:
         if not prev.endswith("\n") and not terminated:
             prev += "\n"
+        if full and (continues is None or not continues.match(prev.encode("utf-8", "surrogatepass"))):
+            yield "".join(buf)
+            buf = []
         buf.append(prev)
     if buf:
         yield "".join(buf)
@@ -502,9 +521,10 @@ class Params(Mapping[str, str]):
     """The items of a DLLogger ``PARAMETER`` line, ``key : value  key : value``, as a mapping.
 
     Items are separated by two spaces; values may hold single spaces (``gpus : [0, 1, 2]``); a
-    key given twice keeps its last value. Keys are names (a key holding " : " is not looked up). Such a line holds about a hundred items and a handler
+    key given twice keeps its last value. Such a line holds about a hundred items and a handler
     reads five, so a lookup finds its own key (``str.rfind`` from the end, then a check that the
-    key opens an item) instead of splitting the whole line; iterating splits it.
+    key opens an item; natively for ASCII lines) instead of splitting the whole line; iterating
+    splits it. Keys are names: a key holding " : " is not looked up.
     """
 
     __slots__ = ("_all", "_found", "_text")
@@ -574,8 +594,9 @@ class Params(Mapping[str, str]):
 
 
 params_of = Params
-#: :meth:`Params._search` in C, for ASCII lines
+#: :meth:`Params._search` in C, for ASCII lines; ``bytes.__contains__`` by memmem
 _NATIVE_PARAM = param if ENGINE != "python" else None
+_NATIVE_CONTAINS = contains if ENGINE != "python" else None
 
 
 def to_bool(text: str) -> bool | None:
@@ -756,6 +777,10 @@ class PatternParser(LogParser):
     #: :func:`clean_text`), and a rule that continues past a newline allows one there too.
     #: Tags elsewhere in a line are always removed first. False: every tagged block is cleaned.
     mpi_tags_in_place: ClassVar[bool] = False
+    #: Lines that continue the structure of the lines before them (an indented line of a config
+    #: dump): a block never ends just before one, so a rule that reads a structure across lines
+    #: sees all of it. Matched against raw lines (bytes, MPI tags and CR still in place).
+    block_continues: ClassVar[re.Pattern[bytes] | None] = None
 
     @classmethod
     def detect(cls, head: Sequence[str]) -> bool:
@@ -763,7 +788,7 @@ class PatternParser(LogParser):
         return any(p.search(text) for p in cls.detect_any)
 
     def parse(self, lines: Iterable[str]) -> ParseResult:
-        return self.parse_blocks(blocks_from_lines(lines))
+        return self.parse_blocks(blocks_from_lines(lines, continues=self.block_continues))
 
     def parse_blocks(self, blocks: Iterable[bytes | str]) -> ParseResult:
         """Run the rules over blocks of whole lines (the last block may end without a newline).
@@ -792,6 +817,8 @@ class PatternParser(LogParser):
         other_rules = [
             _OtherRule(r.regex, self._action(r), r.native) for r in self.rules if r.action != "record"
         ]
+        for i, r in enumerate(other_rules):
+            r.index = i
         clean = _TagStripper(self.mpi_tags_in_place)
         base = 0  # newlines before the current block
         tail = b""
@@ -952,7 +979,7 @@ class _OtherRule:
     are. When a block shows the literal is common after all, the rule goes back to ``finditer``.
     """
 
-    __slots__ = ("act", "native", "prefix", "rx")
+    __slots__ = ("act", "index", "native", "prefix", "rx")
 
     MIN_PREFIX = 4  # shorter literals (a quote, "] ") are too common for find to pay
     MAX_TRIES = 256  # places per block tried before the literal counts as common
@@ -966,23 +993,18 @@ class _OtherRule:
         self.rx = rx
         self.act = act
         self.native = native
+        self.index = 0  # the rule's place in its parser's table (orders hits at one offset)
         prefix = _literal_prefix(rx)
         self.prefix = prefix if len(prefix) >= self.MIN_PREFIX else ""
 
-    def native_matches(
-        self, block: bytes, text: _Text, base: int
-    ) -> tuple[list[re.Match[str]], list[int]] | None:
-        """The matches in an ASCII block and their lines (``base`` lines before the block), found
-        by the native scanner (None: ask :meth:`matches`)."""
-        found = self.native.starts(block, base) if self.native is not None else None
+    def native_matches(self, block: bytes, text: _Text, base: int) -> list[_Hit] | None:
+        """This rule's hits in an ASCII block (``base`` lines before it), found by the native
+        scanner with their lines and groups; None: ask :meth:`matches`."""
+        found = self.native.matches(block, base) if self.native is not None else None
         if found is None:
             return None
-        starts, lines = found
-        if not starts:
-            return [], lines
-        match, s = self.rx.match, text.get()
-        matches = [match(s, at) for at in starts]
-        return None if None in matches else (matches, lines)  # type: ignore[return-value]
+        rx, act, i = self.rx, self.act, self.index
+        return [(spans[0], i, _Found(rx, text, spans), act, line) for line, spans in found]
 
     def matches(self, text: str) -> Iterable[re.Match[str]]:
         prefix = self.prefix
@@ -1005,23 +1027,66 @@ class _OtherRule:
         return found
 
 
+def _literal_runs(pattern: str, flags: int) -> list[str]:
+    """The runs of literal text at the top level of a pattern, in order; the first is the
+    pattern's literal prefix ("" if it has none). No runs when case-blind or not understood."""
+    if flags & re.IGNORECASE:
+        return []
+    try:
+        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
+        if parsed.state.flags & re.IGNORECASE:
+            return []
+        literal = re._constants.LITERAL  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
+        return []
+    runs = [""]
+    for op, arg in parsed:
+        if op is literal:
+            runs[-1] += chr(arg)
+        else:
+            runs.append("")
+    return runs
+
+
 def _literal_prefix(rx: re.Pattern[str]) -> str:
     """The literal text every match of ``rx`` starts with ("" when unknown or case-blind)."""
-    if rx.flags & re.IGNORECASE:
-        return ""
-    try:
-        parsed = re._parser.parse(rx.pattern, rx.flags)  # type: ignore[attr-defined]
-        if parsed.state.flags & re.IGNORECASE:
-            return ""
-        literal = re._constants.LITERAL  # type: ignore[attr-defined]
-    except Exception:  # a private module: if it changes, just use finditer
-        return ""
-    out = []
-    for op, arg in parsed:
-        if op is not literal:
-            break
-        out.append(chr(arg))
-    return "".join(out)
+    return next(iter(_literal_runs(rx.pattern, rx.flags)), "")
+
+
+class _Found:
+    """What handlers read of a ``re.Match`` (``group``, ``start``, ``end``, ``string``), for a match
+    the native scanner found in an ASCII block: it gives the spans of the match and its groups,
+    and a group's text is cut from the block when read, so nothing is matched twice."""
+
+    __slots__ = ("_rx", "_spans", "_text")
+
+    def __init__(self, rx: re.Pattern[str], text: _Text, spans: tuple[int, ...]) -> None:
+        self._rx = rx
+        self._text = text
+        self._spans = spans
+
+    def _index(self, g: int | str) -> int:
+        i = g if g.__class__ is int else self._rx.groupindex.get(g, -1)  # type: ignore[arg-type]
+        if not 0 <= i <= self._rx.groups:  # type: ignore[operator]
+            raise IndexError("no such group")
+        return i  # type: ignore[return-value]
+
+    def group(self, *groups: int | str) -> str | None | tuple[str | None, ...]:
+        if len(groups) > 1:
+            return tuple(self.group(g) for g in groups)  # type: ignore[misc]
+        i = 2 * self._index(groups[0] if groups else 0)
+        a, b = self._spans[i], self._spans[i + 1]
+        return None if a < 0 else self._text.block[a:b].decode("ascii")
+
+    def start(self, group: int | str = 0) -> int:
+        return self._spans[2 * self._index(group)]
+
+    def end(self, group: int | str = 0) -> int:
+        return self._spans[2 * self._index(group) + 1]
+
+    @property
+    def string(self) -> str:
+        return self._text.get()
 
 
 class _Text:
@@ -1045,13 +1110,12 @@ def _other_matches(rules: list[_OtherRule], block: bytes, base: int) -> list[_Hi
     text = _Text(block)
     ascii_ = block.isascii()  # byte offsets are text offsets, and both engines read it alike
     hits: list[_Hit] = []
-    for i, r in enumerate(rules):
+    for r in rules:
         native = r.native_matches(block, text, base) if ascii_ else None
         if native is None:
-            hits += [(m.start(), i, m, r.act, 0) for m in r.matches(text.get())]
+            hits += [(m.start(), r.index, m, r.act, 0) for m in r.matches(text.get())]
         else:
-            found, lines = native
-            hits += zip(map(re.Match.start, found), repeat(i), found, repeat(r.act), lines)
+            hits += native
     hits.sort()  # (start, rule) is unique, so matches are never compared
     return hits
 
@@ -1069,20 +1133,24 @@ def _native_scanner(pattern: str, flags: int) -> _scan.Scanner | None:
     if _NATIVE_UNSAFE.search(pattern):
         return None
     try:
-        return Scanner(pattern.encode(), int(flags))
+        return Scanner(pattern.encode(), int(flags), _required_literal(pattern, flags).encode())
     except ValueError:
         return None
+
+
+def _required_literal(pattern: str, flags: int) -> str:
+    """The longest run of literal text at the top level of ``pattern``: every match holds it, so
+    the scanner skips a block without it in one ``memmem`` ("" when unknown or case-blind)."""
+    return max(_literal_runs(pattern, flags), key=len, default="")
 
 
 def _dispatch(b: Builder, hits: list[_Hit], base: int) -> None:
     """Call the handlers in file order with their 1-based line numbers (counted here where the
     scan did not give them)."""
-    text = hits[0][2].string
-    count = text.count
     pos, n = 0, base
     for start, _, m, act, line in hits:
-        if not line:
-            n += count("\n", pos, start)
+        if not line:  # found by re: count the lines to it (every hit of the block is then)
+            n += m.string.count("\n", pos, start)
             pos = start
             line = n + 1
         b._at = line

@@ -38,14 +38,16 @@ class NgcTf1(PatternParser):
         p = params_of(m.group(1))
         b.new_run()
         b.fact("batch_size", to_int(p.get("batch_size", "")), line)
-        if "amp" in p:
-            amp = bool(to_bool(p["amp"]))
-            b.fact("amp", amp, line)
-            b.fact("precision", "amp" if amp else "fp32", line)
+        amp = p.get("amp")
+        if amp is not None:
+            on = bool(to_bool(amp))
+            b.fact("amp", on, line)
+            b.fact("precision", "amp" if on else "fp32", line)
         for key in ("xla", "dali"):
-            if key in p:
-                b.fact(key, to_bool(p[key]), line)
-        if "data_format" in p:
-            b.fact("data_format", p["data_format"], line)
-        if "mode" in p:
-            b.fact("mode", p["mode"], line)
+            value = p.get(key)
+            if value is not None:
+                b.fact(key, to_bool(value), line)
+        for key in ("data_format", "mode"):
+            value = p.get(key)
+            if value is not None:
+                b.fact(key, value, line)

@@ -16,12 +16,33 @@ from repro.parsers.base import NUM, Builder, PatternParser, Rule, to_bool, to_in
 
 _IPS = rf"[^\n]*ips: (?P<value>{NUM}) (?:samples|images)/s"
 
+# The config dump at the top of a run: "ppcls INFO: " then four spaces per level of nesting, a
+# section header ("DataLoader : ") or a "key : value" line. A section runs until the next config
+# line at its own level or above; lines of other programs may come in between.
+_CONFIG = "ppcls INFO: "
+
+
+def _inside(depth: int) -> str:
+    """A line inside a section of level ``depth - 1``: deeper config lines and foreign lines."""
+    return rf"(?:[^\n]*?{_CONFIG}{' ' * 4 * depth}[^\n]*\n|(?![^\n]*{_CONFIG})[^\n]*\n)"
+
+
+def _config_value(*path: str) -> str:
+    """The value of the config key ``path[-1]`` inside the nested sections ``path[:-1]``."""
+    rx = rf"(?<={_CONFIG}){path[0]} : ?\n"
+    for depth, name in enumerate(path[1:], 1):
+        rx += rf"{_inside(depth)}*?[^\n]*?{_CONFIG}{' ' * 4 * depth}{name} : "
+        rx += r"(?P<value>[^\n]*)" if depth == len(path) - 1 else r"?\n"
+    return rx
+
 
 @PARSERS.register("paddleclas")
 class PaddleClas(PatternParser):
     per_gpu = True
     record_hints = ("ips: ",)
     mpi_tags_in_place = True
+    # an indented config line continues its section: a block never ends inside one
+    block_continues = re.compile(rf"[^\n]*?{_CONFIG}  ".encode())
     detect_any = (
         re.compile(r"ppcls INFO: "),
         re.compile(rf"\bips: {NUM} (?:samples|images)/s(?:ec)?\b"),
@@ -32,15 +53,17 @@ class PaddleClas(PatternParser):
         Rule(rf"epoch:(?P<epoch>\d+) +train step:(?P<iteration>\d+){_IPS}", "record"),
         # dynamic engine: "[Train][Epoch 1/120][Iter: 10/5005]lr: ... ips: 852.06 samples/s, eta: ..."
         Rule(rf"\[Train\]\[Epoch (?P<epoch>\d+)/\d+\]\[Iter: (?P<iteration>\d+)/\d+\]{_IPS}", "record"),
-        # config dump, one "key : value" per line, nesting shown by 4-space indents; only the
-        # section headers (to know the path) and the keys the kit reads are matched. Most lines
-        # of a PaddleClas log start with "ppcls INFO: "; the possessive " *+" and "\w*+" (what
-        # follows them can never match a space or a word character, so they give the same
-        # matches) spare the backtracking on every one of them and halve the cost of this scan.
+        # facts from the config dump, each read where it sits: one match a run, not one a line
+        Rule(rf"(?<={_CONFIG})Arch : ?\n", "on_config"),  # every dump has a model
+        Rule(rf"(?<={_CONFIG})AMP : ?\n", "on_amp_section"),  # listed only when AMP is on
+        Rule(_config_value("DataLoader", "Train", "sampler", "batch_size"), "on_batch_size"),
+        Rule(_config_value("AMP", "level"), "on_amp_level"),
+        Rule(_config_value("Arch", "data_format"), "on_data_format"),
+        # switches read at any depth (indents of up to 40 spaces)
         Rule(
-            r"ppcls INFO: (?P<indent> *+)(?:(?P<section>[A-Za-z_]\w*+) : ?\n|"
-            r"(?P<key>batch_size|level|use_amp|use_pure_fp16|use_dali|data_format) : (?P<value>[^\n]*))",
-            "on_config",
+            "use_(?:" + "|".join(rf"(?<={_CONFIG}{' ' * n}use_)" for n in range(41)) + ")"
+            r"(?P<key>amp|pure_fp16|dali) : (?P<value>[^\n]*)",
+            "on_switch",
         ),
         Rule(r"PADDLE_TRAINERS_NUM +(\d+)", "fact:gpus", to_int),
         Rule(r" nnodes: (\d+)", "fact:nodes", to_int),
@@ -49,30 +72,31 @@ class PaddleClas(PatternParser):
     )
 
     def on_config(self, b: Builder, m: re.Match[str], line: int) -> None:
-        depth = len(m.group("indent")) // 4
-        path: list[str] = b.scratch.setdefault("path", [])  # type: ignore[assignment]
-        del path[depth:]
         b.scratch["config"] = True
-        section = m.group("section")
-        if section:
-            path.append(section)
-            if path == ["AMP"]:
-                b.scratch["amp_section"] = True
-            return
+
+    def _config_fact(self, b: Builder, m: re.Match[str], line: int, key: str, value: object) -> None:
+        b.scratch["config"] = True
+        b.fact(key, value, line + m.group().count("\n"))  # the line of the key, not of its section
+
+    def on_batch_size(self, b: Builder, m: re.Match[str], line: int) -> None:
+        self._config_fact(b, m, line, "batch_size", to_int(m.group("value")))
+
+    def on_amp_level(self, b: Builder, m: re.Match[str], line: int) -> None:
+        self._config_fact(b, m, line, "amp_level", m.group("value").strip())
+
+    def on_data_format(self, b: Builder, m: re.Match[str], line: int) -> None:
+        self._config_fact(b, m, line, "data_format", m.group("value").strip())
+
+    def on_amp_section(self, b: Builder, m: re.Match[str], line: int) -> None:
+        b.scratch["config"] = b.scratch["amp_section"] = True
+
+    def on_switch(self, b: Builder, m: re.Match[str], line: int) -> None:
+        b.scratch["config"] = True
         key, value = m.group("key"), m.group("value").strip()
-        dotted = ".".join(path + [key])
-        if dotted == "DataLoader.Train.sampler.batch_size":
-            b.fact("batch_size", to_int(value), line)
-        elif dotted == "AMP.level":
-            b.fact("amp_level", value, line)
-        elif key == "use_amp":
-            b.scratch["use_amp"] = to_bool(value)
-        elif key == "use_pure_fp16":
-            b.scratch["pure_fp16"] = to_bool(value)
-        elif key == "use_dali":
+        if key == "dali":
             b.fact("dali", to_bool(value), line)
-        elif dotted == "Arch.data_format":
-            b.fact("data_format", value, line)
+        else:
+            b.scratch["use_amp" if key == "amp" else "pure_fp16"] = to_bool(value)
 
     def on_replicas(self, b: Builder, m: re.Match[str], line: int) -> None:
         b.scratch["per_node"] = int(m.group(1))
