@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -149,36 +150,40 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) ->
 @click.option("--gpus", type=click.IntRange(min=1), help="GPU count; multiplies per-GPU figures (PaddleClas rank-0 logs)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               help="json: one object for one log, a list of them for several")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="worker processes for several logs (default: one per CPU this process may use)")
 @reports_errors
 def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | None, from_iteration: int | None,
-          window: int | None, aggregate: str, gpus: int | None, fmt: str) -> None:
-    """Apply one measurement protocol to each log file given (one process reads them all)."""
+          window: int | None, aggregate: str, gpus: int | None, fmt: str, jobs: int | None) -> None:
+    """Apply one measurement protocol to each log file given."""
     from repro.report import render_parse_text
-    from repro.reproduce import parse_and_measure
+    from repro.reproduce import parse_and_measure, parse_logs
 
     if skip_records is not None and from_iteration is not None:
         raise UsageError("give --skip-records or --from-iteration, not both")
+    protocol = {"skip_records": skip_records, "from_iteration": from_iteration, "window": window,
+                "aggregate": aggregate, "gpus": gpus}
+    if len(logs) == 1:  # errors as before: exit 2 with the parser's message
+        out = parse_and_measure(logs[0], parser_name, **protocol)
+        click.echo(json.dumps(out, indent=2) if fmt == "json" else render_parse_text(out))
+        if not any(r["throughput"] is not None for r in out["results"]):
+            raise UsageError(f"{logs[0]}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+        return
     outs, failed = [], []
-    for log in logs:
-        try:
-            out = parse_and_measure(log, parser_name, skip_records=skip_records, from_iteration=from_iteration,
-                                    window=window, aggregate=aggregate, gpus=gpus)
-        except ReproError as e:
-            if len(logs) == 1:
-                raise
-            out = {"file": str(log), "error": e.message, "results": [], "issues": []}
-            failed.append(e.message if e.message.startswith(str(log)) else f"{log}: {e.message}")
-        else:
-            if not any(r["throughput"] is not None for r in out["results"]):
-                failed.append(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
-        outs.append(out)
+    for log, out in zip(logs, parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)):
+        if "error" in out:
+            e = out["error"]
+            failed.append(e if e.startswith(str(log)) else f"{log}: {e}")
+        elif not any(r["throughput"] is not None for r in out["results"]):
+            failed.append(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
         if fmt == "text":
             click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
+        else:
+            outs.append(out)
     if fmt == "json":
-        click.echo(json.dumps(outs[0] if len(logs) == 1 else outs, indent=2))
+        click.echo(json.dumps(outs, indent=2))
     if failed:
-        raise UsageError(failed[0] if len(logs) == 1 else f"{len(failed)} of {len(logs)} logs gave no figure:\n  "
-                         + "\n  ".join(failed))
+        raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
 
 
 @cli.command()

@@ -9,11 +9,13 @@ tolerance says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from functools import partial
 from pathlib import Path
 
+from repro.errors import ReproError
 from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import ParseResult, Series, parse_file
@@ -288,3 +290,26 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
                                "records_used": m.records_used, "records": len(s.records), "summary": s.summary})
         out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if len(result.series) > 1 else i for i in m.issues]
     return out
+
+
+def parse_logs(logs: Sequence[Path], parser: str | None = None, *, jobs: int = 1, **options: object) -> Iterator[dict]:
+    """``repro parse`` over several logs, in their order: :func:`parse_and_measure` of each, or
+    ``{"file", "error"}`` for a log that cannot be read as a training log. With ``jobs`` > 1 the
+    logs are parsed by that many worker processes (forked: nothing is imported again)."""
+    work = partial(_parse_or_error, parser=parser, options=options)
+    if jobs <= 1 or len(logs) <= 1:
+        yield from map(work, logs)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(logs)), mp_context=ctx) as pool:
+        yield from pool.map(work, logs)
+
+
+def _parse_or_error(log: Path, parser: str | None, options: dict) -> dict:
+    try:
+        return parse_and_measure(log, parser, **options)
+    except ReproError as e:
+        return {"file": str(log), "error": e.message, "results": [], "issues": []}

@@ -162,9 +162,10 @@ def test_cli_parse_reads_several_logs_in_one_process(tmp_path: Path) -> None:
           "mxnet_gpu1_gpu8_amp_bs256.txt")
     tf = "logs/published/PaddlePaddle-Perf@c1ad14b/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/V100_LOG/tf_gpu1_amp_bs256.txt"
     one = [json.loads(repro("parse", log, "--format", "json").stdout) for log in (mx, tf)]
-    both = repro("parse", mx, tf, "--format", "json")
-    assert both.returncode == 0, both.stderr
-    assert json.loads(both.stdout) == one  # the same figures as one process per log
+    for jobs in ("1", "2"):  # one process for all, and two workers
+        both = repro("parse", mx, tf, "--format", "json", "--jobs", jobs)
+        assert both.returncode == 0, both.stderr
+        assert json.loads(both.stdout) == one  # the same figures, in the same order, as one log a call
     text = repro("parse", mx, tf)
     assert text.returncode == 0 and [ln.split(":")[0] for ln in text.stdout.splitlines() if not ln[0].isspace()] == [mx, tf]
     empty = tmp_path / "empty.log"
