@@ -169,8 +169,9 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
         if not any(r["throughput"] is not None for r in out["results"]):
             raise UsageError(f"{logs[0]}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
         return
-    outs, failed = [], []
-    for log, out in zip(logs, parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)):
+    failed = []  # each log's result is printed as it comes (a JSON list item by item): memory stays flat
+    found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)
+    for i, (log, out) in enumerate(zip(logs, found)):
         if "error" in out:
             e = out["error"]
             failed.append(e if e.startswith(str(log)) else f"{log}: {e}")
@@ -179,9 +180,9 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
         if fmt == "text":
             click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
         else:
-            outs.append(out)
+            click.echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
     if fmt == "json":
-        click.echo(json.dumps(outs, indent=2))
+        click.echo("\n]")
     if failed:
         raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
 
