@@ -283,3 +283,38 @@ def test_parameter_lookup_in_c_is_the_python_search() -> None:
                 assert engine._NATIVE_PARAM(text, key) == p._search(key), (text, key)
                 compared += 1
     assert compared > 100_000
+
+
+def test_native_matches_read_as_re_matches() -> None:
+    """Handlers get either a re.Match or the native scanner's stand-in: every way to read one
+    gives the same answer, for every rule of every parser on the representative logs."""
+    from repro.parsers import PARSERS
+
+    compared = 0
+    for log in representative_logs():
+        block = log.read_bytes()
+        if not block.isascii():
+            continue
+        text = engine._Text(block)
+        for cls in PARSERS.plugins():
+            for r in cls.rules:
+                if r.action == "record":
+                    continue
+                found = r.native.matches(block, 0)
+                want = list(r.regex.finditer(text.get()))
+                assert found is not None and len(found) == len(want), r.pattern
+                for (_, spans), m in zip(found, want):
+                    f = engine._Found(r.regex, text, spans)
+                    names = [0, *range(1, r.regex.groups + 1), *r.regex.groupindex]
+                    assert [f.group(g) for g in names] == [m.group(g) for g in names]
+                    assert [f[g] for g in names] == [m[g] for g in names]
+                    assert [f.span(g) for g in names] == [m.span(g) for g in names]
+                    assert (f.groups(), f.groups("-"), f.groupdict(), f.groupdict("-")) == (
+                        m.groups(), m.groups("-"), m.groupdict(), m.groupdict("-"))
+                    assert (f.start(), f.end(), f.string, f.re) == (m.start(), m.end(), m.string, m.re)
+                    if r.regex.groups:
+                        assert f.group(0, 1) == m.group(0, 1)
+                    with pytest.raises(IndexError):
+                        f.group(r.regex.groups + 1)
+                    compared += 1
+    assert compared > 100

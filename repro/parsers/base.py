@@ -1054,9 +1054,10 @@ def _literal_prefix(rx: re.Pattern[str]) -> str:
 
 
 class _Found:
-    """What handlers read of a ``re.Match`` (``group``, ``start``, ``end``, ``string``), for a match
-    the native scanner found in an ASCII block: it gives the spans of the match and its groups,
-    and a group's text is cut from the block when read, so nothing is matched twice."""
+    """A ``re.Match`` for handlers (``group``, ``groups``, ``groupdict``, ``[g]``, ``start``,
+    ``end``, ``span``, ``string``, ``re``), for a match the native scanner found in an ASCII block:
+    it gives the spans of the match and its groups, and a group's text is cut from the block when
+    read, so nothing is matched twice."""
 
     __slots__ = ("_rx", "_spans", "_text")
 
@@ -1078,15 +1079,30 @@ class _Found:
         a, b = self._spans[i], self._spans[i + 1]
         return None if a < 0 else self._text.block[a:b].decode("ascii")
 
+    __getitem__ = group
+
+    def groups(self, default: str | None = None) -> tuple[str | None, ...]:
+        return tuple(default if g is None else g for g in map(self.group, range(1, self._rx.groups + 1)))
+
+    def groupdict(self, default: str | None = None) -> dict[str, str | None]:
+        return {name: default if (v := self.group(name)) is None else v for name in self._rx.groupindex}
+
     def start(self, group: int | str = 0) -> int:
         return self._spans[2 * self._index(group)]
 
     def end(self, group: int | str = 0) -> int:
         return self._spans[2 * self._index(group) + 1]
 
+    def span(self, group: int | str = 0) -> tuple[int, int]:
+        return self.start(group), self.end(group)
+
     @property
     def string(self) -> str:
         return self._text.get()
+
+    @property
+    def re(self) -> re.Pattern[str]:
+        return self._rx
 
 
 class _Text:
