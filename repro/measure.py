@@ -110,8 +110,8 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None) -> Meas
         else:
             factor = float(count)
     values = series.values  # the value column: no Record objects are made here
-    low = min(values) * factor if len(values) and factor is not None else None
-    high = max(values) * factor if len(values) and factor is not None else None
+    span = series.value_range() if factor is not None else None
+    low, high = (span[0] * factor, span[1] * factor) if span is not None else (None, None)  # type: ignore[operator]
 
     if protocol.aggregate == "summary":
         raw, used = series.summary, 0

@@ -234,8 +234,10 @@ def test_scanner_agrees_with_re_on_mutated_blocks(seed: int) -> None:
             compared += 1
         for rx in (engine._MPI_TAG_B, engine._MPI_STAMPED_TAG_B):
             assert engine._native_of(rx).remove(block) == rx.sub(b"", block)
-        for rx in (engine._MISPLACED_TAG, engine._MISPLACED_STAMPED_TAG):
-            assert bool(engine._native_of(rx).matches(block, 0)) == (rx.search(block) is not None)
+        for rx, stamped in ((engine._MISPLACED_TAG, False), (engine._MISPLACED_STAMPED_TAG, True)):
+            want = rx.search(block) is not None
+            assert bool(engine._native_of(rx).matches(block, 0)) == want
+            assert engine._NATIVE_MISPLACED(block, stamped) == want, block[:300]
     assert compared > 1000
 
 
@@ -318,3 +320,33 @@ def test_native_matches_read_as_re_matches() -> None:
                         f.group(r.regex.groups + 1)
                     compared += 1
     assert compared > 100
+
+
+@pytest.mark.parametrize("stamped", [False, True])
+def test_misplaced_tag_search_in_c_is_the_expression(stamped: bool) -> None:
+    rx = engine._MISPLACED_STAMPED_TAG if stamped else engine._MISPLACED_TAG
+    stamp = b"Mon Jun 13 17:45:27 2022" if stamped else b""
+    heads = [b"[1,0]", b"[12,3456]", b"[123,1]", b"[1234,0]", b"[1,12345]", b"[,1]", b"[1,]", b"1,0]", b"[a,0]",
+             b"[1,2,3]", b"x[1,0]", b"Mon Jun 13 17:45:27 2022[1,0]", b"Mon Jun  3 17:45:27 2022[1,0]",
+             b"mon Jun 13 17:45:27 2022[1,0]", b"Jun 13 17:45:27 2022[1,0]"]
+    rng = random.Random(7)
+    for _ in range(3000):
+        lines = []
+        for _ in range(rng.randrange(1, 5)):
+            head = rng.choice(heads)
+            tail = rng.choice([b"<stdout>:a", b"<stderr>:b", b"<stdin>:c", b"<std", b""])
+            lines.append(rng.choice([b"", stamp, b" "]) + head + tail + rng.choice([b"", b" x]<stdout>:y"]))
+        block = b"\n".join(lines) + rng.choice([b"", b"\n"])
+        assert engine._NATIVE_MISPLACED(block, stamped) == (rx.search(block) is not None), block
+
+
+def test_value_range_is_min_and_max() -> None:
+    from repro.parsers import Series
+
+    rng = random.Random(9)
+    pool = [0.0, -0.0, 1.5, -2.0, float("nan"), float("inf"), -float("inf"), 1e-300, 3.0]
+    for n in range(1, 200):
+        values = [rng.choice(pool) if rng.random() < 0.3 else rng.uniform(-1e6, 1e6) for _ in range(n % 40 + 1)]
+        s = Series(gpus=None, records=[engine.Record(v) for v in values])
+        assert repr(s.value_range()) == repr((min(values), max(values)))
+    assert Series(gpus=None).value_range() is None

@@ -503,7 +503,86 @@ static PyObject *scan_contains(PyObject *mod, PyObject *args) {
     return PyBool_FromLong(found);
 }
 
+/* ---- MPI output tags --------------------------------------------------------------------------
+ * misplaced_tag(block, stamped) -> bool: is there a "]<stdout>:" or "]<stderr>:" that does not
+ * end a tag opening its line in the usual form, "[J,R]<std...>:" with 1-3 and 1-4 digits, after
+ * the --timestamp-output stamp ("Mon Jun 13 17:45:27 2022") when `stamped`? The question
+ * repro.parsers.base._misplaced_tag's expression asks with twelve lookbehinds, answered by
+ * walking back from each tag end. */
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int stamp_at(const char *p) { /* [A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} */
+    static const char form[] = "Aaa Aaa _9 99:99:99 9999";
+    for (int i = 0; i < 24; i++) {
+        char c = p[i], f = form[i];
+        int ok = f == 'A' ? (c >= 'A' && c <= 'Z') : f == 'a' ? (c >= 'a' && c <= 'z')
+                 : f == '9' ? is_digit(c) : f == '_' ? (c == ' ' || is_digit(c)) : c == f;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static PyObject *scan_misplaced_tag(PyObject *mod, PyObject *args) {
+    Py_buffer blk;
+    int stamped;
+    if (!PyArg_ParseTuple(args, "y*p", &blk, &stamped)) return NULL;
+    const char *buf = blk.buf, *end = buf + blk.len, *p = buf;
+    int misplaced = 0;
+    while (!misplaced && (p = memmem(p, (size_t)(end - p), "]<std", 5)) != NULL) {
+        const char *tag_end = p;
+        p += 5;
+        if (end - p < 5 || (memcmp(p, "out>:", 5) && memcmp(p, "err>:", 5))) continue;
+        const char *q = tag_end;
+        int r = 0, j = 0;
+        while (q > buf && is_digit(q[-1])) q--, r++;
+        if (r < 1 || r > 4 || q == buf || *--q != ',') {
+            misplaced = 1;
+            break;
+        }
+        while (q > buf && is_digit(q[-1])) q--, j++;
+        if (j < 1 || j > 3 || q == buf || *--q != '[') {
+            misplaced = 1;
+            break;
+        }
+        if (stamped) {
+            if (q - buf < 24 || !stamp_at(q - 24)) {
+                misplaced = 1;
+                break;
+            }
+            q -= 24;
+        }
+        misplaced = q != buf && q[-1] != '\n';
+    }
+    PyBuffer_Release(&blk);
+    return PyBool_FromLong(misplaced);
+}
+
+/* value_range(doubles) -> (min, max) | None: min() and max() of a buffer of doubles, as Python's
+ * builtins give them (the first value, replaced only by one strictly smaller / larger) */
+static PyObject *scan_value_range(PyObject *mod, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    Py_ssize_t n = b.len / (Py_ssize_t)sizeof(double);
+    PyObject *out;
+    if (n == 0 || b.len % (Py_ssize_t)sizeof(double)) {
+        out = Py_NewRef(Py_None);
+    } else {
+        const double *v = b.buf;
+        double lo = v[0], hi = v[0];
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (v[i] < lo) lo = v[i];
+            if (v[i] > hi) hi = v[i];
+        }
+        out = Py_BuildValue("(dd)", lo, hi);
+    }
+    PyBuffer_Release(&b);
+    return out;
+}
+
 static PyMethodDef scan_functions[] = {
+    {"misplaced_tag", scan_misplaced_tag, METH_VARARGS,
+     "misplaced_tag(block, stamped) -> an MPI tag that does not open its line, or is not of the usual form"},
+    {"value_range", scan_value_range, METH_VARARGS, "value_range(doubles) -> (min, max) or None when empty"},
     {"contains", scan_contains, METH_VARARGS, "contains(haystack, needle) -> needle in haystack (bytes)"},
     {"param", scan_param, METH_VARARGS, "param(text, key) -> value of key in a DLLogger PARAMETER line, or None"},
     {NULL, NULL, 0, NULL},

@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from repro.parsers import _scan
 
 try:
-    from repro.parsers._scan import PCRE2_VERSION, Scanner, contains, param
+    from repro.parsers._scan import PCRE2_VERSION, Scanner, contains, misplaced_tag, param, value_range
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = contains = param = None  # type: ignore[assignment,misc]
+    Scanner = contains = misplaced_tag = param = value_range = None  # type: ignore[assignment,misc]
     PCRE2_VERSION = ""
 
 #: the engine rules run on: "native (PCRE2 <version>)" or "python"
@@ -196,6 +196,15 @@ class Series:
     def values(self) -> Sequence[float]:
         """The record values in file order (an ``array('d')``; do not modify)."""
         return self._v
+
+    def value_range(self) -> tuple[float, float] | None:
+        """``(min(values), max(values))``, None without records (one native pass where it can)."""
+        v = self._v
+        if not len(v):
+            return None
+        if _NATIVE_RANGE and v.__class__ is array:
+            return _NATIVE_RANGE(v)  # type: ignore[no-any-return]
+        return min(v), max(v)
 
     @property
     def iterations(self) -> list[int | None]:
@@ -436,7 +445,7 @@ class _TagStripper:
         if m is None:
             return block
         stamped = _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None
-        if self.in_place and not _found(_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG, block):
+        if self.in_place and not _misplaced(block, stamped):
             return block
         if stamped:
             block = _removed(_MPI_STAMPED_TAG_B, block)
@@ -458,6 +467,13 @@ def _has(block: bytes, text: bytes) -> bool:
 @cache
 def _native_of(rx: re.Pattern[bytes]) -> _scan.Scanner | None:
     return _native_scanner(rx.pattern.decode(), rx.flags)
+
+
+def _misplaced(block: bytes, stamped: bool) -> bool:
+    """Does a tag not open its line, or not have the usual form? (:func:`_misplaced_tag`)"""
+    if _NATIVE_MISPLACED:
+        return _NATIVE_MISPLACED(block, stamped)
+    return _found(_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG, block)
 
 
 def _found(rx: re.Pattern[bytes], block: bytes) -> bool:
@@ -594,9 +610,12 @@ class Params(Mapping[str, str]):
 
 
 params_of = Params
-#: :meth:`Params._search` in C, for ASCII lines; ``bytes.__contains__`` by memmem
+#: :meth:`Params._search` in C, for ASCII lines; ``bytes.__contains__`` by memmem; the misplaced
+#: tag search without lookbehinds; min and max of a value column in one pass
 _NATIVE_PARAM = param if ENGINE != "python" else None
 _NATIVE_CONTAINS = contains if ENGINE != "python" else None
+_NATIVE_MISPLACED = misplaced_tag if ENGINE != "python" else None
+_NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
 def to_bool(text: str) -> bool | None:
