@@ -40,15 +40,15 @@ With the native scanner (PCRE2 JIT; load average ~1, CPU MB/s, best of 3, 1 GiB 
 kit process per file 161 MB/s (0.121 x grep), one process for all files 229 MB/s (0.171 x grep),
 ``repro parse`` CLI 135 MB/s (0.101); peak RSS 39 MB at 257 MiB and at 1029 MiB.
 
-After exact decimals in C, group spans from the native scan, literal skips, SSE2 newline counts and
-one match per PaddleClas config fact, with cached bytecode (quiet machine, 1 GiB set): grep 992 MB/s;
-``repro parse`` over all files 231 MB/s (0.233 x grep on one core), with ``--jobs 2`` 390 MB/s wall
-(0.393 x grep); kit one process 260 MB/s, process per file 160 MB/s; per format (process per file,
-parse alone) PaddleClas 235, TF1 160, PyTorch 240, MXNet 259, Keras 234; peak RSS 38 MB (process per
-file) at 257 MiB and 1029 MiB, ``repro parse`` over all files 46 and 51 MB. Where the time goes now
-(perf): per run, Python handlers and their bookkeeping (a DLLogger run is ~12 KB, so TF1 has 86 runs
-a MiB; ``measure`` alone ~12 us a run); one PCRE2 pass per rule and block (~0.15 ms/MiB each, 12
-rules for PaddleClas); reading (kernel copy, 1 MiB block allocations).
+After exact decimals in C, group spans from the native scan, literal skips, SSE2 newline counts,
+one match per PaddleClas config fact, the MPI-tag check and value ranges in C, with cached bytecode
+(quiet machine, 1 GiB set): grep 1109 MB/s; ``repro parse`` over all files 257 MB/s (0.232 x grep on
+one core), with ``--jobs 2`` 457 MB/s wall (0.412 x grep); kit one process 282 MB/s, process per file
+183 MB/s; per format (process per file, parse alone) PaddleClas 260, TF1 176, PyTorch 267, MXNet 315,
+Keras 270; peak RSS 38 MB (process per file) at 257 MiB and 1029 MiB, ``repro parse`` over all files
+46 and 49 MB. Where the time goes now (perf): per run, Python handlers and their bookkeeping (a
+DLLogger run is ~12 KB, so TF1 has 86 runs a MiB); one PCRE2 pass per rule and block (~0.15 ms/MiB
+each, 12 rules for PaddleClas); reading (kernel copy, 1 MiB block allocations).
 
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
