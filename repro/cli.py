@@ -166,17 +166,14 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
     if len(logs) == 1:  # errors as before: exit 2 with the parser's message
         out = parse_and_measure(logs[0], parser_name, **protocol)
         click.echo(json.dumps(out, indent=2) if fmt == "json" else render_parse_text(out))
-        if not any(r["throughput"] is not None for r in out["results"]):
-            raise UsageError(f"{logs[0]}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+        if problem := _no_figure(logs[0], out):
+            raise UsageError(problem)
         return
     failed = []  # each log's result is printed as it comes (a JSON list item by item): memory stays flat
     found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)
     for i, (log, out) in enumerate(zip(logs, found)):
-        if "error" in out:
-            e = out["error"]
-            failed.append(e if e.startswith(str(log)) else f"{log}: {e}")
-        elif not any(r["throughput"] is not None for r in out["results"]):
-            failed.append(f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}")
+        if problem := _no_figure(log, out):
+            failed.append(problem)
         if fmt == "text":
             click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
         else:
@@ -185,6 +182,15 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
         click.echo("\n]")
     if failed:
         raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
+
+
+def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
+    """Why ``repro parse`` got no figure from a log (an error, no usable run), or None."""
+    if "error" in out:
+        return out["error"] if out["error"].startswith(str(log)) else f"{log}: {out['error']}"
+    if not any(r["throughput"] is not None for r in out["results"]):
+        return f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}"
+    return None
 
 
 @cli.command()

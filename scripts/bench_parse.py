@@ -74,6 +74,7 @@ FORMATS = ("paddle", "ngc-tf1", "ngc-pytorch", "ngc-mxnet", "tf2-keras")  # fold
 MB = 2**20
 JOBS = len(os.sched_getaffinity(0))  # repro parse --jobs default: a worker per CPU
 #: children run as an installed kit does: with the bytecode of its modules cached
+WARM_UP = "import repro.cli, repro.reproduce; from repro.parsers import PARSERS; PARSERS.plugins()"
 ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(ROOT)}
 
 #: parse and measure every file named, in one process; a process per file, or one for all files
@@ -97,33 +98,33 @@ print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time()
 """
 
 
-def bench_one_process(files: list[Path], repeat: int) -> dict:
-    runs = [run_child([sys.executable, "-c", WORKER, *map(str, files)]) for _ in range(repeat)]
+def bench_all_files(cmd: list[str], files: list[Path], repeat: int) -> dict:
+    """One command over every file, as grep runs, ``repeat`` times: best wall and CPU time, and the
+    highest peak RSS."""
+    runs = [run_child([*cmd, *map(str, files)]) for _ in range(repeat)]
     if any(r["rc"] != 0 for r in runs):
-        raise SystemExit("one-process parse failed")
-    mb = total_mb(files)
-    wall, cpu = min(r["wall"] for r in runs), min(r["cpu"] for r in runs)
-    return {
-        "seconds": wall,
-        "mb_s": mb / wall,
-        "cpu": cpu,
-        "cpu_mb_s": mb / cpu,
-        "peak_rss_mb": max(r["rss_mb"] for r in runs),
-        "engine": json.loads(runs[0]["out"].strip().splitlines()[-1])["engine"],
-    }
-
-
-def bench_cli_one(files: list[Path], repeat: int, jobs: int = 1) -> dict:
-    """``repro parse FILES --format json --jobs N``: the CLI over every file in one command, as grep
-    runs (``jobs`` 1: one process; more: that many worker processes)."""
-    cmd = [sys.executable, "-m", "repro", "parse", *map(str, files), "--format", "json", "--jobs", str(jobs)]
-    runs = [run_child(cmd) for _ in range(repeat)]
-    if any(r["rc"] != 0 for r in runs):
-        raise SystemExit("repro parse over all files failed")
+        raise SystemExit(f"{' '.join(cmd[:4])} ... over all files failed")
     mb = total_mb(files)
     wall, cpu = min(r["wall"] for r in runs), min(r["cpu"] for r in runs)
     return {"seconds": wall, "mb_s": mb / wall, "cpu": cpu, "cpu_mb_s": mb / cpu,
-            "peak_rss_mb": max(r["rss_mb"] for r in runs)}
+            "peak_rss_mb": max(r["rss_mb"] for r in runs), "out": runs[0]["out"]}
+
+
+def bench_one_process(files: list[Path], repeat: int) -> dict:
+    """The worker over every file in one process (no interpreter start per file)."""
+    res = bench_all_files([sys.executable, "-c", WORKER], files, repeat)
+    res["engine"] = json.loads(res.pop("out").strip().splitlines()[-1])["engine"]
+    return res
+
+
+def bench_cli_one(files: list[Path], repeat: int, jobs: int = 1) -> dict:
+    """``repro parse --format json --jobs N FILES``: the CLI over every file in one command
+    (``jobs`` 1: one process; more: that many worker processes)."""
+    res = bench_all_files(
+        [sys.executable, "-m", "repro", "parse", "--format", "json", "--jobs", str(jobs)], files, repeat
+    )
+    del res["out"]
+    return res
 
 
 def format_unit(fmt: str) -> bytes:
@@ -393,10 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"built {len(files)} files, {total_mb(files):.0f} MiB in {folder} ({took:.1f} s)", file=sys.stderr
         )
-        subprocess.run(  # compile and cache the kit's bytecode once, as an install does
-            [sys.executable, "-c", "import repro.cli, repro.reproduce; from repro.parsers import PARSERS; "
-             "PARSERS.plugins()"], cwd=ROOT, env=ENV, check=True,
-        )
+        # compile and cache the kit's bytecode once, as an install does
+        subprocess.run([sys.executable, "-c", WARM_UP], cwd=ROOT, env=ENV, check=True)
         use_cli = cli_has_parse()
         print(f"CLI parse command: {'yes' if use_cli else 'no (python -c fallback only)'}", file=sys.stderr)
         results = [

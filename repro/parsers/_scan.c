@@ -145,6 +145,8 @@ static int col_push(Column *c, const void *item) {
     return 0;
 }
 
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
+
 /* -1: group unset; -2: not a plain run of at most 18 digits (Python decides) */
 static int64_t digits(const char *buf, PCRE2_SIZE *ov, int group) {
     PCRE2_SIZE a = ov[2 * group], b = ov[2 * group + 1];
@@ -152,9 +154,8 @@ static int64_t digits(const char *buf, PCRE2_SIZE *ov, int group) {
     if (b <= a || b - a > 18) return -2;
     int64_t v = 0;
     for (PCRE2_SIZE i = a; i < b; i++) {
-        unsigned char ch = (unsigned char)buf[i];
-        if (ch < '0' || ch > '9') return -2;
-        v = v * 10 + (ch - '0');
+        if (!is_digit(buf[i])) return -2;
+        v = v * 10 + (buf[i] - '0');
     }
     return v;
 }
@@ -204,14 +205,14 @@ static int exact_decimal(const char *s, size_t n, double *out) {
     int neg = 0, digits = 0, frac = 0, any = 0;
     uint64_t w = 0;
     if (i < n && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
-    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+    for (; i < n && is_digit(s[i]); i++) {
         any = 1;
         if (w == 0 && s[i] == '0') continue; /* a leading zero */
         if (digits++ == 19) return 0;
         w = w * 10 + (uint64_t)(s[i] - '0');
     }
     if (i < n && s[i] == '.') {
-        for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        for (i++; i < n && is_digit(s[i]); i++) {
             any = 1;
             frac++;
             if (w == 0 && s[i] == '0') continue;
@@ -225,8 +226,8 @@ static int exact_decimal(const char *s, size_t n, double *out) {
         int eneg = 0;
         i++;
         if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
-        if (i == n || s[i] < '0' || s[i] > '9') return 0;
-        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (i == n || !is_digit(s[i])) return 0;
+        for (; i < n && is_digit(s[i]); i++) {
             if (e > 100000) return 0;
             e = e * 10 + (s[i] - '0');
         }
@@ -509,8 +510,6 @@ static PyObject *scan_contains(PyObject *mod, PyObject *args) {
  * the --timestamp-output stamp ("Mon Jun 13 17:45:27 2022") when `stamped`? The question
  * repro.parsers.base._misplaced_tag's expression asks with twelve lookbehinds, answered by
  * walking back from each tag end. */
-static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
-
 static int stamp_at(const char *p) { /* [A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} */
     static const char form[] = "Aaa Aaa _9 99:99:99 9999";
     for (int i = 0; i < 24; i++) {

@@ -502,30 +502,32 @@ def blocks_from_lines(
     """
     buf: list[str] = []
     held = 0
-    full = False  # the block has its size and ends at the next line that continues nothing
     terminated = False
     prev: str | None = None
+
+    def ends_before(line: str) -> bool:  # the block has its size, and ``line`` continues nothing
+        return held >= size and (
+            continues is None
+            or held >= 2 * size
+            or not continues.match(line.encode("utf-8", "surrogatepass"))
+        )
+
     for line in lines:
         if prev is not None:
             if prev.endswith("\n"):
                 terminated = True
             else:
                 prev += "\n"
-            if full and (
-                continues is None
-                or held >= 2 * size
-                or not continues.match(prev.encode("utf-8", "surrogatepass"))
-            ):
+            if ends_before(prev):
                 yield "".join(buf)
-                buf, held, full = [], 0, False
+                buf, held = [], 0
             buf.append(prev)
             held += len(prev)
-            full = held >= size
         prev = line
     if prev is not None:
         if not prev.endswith("\n") and not terminated:
             prev += "\n"
-        if full and (continues is None or not continues.match(prev.encode("utf-8", "surrogatepass"))):
+        if ends_before(prev):
             yield "".join(buf)
             buf = []
         buf.append(prev)
@@ -1046,25 +1048,26 @@ class _OtherRule:
         return found
 
 
-def _literal_runs(pattern: str, flags: int) -> list[str]:
+@cache  # every parse builds its rule table: the patterns are read once a process
+def _literal_runs(pattern: str, flags: int) -> tuple[str, ...]:
     """The runs of literal text at the top level of a pattern, in order; the first is the
     pattern's literal prefix ("" if it has none). No runs when case-blind or not understood."""
     if flags & re.IGNORECASE:
-        return []
+        return ()
     try:
         parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
         if parsed.state.flags & re.IGNORECASE:
-            return []
+            return ()
         literal = re._constants.LITERAL  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
-        return []
+        return ()
     runs = [""]
     for op, arg in parsed:
         if op is literal:
             runs[-1] += chr(arg)
         else:
             runs.append("")
-    return runs
+    return tuple(runs)
 
 
 def _literal_prefix(rx: re.Pattern[str]) -> str:
