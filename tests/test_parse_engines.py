@@ -168,6 +168,38 @@ def test_scanner_answers_like_re() -> None:
         engine.Scanner(rb"(unclosed", 0)
 
 
+def test_literal_search_is_bytes_in() -> None:
+    """``contains`` compares two bytes of the needle 64 and 16 places at a time: needles of every
+    length at every place of haystacks long enough for both paths, and where nothing matches."""
+    rng = random.Random(5)
+    alphabet = b"ab \n]<stdZ:"
+    for _ in range(20_000):
+        hay = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 300)))
+        needle = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 7)))
+        assert engine._NATIVE_CONTAINS(hay, needle) == (needle in hay), (hay, needle)
+    hay = bytes(rng.choice(b"abc") for _ in range(1000))
+    for needle in (b"PARAMETER arch : ", b"Z", b"]<std", b"zz", b"q" * 40):
+        for at in (0, 1, 15, 16, 63, 64, 65, 500, 1000 - len(needle)):
+            placed = hay[:at] + needle + hay[at + len(needle) :]
+            assert engine._NATIVE_CONTAINS(placed, needle)
+            assert not engine._NATIVE_CONTAINS(placed[: at + len(needle) - 1], needle)
+
+
+def test_start_literal_is_where_every_match_starts() -> None:
+    """A scanner given the text its matches start with tries the pattern only there, anchored:
+    the same matches as searching everywhere, lookbehinds before that text included."""
+    assert engine._start_literal(r"(?<=ppcls INFO: )Arch : ?\n", 0) == "Arch :"
+    assert engine._start_literal(r"\bPARAMETER (x)", 0) == "PARAMETER "
+    assert engine._start_literal(r"(?:a|b)cd", 0) == ""
+    assert engine._start_literal(r"abc", re.IGNORECASE) == ""
+    rx = rb"(?<=INFO: )Arch : (\w+)\n"
+    block = b"INFO: Arch : a\nx Arch : b\nINFO: Arch : c\nINFO: Arch :\nINFO: Arch : d"
+    anywhere, anchored = engine.Scanner(rx, 0), engine.Scanner(rx, 0, b"", b"Arch : ")
+    assert anchored.matches(block, 0) == anywhere.matches(block, 0)
+    assert [block[slice(*spans[2:])] for _, spans in anchored.matches(block, 0)] == [b"a", b"c"]
+    assert anchored.remove(block) == re.sub(rx, b"", block)
+
+
 # ---------------------------------------------------------------------------------------------
 # rule by rule, on mutated blocks: the scanner's answer, where it gives one, is re's
 

@@ -1070,6 +1070,33 @@ def _literal_runs(pattern: str, flags: int) -> tuple[str, ...]:
     return tuple(runs)
 
 
+@cache
+def _start_literal(pattern: str, flags: int) -> str:
+    """The literal text every match of ``pattern`` starts with, after any zero-width assertions
+    (lookarounds, ``^``, ``\\b``): "" when unknown or case-blind."""
+    if flags & re.IGNORECASE:
+        return ""
+    try:
+        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
+        if parsed.state.flags & re.IGNORECASE:
+            return ""
+        c = re._constants  # type: ignore[attr-defined]
+        literal, zero_width = c.LITERAL, (c.ASSERT, c.ASSERT_NOT, c.AT)
+    except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
+        return ""
+    start = ""
+    for op, arg in parsed:
+        if op is literal:
+            start += chr(arg)
+        elif start or op not in zero_width:
+            break
+    return start
+
+
+#: shorter start literals are found as fast by PCRE2's own search for a first character
+_START_MIN = 2
+
+
 def _literal_prefix(rx: re.Pattern[str]) -> str:
     """The literal text every match of ``rx`` starts with ("" when unknown or case-blind)."""
     return next(iter(_literal_runs(rx.pattern, rx.flags)), "")
@@ -1170,8 +1197,14 @@ def _native_scanner(pattern: str, flags: int) -> _scan.Scanner | None:
         return None
     if _NATIVE_UNSAFE.search(pattern):
         return None
+    start = _start_literal(pattern, flags)
     try:
-        return Scanner(pattern.encode(), int(flags), _required_literal(pattern, flags).encode())
+        return Scanner(
+            pattern.encode(),
+            int(flags),
+            _required_literal(pattern, flags).encode(),
+            start.encode() if len(start) >= _START_MIN else b"",
+        )
     except ValueError:
         return None
 
