@@ -734,3 +734,37 @@ def test_config_dump_across_a_block_boundary_keeps_its_facts(before: int, tmp_pa
     assert any("contradicting batch_size: 256" in i and "128" in i for i in whole.issues), whole.issues
     lines = PARSERS.get("paddleclas")().parse(path.read_text().splitlines(keepends=True))
     assert full(lines) == full(whole)
+
+
+@pytest.mark.parametrize("seekable", [True, False])
+def test_blocks_are_whole_lines_of_the_file(seekable: bool, tmp_path: Path) -> None:
+    """Blocks hold whole lines, every byte once, in order; a line longer than a block is a block
+    of its own; the last block keeps a missing final newline missing; a stream that cannot seek
+    gives the same blocks."""
+    import io
+
+    from repro.parsers import _blocks
+    from repro.parsers.base import BLOCK_BYTES
+
+    lines = [b"x" * (i % 97) + b"\n" for i in range(40_000)]
+    lines[5000] = b"y" * (BLOCK_BYTES + 10) + b"\n"
+    data = b"".join(lines) + b"last line, no newline"
+
+    class Stream(io.RawIOBase):  # a pipe: reads, but cannot seek
+        def __init__(self) -> None:
+            self._f = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:  # type: ignore[no-untyped-def,override]
+            return self._f.readinto(b)
+
+    raw = io.BufferedReader(io.BytesIO(data) if seekable else Stream())  # type: ignore[arg-type]
+    blocks = list(_blocks(raw))
+    assert b"".join(blocks) == data
+    assert all(b.endswith(b"\n") for b in blocks[:-1]) and blocks[-1].endswith(b"no newline")
+    assert max(map(len, blocks)) == BLOCK_BYTES + 11 and len(blocks) > 3
+    assert sum(len(b) > BLOCK_BYTES for b in blocks) == 1
+    if not seekable:
+        assert blocks == list(_blocks(io.BufferedReader(io.BytesIO(data))))

@@ -121,27 +121,45 @@ def _head(f: IO[str], n: int) -> list[str]:
 def _blocks(raw: IO[bytes], continues: re.Pattern[bytes] | None = None) -> Iterator[bytes]:
     """Blocks of whole lines as raw bytes; the last one keeps a missing final newline missing.
 
-    A block that ends inside a line is completed with ``readline()`` (the rest of that line),
-    which copies the block once where carrying the tail to the next block would copy it twice.
+    A block is the whole lines among the next ``BLOCK_BYTES`` bytes of the file (a longer line
+    makes a block of its own). The partial line after them is read again with the next block
+    (a seek back over a few bytes): gluing it onto either block would copy a whole block, and
+    blocks of varying sizes make the allocator map and zero fresh pages each time.
     A newline byte never occurs inside a UTF-8 sequence, so no character is ever cut in two.
     With ``continues`` (a parser's :attr:`~repro.parsers.base.PatternParser.block_continues`),
     a block also takes every following line that pattern matches, up to ``BLOCK_BYTES`` more.
+    A stream that cannot seek carries the partial line over instead.
     """
+    seekable = raw.seekable()
     carry = b""
+
+    def give_back(tail: bytes) -> None:  # the next block starts with ``tail``
+        nonlocal carry
+        if seekable:
+            raw.seek(-len(tail), os.SEEK_CUR)
+        else:
+            carry = tail
+
     while True:
-        data = raw.read(BLOCK_BYTES)
+        data = raw.read(max(BLOCK_BYTES - len(carry), 1))
         if carry:
             data, carry = carry + data, b""
         if not data:
             return
-        if not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        if not cut:  # a line longer than a block, or the unterminated last one
             data += raw.readline()
+        elif cut < len(data):
+            give_back(data[cut:])
+            data = data[:cut]
         if continues is not None and data.endswith(b"\n"):
             parts, extra = [data], 0
             while (line := raw.readline()) and continues.match(line) and extra < BLOCK_BYTES:
                 parts.append(line)
                 extra += len(line)
-            data, carry = b"".join(parts), line
+            if line:
+                give_back(line)
+            data = b"".join(parts)
         yield data
 
 
