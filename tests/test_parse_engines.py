@@ -188,13 +188,19 @@ def test_literal_search_is_bytes_in() -> None:
 def test_start_literal_is_where_every_match_starts() -> None:
     """A scanner given the text its matches start with tries the pattern only there, anchored:
     the same matches as searching everywhere, lookbehinds before that text included."""
-    assert engine._start_literal(r"(?<=ppcls INFO: )Arch : ?\n", 0) == "Arch :"
-    assert engine._start_literal(r"\bPARAMETER (x)", 0) == "PARAMETER "
-    assert engine._start_literal(r"(?:a|b)cd", 0) == ""
-    assert engine._start_literal(r"abc", re.IGNORECASE) == ""
+    starts = engine._start_literals
+    assert starts(r"(?<=ppcls INFO: )Arch : ?\n", 0) == ("Arch :",)
+    assert starts(r"\bPARAMETER (x)", 0) == ("PARAMETER x",)
+    assert starts(r"'(ab|cd)': (?:'(x)'|y*)", 0) == ("'ab': ", "'cd': ")  # not "'ab': 'x'": every match
+    assert starts(r"'(batch_size|dtype)': (x*)", 0) == ("'batch_size': ", "'dtype': ")
+    assert starts(r"(?:ab|cd(?:e|fg)h)i", 0) == ("abi", "cdehi", "cdfghi")  # as far as every match is fixed
+    assert starts(r"(?:ab|c)d", 0) == ("abd", "cd")
+    assert starts(r"(?:ab|)cd", 0) == ("abcd", "cd")
+    assert starts(r"(?:ab|)c", 0) == starts(r"[ab]cd", 0) == starts(r"abc", re.IGNORECASE) == ()
+    assert starts(r"(?i:ab)cd", 0) == starts("(?:" + "|".join(c * 2 for c in "abcdefghi") + ")x", 0) == ()
     rx = rb"(?<=INFO: )Arch : (\w+)\n"
     block = b"INFO: Arch : a\nx Arch : b\nINFO: Arch : c\nINFO: Arch :\nINFO: Arch : d"
-    anywhere, anchored = engine.Scanner(rx, 0), engine.Scanner(rx, 0, b"", b"Arch : ")
+    anywhere, anchored = engine.Scanner(rx, 0), engine.Scanner(rx, 0, b"", (b"Arch : ", b"Ar", b"Z"))
     assert anchored.matches(block, 0) == anywhere.matches(block, 0)
     assert [block[slice(*spans[2:])] for _, spans in anchored.matches(block, 0)] == [b"a", b"c"]
     assert anchored.remove(block) == re.sub(rx, b"", block)

@@ -6,10 +6,10 @@
  * Python code would compute (a number too long to convert here, an iteration past int64, a
  * match-limit error), so the caller takes the Python path for that block.
  *
- *   Scanner(pattern: bytes, flags: int, required: bytes = b"", start: bytes = b"")
+ *   Scanner(pattern: bytes, flags: int, required: bytes = b"", starts: tuple[bytes, ...] = ())
  *       compile (raises ValueError if PCRE2 cannot); `required`: text every match holds (a block
- *       without it is skipped at once), `start`: text every match starts with (the pattern is
- *       then tried only where that text occurs)
+ *       without it is skipped at once), `starts`: texts one of which every match starts with
+ *       (the pattern is then tried only where one of them occurs; at most 8)
  *   Scanner.records(block, base, value, iteration, epoch)
  *       -> (lines, values, iterations, epochs, newlines) | None
  *          lines/iterations/epochs: bytes of native int64, values: bytes of double; a group
@@ -163,19 +163,22 @@ static void compiled_free(Compiled *c) {
     c->code = NULL;
 }
 
+#define MAX_STARTS 8
+
 typedef struct {
     PyObject_HEAD
     Compiled any;      /* the pattern */
-    Compiled anchored; /* the pattern anchored where a search starts (only with `start`) */
+    Compiled anchored; /* the pattern anchored where a search starts (only with `starts`) */
     Literal required;  /* text every match holds: a block without it has none */
-    Literal start;     /* text every match starts with: matches are tried only where it occurs */
+    Literal starts[MAX_STARTS]; /* texts one of which every match starts with */
+    int nstarts;       /* 0: matches are searched for everywhere */
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
     compiled_free(&self->any);
     compiled_free(&self->anchored);
     PyMem_Free(self->required.text);
-    PyMem_Free(self->start.text);
+    for (int i = 0; i < MAX_STARTS; i++) PyMem_Free(self->starts[i].text);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -204,23 +207,41 @@ static int compile(Compiled *out, const char *pat, size_t len, uint32_t options)
 }
 
 static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"pattern", "flags", "required", "start", NULL};
+    static char *kwlist[] = {"pattern", "flags", "required", "starts", NULL};
     Py_buffer pat;
     int flags = 0;
-    const char *required = NULL, *start = NULL;
-    Py_ssize_t required_len = 0, start_len = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|iy#y#", kwlist, &pat, &flags, &required, &required_len,
-                                     &start, &start_len))
+    const char *required = NULL;
+    Py_ssize_t required_len = 0;
+    PyObject *starts = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|iy#O!", kwlist, &pat, &flags, &required, &required_len,
+                                     &PyTuple_Type, &starts))
         return -1;
+    Py_ssize_t nstarts = starts ? PyTuple_GET_SIZE(starts) : 0;
+    if (nstarts > MAX_STARTS) {
+        PyBuffer_Release(&pat);
+        PyErr_Format(PyExc_ValueError, "at most %d start texts", MAX_STARTS);
+        return -1;
+    }
     uint32_t options = PCRE2_NO_UTF_CHECK;
     if (flags & RE_IGNORECASE) options |= PCRE2_CASELESS;
     if (flags & RE_MULTILINE) options |= PCRE2_MULTILINE;
     if (flags & RE_DOTALL) options |= PCRE2_DOTALL;
     if (flags & RE_VERBOSE) options |= PCRE2_EXTENDED;
     compiled_free(&self->anchored);
-    int rc = literal_set(&self->required, required, required_len) || literal_set(&self->start, start, start_len) ||
-             compile(&self->any, pat.buf, (size_t)pat.len, options) ||
-             (start_len > 0 && compile(&self->anchored, pat.buf, (size_t)pat.len, options | PCRE2_ANCHORED));
+    self->nstarts = 0;
+    int rc = literal_set(&self->required, required, required_len);
+    for (Py_ssize_t i = 0; !rc && i < nstarts; i++) {
+        PyObject *item = PyTuple_GET_ITEM(starts, i);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) == 0) {
+            PyErr_SetString(PyExc_TypeError, "start texts must be non-empty bytes");
+            rc = -1;
+        } else {
+            rc = literal_set(&self->starts[i], PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+        }
+    }
+    rc = rc || compile(&self->any, pat.buf, (size_t)pat.len, options) ||
+         (nstarts > 0 && compile(&self->anchored, pat.buf, (size_t)pat.len, options | PCRE2_ANCHORED));
+    if (!rc) self->nstarts = (int)nstarts;
     PyBuffer_Release(&pat);
     return rc ? -1 : 0;
 }
@@ -230,14 +251,31 @@ static inline int run(const Compiled *c, const char *buf, size_t len, size_t off
     return pcre2_match(c->code, (PCRE2_SPTR)buf, len, off, 0, md, NULL);
 }
 
-/* the first match at or after `off`, as pcre2_match answers: with a start literal, the pattern
- * is tried, anchored, at each place the literal occurs (a match can start nowhere else) */
-static int next_match(Scanner *s, const char *buf, size_t len, size_t off, pcre2_match_data *md) {
-    if (!s->start.text) return run(&s->any, buf, len, off, md);
-    const char *end = buf + len;
-    for (const char *p = buf + off; p < end && (p = needle_find(&s->start.nd, p, end)) != NULL; p++) {
-        int rc = run(&s->anchored, buf, len, (size_t)(p - buf), md);
+/* where each start text next occurs, during one scan of a block (zeroed: nothing looked up) */
+typedef struct {
+    const char *at[MAX_STARTS]; /* the next place found, valid while >= the place asked about */
+    char none[MAX_STARTS];      /* no place left in the block */
+} Starts;
+
+/* the first match at or after `off`, as pcre2_match answers: with start texts, the pattern is
+ * tried, anchored, at each place one of them occurs (a match can start nowhere else) */
+static int next_match(Scanner *s, const char *buf, size_t len, size_t off, pcre2_match_data *md, Starts *st) {
+    if (!s->nstarts) return run(&s->any, buf, len, off, md);
+    const char *end = buf + len, *p = buf + off;
+    while (p < end) {
+        const char *first = NULL;
+        for (int i = 0; i < s->nstarts; i++) {
+            if (st->none[i]) continue;
+            if (!st->at[i] || st->at[i] < p) {
+                st->at[i] = needle_find(&s->starts[i].nd, p, end);
+                st->none[i] = !st->at[i];
+            }
+            if (st->at[i] && (!first || st->at[i] < first)) first = st->at[i];
+        }
+        if (!first) break;
+        int rc = run(&s->anchored, buf, len, (size_t)(first - buf), md);
         if (rc != PCRE2_ERROR_NOMATCH) return rc;
+        p = first + 1;
     }
     return PCRE2_ERROR_NOMATCH;
 }
@@ -414,8 +452,9 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     int fallback = 0, nomem = 0;
     char num[MAX_NUMBER + 1];
     int may = may_match(self, buf, len);
+    Starts starts = {0};
     while (may && off <= len) {
-        int rc = next_match(self, buf, len, off, md);
+        int rc = next_match(self, buf, len, off, md, &starts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) { /* match or depth limit: let Python decide */
             fallback = 1;
@@ -497,8 +536,9 @@ static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
     size_t len = (size_t)blk.len, off = 0, counted = 0;
     int64_t line = base + 1;
     int may = may_match(self, buf, len);
+    Starts starts = {0};
     while (may && out && off <= len) {
-        int rc = next_match(self, buf, len, off, md);
+        int rc = next_match(self, buf, len, off, md, &starts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */
@@ -537,8 +577,9 @@ static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
     size_t len = (size_t)blk.len, off = 0, kept = 0, n = 0;
     int decided = 1;
     int may = may_match(self, buf, len);
+    Starts starts = {0};
     while (may && off <= len) {
-        int rc = next_match(self, buf, len, off, md);
+        int rc = next_match(self, buf, len, off, md, &starts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */

@@ -1071,30 +1071,57 @@ def _literal_runs(pattern: str, flags: int) -> tuple[str, ...]:
 
 
 @cache
-def _start_literal(pattern: str, flags: int) -> str:
-    """The literal text every match of ``pattern`` starts with, after any zero-width assertions
-    (lookarounds, ``^``, ``\\b``): "" when unknown or case-blind."""
+def _start_literals(pattern: str, flags: int) -> tuple[str, ...]:
+    """Literal texts one of which every match of ``pattern`` starts with, after any zero-width
+    assertions (lookarounds, ``^``, ``\\b``): each as long as the pattern fixes it, through groups
+    and alternations of literals. () when unknown, case-blind, or not worth a search (a text
+    shorter than :data:`_START_MIN`, more than :data:`_STARTS_MAX` of them)."""
     if flags & re.IGNORECASE:
-        return ""
+        return ()
     try:
         parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
         if parsed.state.flags & re.IGNORECASE:
-            return ""
+            return ()
         c = re._constants  # type: ignore[attr-defined]
-        literal, zero_width = c.LITERAL, (c.ASSERT, c.ASSERT_NOT, c.AT)
     except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
-        return ""
-    start = ""
-    for op, arg in parsed:
-        if op is literal:
-            start += chr(arg)
-        elif start or op not in zero_width:
-            break
-    return start
+        return ()
+    zero_width = (c.ASSERT, c.ASSERT_NOT, c.AT)
+
+    def heads(items: Iterable[tuple[object, object]], opening: bool) -> tuple[list[str], bool]:
+        """(texts a match of ``items`` starts with, whether they are the whole of every match)"""
+        outs = [""]
+        for op, arg in items:
+            if op is c.LITERAL:
+                outs = [o + chr(arg) for o in outs]  # type: ignore[call-overload]
+                continue
+            if opening and outs == [""] and op in zero_width:
+                continue
+            if op is c.SUBPATTERN and not arg[1] & re.IGNORECASE:  # type: ignore[index]
+                sub, whole = heads(arg[3], opening and outs == [""])  # type: ignore[index]
+            elif op is c.BRANCH:
+                alts = [heads(alt, opening and outs == [""]) for alt in arg[1]]  # type: ignore[index]
+                sub, whole = [h for hs, _ in alts for h in hs], all(w for _, w in alts)
+            else:
+                return outs, False
+            longer = {o + h for o in outs for h in sub}
+            if len(longer) > _STARTS_MAX:
+                return outs, False
+            outs = sorted(longer)
+            if not whole:
+                return outs, False
+        return outs, True
+
+    found = sorted(set(heads(parsed, True)[0]))  # a text comes after the texts it starts with
+    starts = [s for i, s in enumerate(found) if not any(s.startswith(t) for t in found[:i])]
+    if any(len(s) < _START_MIN for s in starts):
+        return ()
+    return tuple(starts)
 
 
-#: shorter start literals are found as fast by PCRE2's own search for a first character
+#: shorter start texts are found as fast by PCRE2's own search for a first character; the native
+#: scanner takes up to 8 start texts
 _START_MIN = 2
+_STARTS_MAX = 8
 
 
 def _literal_prefix(rx: re.Pattern[str]) -> str:
@@ -1197,14 +1224,9 @@ def _native_scanner(pattern: str, flags: int) -> _scan.Scanner | None:
         return None
     if _NATIVE_UNSAFE.search(pattern):
         return None
-    start = _start_literal(pattern, flags)
+    starts = tuple(s.encode() for s in _start_literals(pattern, flags))
     try:
-        return Scanner(
-            pattern.encode(),
-            int(flags),
-            _required_literal(pattern, flags).encode(),
-            start.encode() if len(start) >= _START_MIN else b"",
-        )
+        return Scanner(pattern.encode(), int(flags), _required_literal(pattern, flags).encode(), starts)
     except ValueError:
         return None
 
