@@ -16,9 +16,10 @@
  *          that took no part in a match is -1; group index 0 means "no such group".
  *   Scanner.matches(block, base) -> list[tuple[int, tuple[int, ...]]] | None
  *       every successive match: its line and the spans of the match and of each group
- *   Scanner.remove(block) -> bytes | None        the block without its matches (re.sub(b"", ...))
+ *
+ * and functions for the engine's other work on blocks and columns, each described where it is
+ * defined: contains, param, misplaced_tag, strip_tags, value_range.
  */
-#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -563,46 +564,6 @@ static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
     return out;
 }
 
-static PyObject *Scanner_remove(Scanner *self, PyObject *args) {
-    Py_buffer blk;
-    if (!PyArg_ParseTuple(args, "y*", &blk)) return NULL;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->any.code, NULL);
-    char *dst = md ? PyMem_Malloc(blk.len ? (size_t)blk.len : 1) : NULL;
-    PyObject *out = NULL;
-    if (!dst) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const char *buf = blk.buf;
-    size_t len = (size_t)blk.len, off = 0, kept = 0, n = 0;
-    int decided = 1;
-    int may = may_match(self, buf, len);
-    Starts starts = {0};
-    while (may && off <= len) {
-        int rc = next_match(self, buf, len, off, md, &starts);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */
-            decided = 0;
-            break;
-        }
-        memcpy(dst + n, buf + kept, ov[0] - kept);
-        n += ov[0] - kept;
-        kept = off = ov[1];
-    }
-    if (decided) {
-        memcpy(dst + n, buf + kept, len - kept);
-        out = PyBytes_FromStringAndSize(dst, (Py_ssize_t)(n + len - kept));
-    } else {
-        out = Py_NewRef(Py_None);
-    }
-done:
-    PyMem_Free(dst);
-    if (md) pcre2_match_data_free(md);
-    PyBuffer_Release(&blk);
-    return out;
-}
-
 static PyObject *Scanner_get_jit(Scanner *self, void *closure) { return PyBool_FromLong(self->any.jit); }
 
 static PyMethodDef Scanner_methods[] = {
@@ -610,7 +571,6 @@ static PyMethodDef Scanner_methods[] = {
      "records(block, base, value, iteration, epoch) -> (lines, values, iterations, epochs, newlines) or None"},
     {"matches", (PyCFunction)Scanner_matches, METH_VARARGS,
      "matches(block, base) -> list of (line, spans of the match and its groups), or None"},
-    {"remove", (PyCFunction)Scanner_remove, METH_VARARGS, "remove(block) -> block without the matches, or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -635,7 +595,7 @@ static PyTypeObject ScannerType = {
  * param(text, key) -> str | None: the value of `key` in "key : value  key : value" (items
  * split on two spaces, each stripped, then split at its first " : "; the last item with the
  * key wins), found without splitting the line: the last "key :" that opens an item. The same
- * search as repro.parsers.base.Params._search, for ASCII text (else None: Python decides). */
+ * answer as repro.parsers.base.Params._search; Params asks it about ASCII text and keys only. */
 static inline int py_space(unsigned char c) { /* str.isspace() for ASCII */
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
@@ -645,35 +605,44 @@ static PyObject *scan_param(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "UU", &text, &key)) return NULL;
     if (!PyUnicode_IS_ASCII(text) || !PyUnicode_IS_ASCII(key)) Py_RETURN_NONE;
     const char *t = (const char *)PyUnicode_DATA(text), *k = (const char *)PyUnicode_DATA(key);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), kn = PyUnicode_GET_LENGTH(key), nn = kn + 2;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), kn = PyUnicode_GET_LENGTH(key);
     if (kn == 0 || py_space((unsigned char)k[0])) Py_RETURN_NONE;
-    Py_ssize_t end = n; /* occurrences must lie within t[0:end] */
-    while (end >= nn) {
-        Py_ssize_t at = end - nn;
-        while (at >= 0 && (t[at] != k[0] || memcmp(t + at, k, kn) || t[at + kn] != ' ' || t[at + kn + 1] != ':')) at--;
-        if (at < 0) break;
-        end = at + nn - 1;
-        Py_ssize_t start = at;
+    char small[64], *needle = kn + 2 <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)kn + 2);
+    if (!needle) return PyErr_NoMemory();
+    memcpy(needle, k, (size_t)kn);
+    needle[kn] = ' ';
+    needle[kn + 1] = ':';
+    Needle nd;
+    needle_init(&nd, needle, (size_t)kn + 2);
+    const char *value = NULL; /* of the last "key :" that opens an item */
+    Py_ssize_t value_len = 0;
+    for (const char *p = t; (p = needle_find(&nd, p, t + n)) != NULL; p++) {
+        Py_ssize_t at = p - t, start = at; /* back over the blanks before the key */
         while (start && py_space((unsigned char)t[start - 1])) start--;
         int opens = start == 0;
         for (Py_ssize_t i = start; !opens && i + 1 < at; i++) opens = t[i] == ' ' && t[i + 1] == ' ';
         if (!opens) continue;
-        const char *stop = memmem(t + at, (size_t)(n - at), "  ", 2);
+        const char *stop = find_bytes(p, t + n, "  ", 2);
         Py_ssize_t item_end = stop ? stop - t : n;
         while (item_end > at && py_space((unsigned char)t[item_end - 1])) item_end--;
         Py_ssize_t after = at + kn; /* just past the key */
         if (item_end - after >= 3 && t[after] == ' ' && t[after + 1] == ':' && t[after + 2] == ' ') {
             Py_ssize_t a = after + 3;
             while (a < item_end && py_space((unsigned char)t[a])) a++;
-            return PyUnicode_FromStringAndSize(t + a, item_end - a);
+            value = t + a;
+            value_len = item_end - a;
+        } else if (item_end - after == 2) { /* "key :" */
+            value = t + after;
+            value_len = 0;
         }
-        if (item_end - after == 2) return PyUnicode_FromStringAndSize("", 0); /* "key :" */
     }
-    Py_RETURN_NONE;
+    if (needle != small) PyMem_Free(needle);
+    if (!value) Py_RETURN_NONE;
+    return PyUnicode_FromStringAndSize(value, value_len);
 }
 
-/* contains(haystack, needle) -> bool: `needle in haystack` for bytes, by glibc's memmem, several
- * times faster than CPython's search for the short needles the engine looks for in every block */
+/* contains(haystack, needle) -> bool: `needle in haystack` for bytes, by the literal search above,
+ * several times faster than CPython's for the short needles the engine looks for in every block */
 static PyObject *scan_contains(PyObject *mod, PyObject *args) {
     Py_buffer h, n;
     if (!PyArg_ParseTuple(args, "y*y*", &h, &n)) return NULL;
@@ -700,41 +669,77 @@ static int stamp_at(const char *p) { /* [A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d
     return 1;
 }
 
+/* the start of the MPI tag "[J,R]<std...>:" whose "]" is at `q` (after the stamp when `stamped`),
+ * or NULL; *jd and *rd: the number of digits of J and R */
+static const char *tag_start(const char *buf, const char *q, int stamped, int *jd, int *rd) {
+    int r = 0, j = 0;
+    while (q > buf && is_digit(q[-1])) q--, r++;
+    if (r < 1 || q == buf || *--q != ',') return NULL;
+    while (q > buf && is_digit(q[-1])) q--, j++;
+    if (j < 1 || q == buf || *--q != '[') return NULL;
+    if (stamped) {
+        if (q - buf < 24 || !stamp_at(q - 24)) return NULL;
+        q -= 24;
+    }
+    *jd = j;
+    *rd = r;
+    return q;
+}
+
+/* the next "]<stdout>:" or "]<stderr>:" from p on: the place of its "]", or NULL */
+static const char *tag_end(const Needle *nd, const char *p, const char *end) {
+    while ((p = needle_find(nd, p, end)) != NULL) {
+        if (end - p >= 10 && (!memcmp(p + 5, "out>:", 5) || !memcmp(p + 5, "err>:", 5))) return p;
+        p += 5;
+    }
+    return NULL;
+}
+
 static PyObject *scan_misplaced_tag(PyObject *mod, PyObject *args) {
     Py_buffer blk;
     int stamped;
     if (!PyArg_ParseTuple(args, "y*p", &blk, &stamped)) return NULL;
     const char *buf = blk.buf, *end = buf + blk.len, *p = buf;
-    int misplaced = 0;
+    int misplaced = 0, j, r;
     Needle tag;
     needle_init(&tag, "]<std", 5);
-    while (!misplaced && (p = needle_find(&tag, p, end)) != NULL) {
-        const char *tag_end = p;
-        p += 5;
-        if (end - p < 5 || (memcmp(p, "out>:", 5) && memcmp(p, "err>:", 5))) continue;
-        const char *q = tag_end;
-        int r = 0, j = 0;
-        while (q > buf && is_digit(q[-1])) q--, r++;
-        if (r < 1 || r > 4 || q == buf || *--q != ',') {
-            misplaced = 1;
-            break;
-        }
-        while (q > buf && is_digit(q[-1])) q--, j++;
-        if (j < 1 || j > 3 || q == buf || *--q != '[') {
-            misplaced = 1;
-            break;
-        }
-        if (stamped) {
-            if (q - buf < 24 || !stamp_at(q - 24)) {
-                misplaced = 1;
-                break;
-            }
-            q -= 24;
-        }
-        misplaced = q != buf && q[-1] != '\n';
+    while (!misplaced && (p = tag_end(&tag, p, end)) != NULL) {
+        const char *q = tag_start(buf, p, stamped, &j, &r);
+        misplaced = !q || j > 3 || r > 4 || (q != buf && q[-1] != '\n');
+        p += 10;
     }
     PyBuffer_Release(&blk);
     return PyBool_FromLong(misplaced);
+}
+
+/* strip_tags(block, stamped) -> bytes: the block without its MPI tags, re.sub(b"", block) with
+ * repro.parsers.base._MPI_TAG_B (or _MPI_STAMPED_TAG_B when `stamped`), found from each tag's end */
+static PyObject *scan_strip_tags(PyObject *mod, PyObject *args) {
+    Py_buffer blk;
+    int stamped;
+    if (!PyArg_ParseTuple(args, "y*p", &blk, &stamped)) return NULL;
+    const char *buf = blk.buf, *end = buf + blk.len, *p = buf, *kept = buf;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, blk.len);
+    char *dst = out ? PyBytes_AS_STRING(out) : NULL;
+    int j, r;
+    Needle tag;
+    needle_init(&tag, "]<std", 5);
+    while (out && (p = tag_end(&tag, p, end)) != NULL) {
+        const char *q = tag_start(kept, p, stamped, &j, &r); /* not into what a tag before took */
+        if (q) {
+            memcpy(dst, kept, (size_t)(q - kept));
+            dst += q - kept;
+            kept = p + 10;
+        }
+        p += 10;
+    }
+    if (out) {
+        memcpy(dst, kept, (size_t)(end - kept));
+        dst += end - kept;
+        _PyBytes_Resize(&out, dst - PyBytes_AS_STRING(out));
+    }
+    PyBuffer_Release(&blk);
+    return out;
 }
 
 /* value_range(doubles) -> (min, max) | None: min() and max() of a buffer of doubles, as Python's
@@ -762,6 +767,8 @@ static PyObject *scan_value_range(PyObject *mod, PyObject *args) {
 static PyMethodDef scan_functions[] = {
     {"misplaced_tag", scan_misplaced_tag, METH_VARARGS,
      "misplaced_tag(block, stamped) -> an MPI tag that does not open its line, or is not of the usual form"},
+    {"strip_tags", scan_strip_tags, METH_VARARGS,
+     "strip_tags(block, stamped) -> the block without its MPI tags (optionally timestamped)"},
     {"value_range", scan_value_range, METH_VARARGS, "value_range(doubles) -> (min, max) or None when empty"},
     {"contains", scan_contains, METH_VARARGS, "contains(haystack, needle) -> needle in haystack (bytes)"},
     {"param", scan_param, METH_VARARGS, "param(text, key) -> value of key in a DLLogger PARAMETER line, or None"},

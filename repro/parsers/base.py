@@ -44,9 +44,17 @@ if TYPE_CHECKING:
     from repro.parsers import _scan
 
 try:
-    from repro.parsers._scan import PCRE2_VERSION, Scanner, contains, misplaced_tag, param, value_range
+    from repro.parsers._scan import (
+        PCRE2_VERSION,
+        Scanner,
+        contains,
+        misplaced_tag,
+        param,
+        strip_tags,
+        value_range,
+    )
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = contains = misplaced_tag = param = value_range = None  # type: ignore[assignment,misc]
+    Scanner = contains = misplaced_tag = param = strip_tags = value_range = None  # type: ignore[assignment,misc]
     PCRE2_VERSION = ""
 
 #: the engine rules run on: "native (PCRE2 <version>)" or "python"
@@ -413,81 +421,48 @@ def clean_text(text: str) -> str:
     return text
 
 
-def clean_block(block: bytes) -> bytes:
-    """:func:`clean_text` for a block of raw bytes (the same result)."""
-    return _TagStripper(in_place=False)(block)
+def clean_block(block: bytes, in_place: bool = False) -> bytes:
+    """:func:`clean_text` for a block of raw bytes (the same result).
 
-
-class _TagStripper:
-    """:func:`clean_block` with two shortcuts.
-
-    * ``in_place``: when every tag of the block opens its line (the usual case: each rank writes
-      whole lines), the block is left as it is; the parser's rules are written to read past a
-      tag at a line start (``mpi_tags_in_place``). A tag anywhere else (ranks writing at once
-      splice tags into lines) makes the block go through the full removal.
-    * logs of one rank carry a single tag (``[1,0]<stdout>:``), which ``bytes.replace`` drops
-      twice as fast as a regular-expression substitution; once a block turns out to hold several
-      distinct tags, later blocks go straight to the substitution.
+    ``in_place``: when every tag of the block opens its line (the usual case: each rank writes
+    whole lines), the block is left as it is; the parser's rules are written to read past a tag
+    at a line start (``mpi_tags_in_place``). A tag anywhere else (ranks writing at once splice
+    tags into lines) makes the block go through the full removal.
     """
-
-    __slots__ = ("in_place", "single")
-
-    def __init__(self, in_place: bool) -> None:
-        self.in_place = in_place
-        self.single = True
-
-    def __call__(self, block: bytes) -> bytes:
-        if b"\r" in block:
-            block = block.replace(b"\r\n", b"\n")
+    if b"\r" in block:
+        block = block.replace(b"\r\n", b"\n")
+    if not _has(block, b"]<std"):
+        return block
+    m = _MPI_TAG_B.search(block)
+    if m is None:
+        return block
+    stamped = _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None
+    if in_place and not _misplaced(block, stamped):
+        return block
+    if stamped:
+        block = _strip_tags(block, stamped=True)
         if not _has(block, b"]<std"):
             return block
-        m = _MPI_TAG_B.search(block)
-        if m is None:
-            return block
-        stamped = _MPI_STAMPED_TAG_B.match(block, max(0, m.start() - 24)) is not None
-        if self.in_place and not _misplaced(block, stamped):
-            return block
-        if stamped:
-            block = _removed(_MPI_STAMPED_TAG_B, block)
-            if b"]<std" not in block:
-                return block
-        elif self.single:
-            block = block.replace(m.group(), b"")
-            if b"]<std" not in block:
-                return block
-            self.single = False
-        return _removed(_MPI_TAG_B, block)
+    return _strip_tags(block, stamped=False)
 
 
 def _has(block: bytes, text: bytes) -> bool:
-    """``text in block``, by the native module's memmem where it is built."""
+    """``text in block``, by the native literal search where it is built."""
     return _NATIVE_CONTAINS(block, text) if _NATIVE_CONTAINS else text in block
-
-
-@cache
-def _native_of(rx: re.Pattern[bytes]) -> _scan.Scanner | None:
-    return _native_scanner(rx.pattern.decode(), rx.flags)
 
 
 def _misplaced(block: bytes, stamped: bool) -> bool:
     """Does a tag not open its line, or not have the usual form? (:func:`_misplaced_tag`)"""
     if _NATIVE_MISPLACED:
         return _NATIVE_MISPLACED(block, stamped)
-    return _found(_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG, block)
+    return (_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG).search(block) is not None
 
 
-def _found(rx: re.Pattern[bytes], block: bytes) -> bool:
-    """``rx.search(block) is not None``, natively where it can be."""
-    native = _native_of(rx)
-    found = native.matches(block, 0) if native is not None else None
-    return bool(found) if found is not None else rx.search(block) is not None
-
-
-def _removed(rx: re.Pattern[bytes], block: bytes) -> bytes:
-    """``rx.sub(b"", block)``, natively where it can be."""
-    native = _native_of(rx)
-    out = native.remove(block) if native is not None else None
-    return out if out is not None else rx.sub(b"", block)
+def _strip_tags(block: bytes, stamped: bool) -> bytes:
+    """The block without its MPI tags (only the timestamped ones when ``stamped``)."""
+    if _NATIVE_STRIP:
+        return _NATIVE_STRIP(block, stamped)
+    return (_MPI_STAMPED_TAG_B if stamped else _MPI_TAG_B).sub(b"", block)
 
 
 def blocks_from_lines(
@@ -612,11 +587,13 @@ class Params(Mapping[str, str]):
 
 
 params_of = Params
-#: :meth:`Params._search` in C, for ASCII lines; ``bytes.__contains__`` by memmem; the misplaced
-#: tag search without lookbehinds; min and max of a value column in one pass
+#: :meth:`Params._search` in C, for ASCII lines; ``bytes.__contains__`` by a SIMD literal search;
+#: the misplaced tag search without lookbehinds, and tag removal, from each tag's end; min and max
+#: of a value column in one pass
 _NATIVE_PARAM = param if ENGINE != "python" else None
 _NATIVE_CONTAINS = contains if ENGINE != "python" else None
 _NATIVE_MISPLACED = misplaced_tag if ENGINE != "python" else None
+_NATIVE_STRIP = strip_tags if ENGINE != "python" else None
 _NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
@@ -840,11 +817,13 @@ class PatternParser(LogParser):
         ]
         for i, r in enumerate(other_rules):
             r.index = i
-        clean = _TagStripper(self.mpi_tags_in_place)
+        in_place = self.mpi_tags_in_place
         base = 0  # newlines before the current block
         tail = b""
         for raw in blocks:
-            block = clean(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+            if isinstance(raw, str):
+                raw = raw.encode("utf-8", "surrogatepass")
+            block = clean_block(raw, in_place)
             if not block:
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
