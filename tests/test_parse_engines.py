@@ -163,6 +163,14 @@ def test_scanner_answers_like_re() -> None:
     assert engine._required_literal(rx.decode(), 0) == ") ips : "
     with pytest.raises(ValueError, match="PCRE2 cannot compile"):
         engine.Scanner(rb"(unclosed", 0)
+    # several scanners at once: file order, a tie in the order of the scanners given
+    both = engine._NATIVE_SCAN((engine.Scanner(rb"ips", 0), s), block, 100)
+    ips = [m.start() for m in re.finditer(rb"ips", block)]
+    assert [(start, rule, line) for start, rule, line, _ in both] == [
+        (2, 1, 102), (ips[0], 0, 102), (23, 1, 102), (ips[1], 0, 102), (42, 1, 104), (ips[2], 0, 104)]
+    assert engine._NATIVE_SCAN((s,), "é".encode() + block, 0) is None  # not ASCII: Python reads it
+    with pytest.raises(TypeError):
+        engine._NATIVE_SCAN((rx,), block, 0)
 
 
 def test_literal_search_is_bytes_in() -> None:
@@ -266,6 +274,14 @@ def test_scanner_agrees_with_re_on_mutated_blocks(seed: int) -> None:
                 want = [(8 + text.count("\n", 0, m.start()), sum(m.regs, ())) for m in r.regex.finditer(text)]
                 assert found == want, (r.pattern, block[:300])
             compared += 1
+        for cls in PARSERS.plugins():  # all of a parser's other rules at once: their matches merged
+            natives = tuple(r.native for r in cls.rules if r.action != "record")
+            each = [r.matches(block, 7) for r in natives]
+            merged = engine._NATIVE_SCAN(natives, block, 7)
+            if not block.isascii() or None in each:
+                assert merged is None
+            else:
+                assert merged == sorted((spans[0], i, line, spans) for i, m in enumerate(each) for line, spans in m)
         for rx, stamped in ((engine._MPI_TAG_B, False), (engine._MPI_STAMPED_TAG_B, True)):
             assert engine._NATIVE_STRIP(block, stamped) == rx.sub(b"", block), block[:300]
         for rx, stamped in ((engine._MISPLACED_TAG, False), (engine._MISPLACED_STAMPED_TAG, True)):
@@ -312,10 +328,14 @@ def test_parameter_lookup_in_c_is_the_python_search() -> None:
     compared = 0
     for text in parameter_lines():
         p = engine.Params(text)
-        for key in keys:
-            if text.isascii():
-                assert engine._NATIVE_PARAM(text, key) == p._search(key), (text, key)
-                compared += 1
+        native = engine._NATIVE_PARAM(text, tuple(keys))
+        if text.isascii():
+            assert native == tuple(map(p._search, keys)), text
+            assert p.pick(*keys[::-1]) == native[::-1]
+            compared += len(keys)
+        else:
+            assert native is None  # Python decides
+    assert engine._NATIVE_PARAM("a : 1", ("a", "é")) is None
     assert compared > 100_000
 
 

@@ -18,7 +18,8 @@
  *       every successive match: its line and the spans of the match and of each group
  *
  * and functions for the engine's other work on blocks and columns, each described where it is
- * defined: contains, param, misplaced_tag, strip_tags, value_range.
+ * defined: scan (the matches of several scanners at once), contains, param, misplaced_tag,
+ * strip_tags, value_range.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -49,22 +50,25 @@ typedef struct {
     size_t n, i1, i2; /* offsets of the rarest and the second rarest byte */
 } Needle;
 
-static int byte_rank(unsigned char c) { /* higher: more frequent in training logs */
-    static const char *common = " e0t1a2o.3i4n5s6r7:8l9h\ndc_u,-m/pf=g[]()wybvk'\"xjqz";
-    if (c >= 'A' && c <= 'Z') return 1;
-    const char *at = c ? strchr(common, c) : NULL;
-    return at ? 2 + (int)(strlen(common) - (size_t)(at - common)) : 0;
+static unsigned char BYTE_RANK[256]; /* higher: more frequent in training logs (set at import) */
+
+static void byte_ranks_init(void) {
+    static const char common[] = " e0t1a2o.3i4n5s6r7:8l9h\ndc_u,-m/pf=g[]()wybvk'\"xjqz";
+    for (int c = 'A'; c <= 'Z'; c++) BYTE_RANK[c] = 1;
+    for (size_t i = 0; i < sizeof common - 1; i++) BYTE_RANK[(unsigned char)common[i]] = (unsigned char)(sizeof common - i);
 }
+
+static int have_avx2; /* the CPU runs the AVX2 paths (set at import) */
 
 static void needle_init(Needle *nd, const char *s, size_t n) {
     nd->s = s;
     nd->n = n;
     nd->i1 = nd->i2 = 0;
     for (size_t i = 1; i < n; i++)
-        if (byte_rank((unsigned char)s[i]) < byte_rank((unsigned char)s[nd->i1])) nd->i1 = i;
+        if (BYTE_RANK[(unsigned char)s[i]] < BYTE_RANK[(unsigned char)s[nd->i1]]) nd->i1 = i;
     nd->i2 = nd->i1 == 0 && n > 1 ? 1 : 0;
     for (size_t i = 0; i < n; i++)
-        if (i != nd->i1 && byte_rank((unsigned char)s[i]) < byte_rank((unsigned char)s[nd->i2])) nd->i2 = i;
+        if (i != nd->i1 && BYTE_RANK[(unsigned char)s[i]] < BYTE_RANK[(unsigned char)s[nd->i2]]) nd->i2 = i;
 }
 
 /* the first place from *pp on where the needle starts, looking 64 places at a time while all of
@@ -104,9 +108,7 @@ static const char *needle_find(const Needle *nd, const char *p, const char *end)
     const char *last = end - n; /* the last place a match can start */
     const char c1 = nd->s[nd->i1], c2 = nd->s[nd->i2];
 #ifdef HAVE_AVX2_PATH
-    static int avx2 = -1;
-    if (avx2 < 0) avx2 = __builtin_cpu_supports("avx2");
-    if (avx2) {
+    if (have_avx2) {
         const char *at = needle_find_avx2(nd, &p, last);
         if (at) return at;
     }
@@ -281,7 +283,21 @@ static int next_match(Scanner *s, const char *buf, size_t len, size_t off, pcre2
     return PCRE2_ERROR_NOMATCH;
 }
 
+#ifdef HAVE_AVX2_PATH
+__attribute__((target("avx2,popcnt"))) static int64_t count_newlines_avx2(const char *p, const char *end) {
+    const __m256i nl = _mm256_set1_epi8('\n');
+    int64_t n = 0;
+    for (; end - p >= 32; p += 32)
+        n += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), nl)));
+    for (; p < end; p++) n += *p == '\n';
+    return n;
+}
+#endif
+
 static inline int64_t count_newlines(const char *p, const char *end) {
+#ifdef HAVE_AVX2_PATH
+    if (have_avx2) return count_newlines_avx2(p, end);
+#endif
     int64_t n = 0;
 #ifdef __SSE2__
     /* 16 bytes at a time: each lane counts its newlines (a match is -1, subtracted), and the
@@ -310,7 +326,7 @@ typedef struct {
     size_t n, cap;
 } Column;
 
-static int col_push(Column *c, const void *item) {
+static inline int col_push(Column *c, const void *item) {
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 1024;
         char *d = PyMem_Realloc(c->data, cap * 8);
@@ -522,44 +538,113 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
     return out;
 }
 
-/* every successive match as (line, (start0, end0, start1, end1, ...)): the 1-based line of its
- * start (base lines before the block) and the span of the match and of each group (-1, -1 for a
- * group that took no part) */
-static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
-    Py_buffer blk;
-    long long base;
-    if (!PyArg_ParseTuple(args, "y*L", &blk, &base)) return NULL;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(self->any.code, NULL);
-    PyObject *out = md ? PyList_New(0) : PyErr_NoMemory();
+/* ---- matches of rules other than records -------------------------------------------------------
+ * A handful a run (boundaries, summaries, facts): each match's start, rule and spans are kept,
+ * ordered by (start, rule) and given their lines in one count over the block. */
+typedef struct {
+    size_t start;
+    int rule;
+    PyObject *spans; /* (start0, end0, start1, end1, ...): the match and each group, -1 where unset */
+} Hit;
+
+typedef struct {
+    Hit *items;
+    size_t n, cap;
+} Hits;
+
+static void hits_free(Hits *h) {
+    for (size_t i = 0; i < h->n; i++) Py_DECREF(h->items[i].spans);
+    PyMem_Free(h->items);
+    h->items = NULL;
+    h->n = h->cap = 0;
+}
+
+static int hits_push(Hits *h, size_t start, int rule, PyObject *spans) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        Hit *items = PyMem_Realloc(h->items, cap * sizeof(Hit));
+        if (!items) {
+            Py_DECREF(spans);
+            PyErr_NoMemory();
+            return -1;
+        }
+        h->items = items;
+        h->cap = cap;
+    }
+    h->items[h->n++] = (Hit){start, rule, spans};
+    return 0;
+}
+
+/* every successive match of `s` in the block, as hits of `rule`: 0, 1 where Python must decide
+ * (a match or depth limit, an empty match), -1 on an error */
+static int collect(Scanner *s, const char *buf, size_t len, int rule, Hits *hits) {
+    if (!may_match(s, buf, len)) return 0;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(s->any.code, NULL);
+    if (!md) {
+        PyErr_NoMemory();
+        return -1;
+    }
     uint32_t groups = 0;
-    pcre2_pattern_info(self->any.code, PCRE2_INFO_CAPTURECOUNT, &groups);
-    const char *buf = blk.buf;
-    size_t len = (size_t)blk.len, off = 0, counted = 0;
-    int64_t line = base + 1;
-    int may = may_match(self, buf, len);
+    pcre2_pattern_info(s->any.code, PCRE2_INFO_CAPTURECOUNT, &groups);
     Starts starts = {0};
-    while (may && out && off <= len) {
-        int rc = next_match(self, buf, len, off, md, &starts);
+    int status = 0;
+    for (size_t off = 0; off <= len;) {
+        int rc = next_match(s, buf, len, off, md, &starts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (rc < 0 || ov[1] == ov[0]) { /* limits, empty matches: Python decides */
-            Py_SETREF(out, Py_NewRef(Py_None));
+        if (rc < 0 || ov[1] == ov[0]) {
+            status = 1;
             break;
         }
-        line += count_newlines(buf + counted, buf + ov[0]);
-        counted = ov[0];
         PyObject *spans = PyTuple_New(2 * (Py_ssize_t)(groups + 1));
         for (uint32_t i = 0; spans && i < 2 * (groups + 1); i++) {
             PyObject *v = ov[i] == PCRE2_UNSET ? PyLong_FromLong(-1) : PyLong_FromSize_t(ov[i]);
             if (!v) Py_CLEAR(spans);
             else PyTuple_SET_ITEM(spans, i, v);
         }
-        PyObject *item = spans ? Py_BuildValue("(LN)", (long long)line, spans) : NULL;
-        if (!item || PyList_Append(out, item) < 0) Py_CLEAR(out);
-        Py_XDECREF(item);
+        if (!spans || hits_push(hits, ov[0], rule, spans) < 0) {
+            status = -1;
+            break;
+        }
         off = ov[1];
     }
-    if (md) pcre2_match_data_free(md);
+    pcre2_match_data_free(md);
+    return status;
+}
+
+static int hit_order(const void *a, const void *b) {
+    const Hit *x = a, *y = b;
+    return x->start != y->start ? (x->start < y->start ? -1 : 1) : (x->rule > y->rule) - (x->rule < y->rule);
+}
+
+/* the hits in file order as a list of (start, rule, line, spans), or of (line, spans) when
+ * `bare`; lines are 1-based, `base` lines before the block */
+static PyObject *hits_list(Hits *h, const char *buf, long long base, int bare) {
+    qsort(h->items, h->n, sizeof(Hit), hit_order);
+    PyObject *out = PyList_New((Py_ssize_t)h->n);
+    int64_t line = base + 1;
+    size_t counted = 0;
+    for (size_t i = 0; out && i < h->n; i++) {
+        Hit *hit = &h->items[i];
+        line += count_newlines(buf + counted, buf + hit->start);
+        counted = hit->start;
+        PyObject *item = bare ? Py_BuildValue("(LO)", (long long)line, hit->spans)
+                              : Py_BuildValue("(niLO)", (Py_ssize_t)hit->start, hit->rule, (long long)line, hit->spans);
+        if (!item) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+    }
+    return out;
+}
+
+/* Scanner.matches(block, base): every successive match as (line, (start0, end0, start1, ...)) */
+static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
+    Py_buffer blk;
+    long long base;
+    if (!PyArg_ParseTuple(args, "y*L", &blk, &base)) return NULL;
+    Hits hits = {0};
+    int status = collect(self, blk.buf, (size_t)blk.len, 0, &hits);
+    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, blk.buf, base, 1);
+    hits_free(&hits);
     PyBuffer_Release(&blk);
     return out;
 }
@@ -591,21 +676,58 @@ static PyTypeObject ScannerType = {
     .tp_new = PyType_GenericNew,
 };
 
+static int is_ascii(const char *p, const char *end) {
+#ifdef __SSE2__
+    for (; end - p >= 64; p += 64) {
+        __m128i any = _mm_or_si128(_mm_or_si128(_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + 16))),
+                                   _mm_or_si128(_mm_loadu_si128((const __m128i *)(p + 32)), _mm_loadu_si128((const __m128i *)(p + 48))));
+        if (_mm_movemask_epi8(any)) return 0;
+    }
+#endif
+    for (; p < end; p++)
+        if (*p & 0x80) return 0;
+    return 1;
+}
+
+/* scan(scanners, block, base) -> list[(start, rule, line, spans)] | None: the matches of all the
+ * scanners in an ASCII block, in file order (ties by their place in `scanners`), each with its
+ * 1-based line (`base` lines before the block) and spans as Scanner.matches gives them; None
+ * when the block is not ASCII or a scanner leaves its matches to Python */
+static PyObject *scan_scan(PyObject *mod, PyObject *args) {
+    PyObject *scanners;
+    Py_buffer blk;
+    long long base;
+    if (!PyArg_ParseTuple(args, "O!y*L", &PyTuple_Type, &scanners, &blk, &base)) return NULL;
+    const char *buf = blk.buf;
+    size_t len = (size_t)blk.len;
+    Hits hits = {0};
+    int status = is_ascii(buf, buf + len) ? 0 : 1;
+    for (Py_ssize_t i = 0; !status && i < PyTuple_GET_SIZE(scanners); i++) {
+        PyObject *s = PyTuple_GET_ITEM(scanners, i);
+        if (!PyObject_TypeCheck(s, &ScannerType)) {
+            PyErr_SetString(PyExc_TypeError, "scan() takes a tuple of Scanner objects");
+            status = -1;
+        } else {
+            status = collect((Scanner *)s, buf, len, (int)i, &hits);
+        }
+    }
+    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, buf, base, 0);
+    hits_free(&hits);
+    PyBuffer_Release(&blk);
+    return out;
+}
+
 /* ---- DLLogger PARAMETER lines ----------------------------------------------------------------
- * param(text, key) -> str | None: the value of `key` in "key : value  key : value" (items
+ * The value of a key in "key : value  key : value" (items
  * split on two spaces, each stripped, then split at its first " : "; the last item with the
  * key wins), found without splitting the line: the last "key :" that opens an item. The same
- * answer as repro.parsers.base.Params._search; Params asks it about ASCII text and keys only. */
+ * answer as repro.parsers.base.Params._search, for ASCII text and keys. */
 static inline int py_space(unsigned char c) { /* str.isspace() for ASCII */
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
-static PyObject *scan_param(PyObject *mod, PyObject *args) {
-    PyObject *text, *key;
-    if (!PyArg_ParseTuple(args, "UU", &text, &key)) return NULL;
-    if (!PyUnicode_IS_ASCII(text) || !PyUnicode_IS_ASCII(key)) Py_RETURN_NONE;
-    const char *t = (const char *)PyUnicode_DATA(text), *k = (const char *)PyUnicode_DATA(key);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), kn = PyUnicode_GET_LENGTH(key);
+/* the value of `key` (kn bytes) in the line t (n bytes), as a new str; None when absent; NULL: error */
+static PyObject *param_value(const char *t, Py_ssize_t n, const char *k, Py_ssize_t kn) {
     if (kn == 0 || py_space((unsigned char)k[0])) Py_RETURN_NONE;
     char small[64], *needle = kn + 2 <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)kn + 2);
     if (!needle) return PyErr_NoMemory();
@@ -641,6 +763,30 @@ static PyObject *scan_param(PyObject *mod, PyObject *args) {
     return PyUnicode_FromStringAndSize(value, value_len);
 }
 
+/* param(text, keys) -> tuple[str | None, ...] | None: the value of each key (one call for all the
+ * keys a handler reads); None when the text or a key is not ASCII (Python decides) */
+static PyObject *scan_param(PyObject *mod, PyObject *args) {
+    PyObject *text, *keys;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyTuple_Type, &keys)) return NULL;
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys);
+    for (Py_ssize_t i = 0; i < nkeys; i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        if (!PyUnicode_Check(key)) return PyErr_Format(PyExc_TypeError, "keys must be str");
+        if (!PyUnicode_IS_ASCII(key)) Py_RETURN_NONE;
+    }
+    if (!PyUnicode_IS_ASCII(text)) Py_RETURN_NONE;
+    const char *t = (const char *)PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *out = PyTuple_New(nkeys);
+    for (Py_ssize_t i = 0; out && i < nkeys; i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        PyObject *v = param_value(t, n, (const char *)PyUnicode_DATA(key), PyUnicode_GET_LENGTH(key));
+        if (!v) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
 /* contains(haystack, needle) -> bool: `needle in haystack` for bytes, by the literal search above,
  * several times faster than CPython's for the short needles the engine looks for in every block */
 static PyObject *scan_contains(PyObject *mod, PyObject *args) {
@@ -658,15 +804,15 @@ static PyObject *scan_contains(PyObject *mod, PyObject *args) {
  * the --timestamp-output stamp ("Mon Jun 13 17:45:27 2022") when `stamped`? The question
  * repro.parsers.base._misplaced_tag's expression asks with twelve lookbehinds, answered by
  * walking back from each tag end. */
+static inline int upper(char c) { return c >= 'A' && c <= 'Z'; }
+static inline int lower(char c) { return c >= 'a' && c <= 'z'; }
+
 static int stamp_at(const char *p) { /* [A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} */
-    static const char form[] = "Aaa Aaa _9 99:99:99 9999";
-    for (int i = 0; i < 24; i++) {
-        char c = p[i], f = form[i];
-        int ok = f == 'A' ? (c >= 'A' && c <= 'Z') : f == 'a' ? (c >= 'a' && c <= 'z')
-                 : f == '9' ? is_digit(c) : f == '_' ? (c == ' ' || is_digit(c)) : c == f;
-        if (!ok) return 0;
-    }
-    return 1;
+    return p[3] == ' ' && p[7] == ' ' && p[10] == ' ' && p[13] == ':' && p[16] == ':' && p[19] == ' ' &&
+           upper(p[0]) && lower(p[1]) && lower(p[2]) && upper(p[4]) && lower(p[5]) && lower(p[6]) &&
+           (p[8] == ' ' || is_digit(p[8])) && is_digit(p[9]) && is_digit(p[11]) && is_digit(p[12]) &&
+           is_digit(p[14]) && is_digit(p[15]) && is_digit(p[17]) && is_digit(p[18]) && is_digit(p[20]) &&
+           is_digit(p[21]) && is_digit(p[22]) && is_digit(p[23]);
 }
 
 /* the start of the MPI tag "[J,R]<std...>:" whose "]" is at `q` (after the stamp when `stamped`),
@@ -767,11 +913,14 @@ static PyObject *scan_value_range(PyObject *mod, PyObject *args) {
 static PyMethodDef scan_functions[] = {
     {"misplaced_tag", scan_misplaced_tag, METH_VARARGS,
      "misplaced_tag(block, stamped) -> an MPI tag that does not open its line, or is not of the usual form"},
+    {"scan", scan_scan, METH_VARARGS,
+     "scan(scanners, block, base) -> every scanner's matches as (start, rule, line, spans), or None"},
     {"strip_tags", scan_strip_tags, METH_VARARGS,
      "strip_tags(block, stamped) -> the block without its MPI tags (optionally timestamped)"},
     {"value_range", scan_value_range, METH_VARARGS, "value_range(doubles) -> (min, max) or None when empty"},
     {"contains", scan_contains, METH_VARARGS, "contains(haystack, needle) -> needle in haystack (bytes)"},
-    {"param", scan_param, METH_VARARGS, "param(text, key) -> value of key in a DLLogger PARAMETER line, or None"},
+    {"param", scan_param, METH_VARARGS,
+     "param(text, keys) -> the value (or None) of each key in a DLLogger PARAMETER line; None if not ASCII"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -780,6 +929,10 @@ static struct PyModuleDef scan_module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    byte_ranks_init();
+#ifdef HAVE_AVX2_PATH
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+#endif
     if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&scan_module);
     if (!m) return NULL;

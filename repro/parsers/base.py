@@ -50,11 +50,13 @@ try:
         contains,
         misplaced_tag,
         param,
+        scan,
         strip_tags,
         value_range,
     )
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = contains = misplaced_tag = param = strip_tags = value_range = None  # type: ignore[assignment,misc]
+    Scanner = contains = misplaced_tag = param = scan = None  # type: ignore[assignment,misc]
+    strip_tags = value_range = None  # type: ignore[assignment]
     PCRE2_VERSION = ""
 
 #: the engine rules run on: "native (PCRE2 <version>)" or "python"
@@ -516,8 +518,9 @@ class Params(Mapping[str, str]):
     Items are separated by two spaces; values may hold single spaces (``gpus : [0, 1, 2]``); a
     key given twice keeps its last value. Such a line holds about a hundred items and a handler
     reads five, so a lookup finds its own key (``str.rfind`` from the end, then a check that the
-    key opens an item; natively for ASCII lines) instead of splitting the whole line; iterating
-    splits it. Keys are names: a key holding " : " is not looked up.
+    key opens an item; natively for ASCII lines, all the keys a handler reads in one call:
+    :meth:`pick`) instead of splitting the whole line; iterating splits it. Keys are names: a key
+    holding " : " is not looked up.
     """
 
     __slots__ = ("_all", "_found", "_text")
@@ -528,12 +531,19 @@ class Params(Mapping[str, str]):
         self._found: dict[str, str | None] = {}  # keys looked up so far ("in", then "[]")
 
     def _find(self, key: str) -> str | None:
-        try:
-            return self._found[key]
-        except KeyError:
-            native = _NATIVE_PARAM and self._text.isascii() and key.isascii()
-            value = self._found[key] = _NATIVE_PARAM(self._text, key) if native else self._search(key)
-            return value
+        found = self._found
+        if key not in found:
+            self.pick(key)
+        return found[key]
+
+    def pick(self, *keys: str) -> tuple[str | None, ...]:
+        """The value of each key (None where absent): one native search for all of them."""
+        found = self._found
+        new = tuple(k for k in keys if k not in found)
+        if new:
+            values = _NATIVE_PARAM(self._text, new) if _NATIVE_PARAM else None
+            found.update(zip(new, values if values is not None else map(self._search, new)))
+        return tuple(map(found.__getitem__, keys))
 
     def _search(self, key: str) -> str | None:
         text, needle = self._text, key + " :"
@@ -594,6 +604,7 @@ _NATIVE_PARAM = param if ENGINE != "python" else None
 _NATIVE_CONTAINS = contains if ENGINE != "python" else None
 _NATIVE_MISPLACED = misplaced_tag if ENGINE != "python" else None
 _NATIVE_STRIP = strip_tags if ENGINE != "python" else None
+_NATIVE_SCAN = scan if ENGINE != "python" else None
 _NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
@@ -812,11 +823,11 @@ class PatternParser(LogParser):
     def _scan(self, b: Builder, blocks: Iterable[bytes | str]) -> tuple[int, bytes]:
         """Count lines and hand every match over in file order; returns (lines, last block)."""
         record_rules = [_RecordRule(r.bregex, r.native) for r in self.rules if r.action == "record"]
-        other_rules = [
-            _OtherRule(r.regex, self._action(r), r.native) for r in self.rules if r.action != "record"
-        ]
+        other = [r for r in self.rules if r.action != "record"]
+        other_rules = [_OtherRule(r.regex, self._action(r)) for r in other]
         for i, r in enumerate(other_rules):
             r.index = i
+        natives = tuple(r.native for r in other) if all(r.native is not None for r in other) else None
         in_place = self.mpi_tags_in_place
         base = 0  # newlines before the current block
         tail = b""
@@ -828,7 +839,7 @@ class PatternParser(LogParser):
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
             if other_rules:
-                hits = _other_matches(other_rules, block, base)
+                hits = _other_matches(other_rules, natives, block, base)
                 if hits:
                     b._pending, b._taken = cols, 0
                     _dispatch(b, hits, base)
@@ -970,7 +981,8 @@ _Hit = tuple[int, int, re.Match[str], Callable[[Builder, re.Match[str], int], No
 
 
 class _OtherRule:
-    """A non-record rule and how to find its matches in a block of text.
+    """A non-record rule, its handler, and how the Python engine finds its matches in a block of
+    text (the native scanners find those of all rules at once: :func:`_other_matches`).
 
     ``finditer`` searches with sre's own loop. A pattern that starts with a distinctive literal
     (``PARAMETER ``, ``Num GPUs ``) is found faster by ``str.find`` on that literal, with the
@@ -979,32 +991,17 @@ class _OtherRule:
     are. When a block shows the literal is common after all, the rule goes back to ``finditer``.
     """
 
-    __slots__ = ("act", "index", "native", "prefix", "rx")
+    __slots__ = ("act", "index", "prefix", "rx")
 
     MIN_PREFIX = 4  # shorter literals (a quote, "] ") are too common for find to pay
     MAX_TRIES = 256  # places per block tried before the literal counts as common
 
-    def __init__(
-        self,
-        rx: re.Pattern[str],
-        act: Callable[[Builder, re.Match[str], int], None],
-        native: _scan.Scanner | None = None,
-    ) -> None:
+    def __init__(self, rx: re.Pattern[str], act: Callable[[Builder, re.Match[str], int], None]) -> None:
         self.rx = rx
         self.act = act
-        self.native = native
         self.index = 0  # the rule's place in its parser's table (orders hits at one offset)
         prefix = _literal_prefix(rx)
         self.prefix = prefix if len(prefix) >= self.MIN_PREFIX else ""
-
-    def native_matches(self, block: bytes, text: _Text, base: int) -> list[_Hit] | None:
-        """This rule's hits in an ASCII block (``base`` lines before it), found by the native
-        scanner with their lines and groups; None: ask :meth:`matches`."""
-        found = self.native.matches(block, base) if self.native is not None else None
-        if found is None:
-            return None
-        rx, act, i = self.rx, self.act, self.index
-        return [(spans[0], i, _Found(rx, text, spans), act, line) for line, spans in found]
 
     def matches(self, text: str) -> Iterable[re.Match[str]]:
         prefix = self.prefix
@@ -1131,8 +1128,8 @@ class _Found:
         if len(groups) > 1:
             return tuple(self.group(g) for g in groups)  # type: ignore[misc]
         i = 2 * self._index(groups[0] if groups else 0)
-        a, b = self._spans[i], self._spans[i + 1]
-        return None if a < 0 else self._text.block[a:b].decode("ascii")
+        a = self._spans[i]
+        return None if a < 0 else self._text.block[a : self._spans[i + 1]].decode("ascii")
 
     __getitem__ = group
 
@@ -1175,18 +1172,20 @@ class _Text:
         return self.text
 
 
-def _other_matches(rules: list[_OtherRule], block: bytes, base: int) -> list[_Hit]:
-    """Matches of the non-record rules in ``block`` (as decoded text), in file order; the native
-    scanner gives their lines too (``base`` lines before the block), the Python engine 0."""
+def _other_matches(
+    rules: list[_OtherRule], natives: tuple[_scan.Scanner, ...] | None, block: bytes, base: int
+) -> list[_Hit]:
+    """Matches of the non-record rules in ``block`` (as decoded text), in file order (ties in rule
+    order). The native scanners (``natives``, one a rule) find all of them in one call, with their
+    lines (``base`` lines before the block) and groups, in an ASCII block, where byte offsets are
+    text offsets; elsewhere ``re`` finds them, and their lines are counted as they are handled."""
     text = _Text(block)
-    ascii_ = block.isascii()  # byte offsets are text offsets, and both engines read it alike
-    hits: list[_Hit] = []
-    for r in rules:
-        native = r.native_matches(block, text, base) if ascii_ else None
-        if native is None:
-            hits += [(m.start(), r.index, m, r.act, 0) for m in r.matches(text.get())]
-        else:
-            hits += native
+    found = _NATIVE_SCAN(natives, block, base) if natives is not None else None
+    if found is not None:
+        return [
+            (start, i, _Found(rules[i].rx, text, spans), rules[i].act, line) for start, i, line, spans in found
+        ]
+    hits = [(m.start(), r.index, m, r.act, 0) for r in rules for m in r.matches(text.get())]
     hits.sort()  # (start, rule) is unique, so matches are never compared
     return hits
 

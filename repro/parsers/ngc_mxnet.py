@@ -44,21 +44,22 @@ class NgcMxnet(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        p = params_of(m.group(1))
-        gpus = len(p["gpus"].strip("[]").split(",")) if p.get("gpus", "").strip("[] ") else None
+        listed, batch, dtype, amp_text, backend = params_of(m.group(1)).pick(
+            "gpus", "batch_size", "dtype", "amp", "data_backend"
+        )
+        gpus = len(listed.strip("[]").split(",")) if listed and listed.strip("[] ") else None
         s = b.new_run(gpus)
-        total = to_int(p.get("batch_size", ""))
+        total = to_int(batch or "")
         per_gpu = total // gpus if total is not None and gpus else None
         b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
         b.scratch.pop("table", None)
         b.fact("batch_size", per_gpu, line)
-        dtype, amp = p.get("dtype"), to_bool(p.get("amp", ""))
+        amp = to_bool(amp_text or "")
         if dtype:
             b.fact("dtype", dtype, line)
             b.fact("precision", "amp" if amp else "fp16" if dtype == "float16" else "fp32", line)
-        if "amp" in p:
+        if amp_text is not None:
             b.fact("amp", amp, line)
-        backend = p.get("data_backend")
         if backend:
             b.fact("data_backend", backend, line)
             b.fact("dali", backend.startswith("dali"), line)

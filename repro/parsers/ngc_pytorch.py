@@ -32,18 +32,18 @@ class NgcPyTorch(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        p = params_of(m.group(1))
+        batch, world, amp, fp16, backend, memory_format = params_of(m.group(1)).pick(
+            "batch_size", "world_size", "amp", "fp16", "data_backend", "memory_format"
+        )
         b.new_run()
-        b.fact("batch_size", to_int(p.get("batch_size", "")), line)
-        b.fact("gpus", to_int(p.get("world_size", "")), line)
-        if "amp" in p or "fp16" in p:
-            amp = bool(to_bool(p.get("amp", "")))
-            fp16 = bool(to_bool(p.get("fp16", "")))
-            b.fact("amp", amp, line)
-            b.fact("precision", "amp" if amp else "fp16" if fp16 else "fp32", line)
-        backend = p.get("data_backend")
+        b.fact("batch_size", to_int(batch or ""), line)
+        b.fact("gpus", to_int(world or ""), line)
+        if amp is not None or fp16 is not None:
+            on = bool(to_bool(amp or ""))
+            b.fact("amp", on, line)
+            b.fact("precision", "amp" if on else "fp16" if to_bool(fp16 or "") else "fp32", line)
         if backend:
             b.fact("data_backend", backend, line)
             b.fact("dali", backend.startswith("dali"), line)
-        if "memory_format" in p:
-            b.fact("memory_format", p["memory_format"], line)
+        if memory_format is not None:
+            b.fact("memory_format", memory_format, line)

@@ -35,19 +35,18 @@ class NgcTf1(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        p = params_of(m.group(1))
+        batch, amp, xla, dali, data_format, mode = params_of(m.group(1)).pick(
+            "batch_size", "amp", "xla", "dali", "data_format", "mode"
+        )
         b.new_run()
-        b.fact("batch_size", to_int(p.get("batch_size", "")), line)
-        amp = p.get("amp")
+        b.fact("batch_size", to_int(batch or ""), line)
         if amp is not None:
             on = bool(to_bool(amp))
             b.fact("amp", on, line)
             b.fact("precision", "amp" if on else "fp32", line)
-        for key in ("xla", "dali"):
-            value = p.get(key)
+        for key, value in (("xla", xla), ("dali", dali)):
             if value is not None:
                 b.fact(key, to_bool(value), line)
-        for key in ("data_format", "mode"):
-            value = p.get(key)
+        for key, value in (("data_format", data_format), ("mode", mode)):
             if value is not None:
                 b.fact(key, value, line)
