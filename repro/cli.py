@@ -165,7 +165,7 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
                 "aggregate": aggregate, "gpus": gpus}
     if len(logs) == 1:  # errors as before: exit 2 with the parser's message
         out = parse_and_measure(logs[0], parser_name, **protocol)
-        click.echo(json.dumps(out, indent=2) if fmt == "json" else render_parse_text(out))
+        click.echo(_parse_json(out) if fmt == "json" else render_parse_text(out))
         if problem := _no_figure(logs[0], out):
             raise UsageError(problem)
         return
@@ -177,11 +177,24 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
         if fmt == "text":
             click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
         else:
-            click.echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
+            click.echo(("[\n" if i == 0 else ",\n") + _parse_json(out), nl=False)
     if fmt == "json":
         click.echo("\n]")
     if failed:
         raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
+
+
+def _parse_json(out: dict[str, Any]) -> str:
+    """One log's ``repro parse`` result as JSON, a key a line and a list item (a run, an issue) a
+    line. ``json.dumps`` with ``indent`` encodes in Python, four times slower than its C encoder:
+    40 ms for a log of 4400 runs, an eighth of the time to parse it."""
+
+    def value(v: object) -> str:
+        if isinstance(v, list) and v:
+            return "[\n" + ",\n".join(f"    {json.dumps(item)}" for item in v) + "\n  ]"
+        return json.dumps(v)
+
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {value(v)}" for k, v in out.items()) + "\n}"
 
 
 def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
