@@ -156,15 +156,23 @@ def _eager(col: Sequence[int | None] | _Digits) -> Sequence[int | None]:
     return col.ints() if isinstance(col, _Digits) else col
 
 
+#: the columns of a series without records, shared until a series appends to them
+_NO_RECORDS = (array("q"), array("d"), array("q"), array("q"))
+
+
 class Series:
     """All records of one run inside a log.
 
     The records are kept as columns (``array('d')`` values, ``array('q')`` iterations, epochs and
     line numbers: 32 bytes a record); :attr:`records` is a list-like view that makes
     :class:`Record` objects when they are asked for. :attr:`values` is the value column itself.
+
+    Records a parse moves in from a block stay in the block's columns, as parts ``(columns, lo,
+    hi)``, until a column is read, and each column is copied out on its own: measuring a run
+    reads its values only, so the other three columns of most runs are never copied.
     """
 
-    __slots__ = ("_e", "_i", "_l", "_lazy", "_v", "gpus", "per_gpu", "summary")
+    __slots__ = ("_cols", "_done", "_parts", "gpus", "per_gpu", "summary")
 
     def __init__(
         self,
@@ -176,13 +184,11 @@ class Series:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
-        self._v: array[float] | list[float] = array("d")
-        self._i: array[int] | list[int | None] = array("q")
-        self._e: array[int] | list[int | None] = array("q")
-        self._l: array[int] | list[int] = array("q")
-        # parts of blocks whose iteration/epoch digits are not converted yet, in file order:
-        # (iterations, epochs, lo, hi); see _Digits
-        self._lazy: list[tuple[Sequence[int | None] | _Digits, Sequence[int | None] | _Digits, int, int]] = []
+        # lines, values, iterations, epochs (the order of _Columns); a column becomes a list
+        # where a value does not fit its array
+        self._cols: list[array[int] | array[float] | list[int | None] | list[float]] = list(_NO_RECORDS)
+        self._parts: list[tuple[_Columns, int, int]] = []  # records not yet in the columns
+        self._done = [0, 0, 0, 0]  # parts already copied into each column
         if records != ():
             self.records = records  # type: ignore[assignment]
 
@@ -194,117 +200,113 @@ class Series:
     @records.setter
     def records(self, records: Iterable[Record]) -> None:
         recs = list(records)
-        self._lazy = []
         values = [r.value for r in recs]
         lines = [r.line for r in recs]
-        self._v = array("d", values) if all(type(v) is float for v in values) else values
-        self._i = _int_col(r.iteration for r in recs)
-        self._e = _int_col(r.epoch for r in recs)
-        self._l = array("q", lines) if all(type(x) is int and 0 <= x < _INT64 for x in lines) else lines
+        self._parts, self._done = [], [0, 0, 0, 0]
+        self._cols = [
+            array("q", lines) if all(type(x) is int and 0 <= x < _INT64 for x in lines) else lines,
+            array("d", values) if all(type(v) is float for v in values) else values,
+            _int_col(r.iteration for r in recs),
+            _int_col(r.epoch for r in recs),
+        ]
 
     @property
     def values(self) -> Sequence[float]:
         """The record values in file order (an ``array('d')``; do not modify)."""
-        return self._v
+        return self._own(1)  # type: ignore[return-value]
 
     def value_range(self) -> tuple[float, float] | None:
         """``(min(values), max(values))``, None without records (one native pass where it can)."""
-        v = self._v
+        v = self._column(1)
         if not len(v):
             return None
         if _NATIVE_RANGE and v.__class__ is array:
             return _NATIVE_RANGE(v)  # type: ignore[no-any-return]
-        return min(v), max(v)
+        return min(v), max(v)  # type: ignore[type-var]
 
     @property
     def iterations(self) -> list[int | None]:
-        self._settle()
-        return _as_list(self._i)
+        return _as_list(self._column(2))  # type: ignore[arg-type]
 
     @property
     def epochs(self) -> list[int | None]:
-        self._settle()
-        return _as_list(self._e)
+        return _as_list(self._column(3))  # type: ignore[arg-type]
 
     @property
     def lines(self) -> list[int]:
-        return list(self._l)
+        return list(self._column(0))  # type: ignore[arg-type]
 
     def append(self, record: Record) -> None:
         self._add(record.value, record.iteration, record.epoch, record.line)
 
     def _add(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
-        self._settle()
-        if type(value) is not float and not isinstance(self._v, list):
-            self._v = list(self._v)
-        self._v.append(value)
-        for name, x in (("_i", iteration), ("_e", epoch)):
-            col = getattr(self, name)
-            if isinstance(col, list):
-                col.append(x)
+        lines, values, its, eps = map(self._own, range(4))
+        if type(value) is not float and values.__class__ is not list:
+            self._cols[1] = values = list(values)
+        values.append(value)  # type: ignore[arg-type]
+        for k, col, x in ((2, its, iteration), (3, eps, epoch)):
+            if col.__class__ is list:
+                col.append(x)  # type: ignore[arg-type]
             elif x is None:
-                col.append(_MISSING)
+                col.append(_MISSING)  # type: ignore[arg-type]
             elif type(x) is int and 0 <= x < _INT64:
-                col.append(x)
+                col.append(x)  # type: ignore[arg-type]
             else:
-                setattr(self, name, _as_list(col) + [x])
-        if not isinstance(self._l, list) and not (type(line) is int and 0 <= line < _INT64):
-            self._l = list(self._l)
-        self._l.append(line)
+                self._cols[k] = [*_as_list(col), x]  # type: ignore[arg-type]
+        if lines.__class__ is not list and not (type(line) is int and 0 <= line < _INT64):
+            self._cols[0] = lines = list(lines)
+        lines.append(line)  # type: ignore[arg-type]
 
     def _extend(self, cols: _Columns, lo: int, hi: int) -> None:
         """Append records ``lo:hi`` of a block's columns (see :func:`_record_columns`)."""
-        lines, values, its, eps = cols
-        self._l.extend(lines[lo:hi])
-        self._v.extend(values[lo:hi])
-        if its.__class__ is _Digits or eps.__class__ is _Digits:
-            self._lazy.append((its, eps, lo, hi))
-            return
-        if self._lazy:
-            self._settle()
-        self._extend_ints(its, eps, lo, hi)
+        self._parts.append((cols, lo, hi))
 
-    def _settle(self) -> None:
-        """Convert the iteration/epoch digits still held as text (see :class:`_Digits`)."""
-        if self._lazy:
-            lazy, self._lazy = self._lazy, []
-            for its, eps, lo, hi in lazy:
-                self._extend_ints(_eager(its), _eager(eps), lo, hi)
+    def _column(self, k: int) -> array[int] | array[float] | list[int | None] | list[float]:
+        """Column ``k`` (lines, values, iterations, epochs) with every part copied in."""
+        parts, done = self._parts, self._done[k]
+        if done == len(parts):
+            return self._cols[k]
+        col = self._cols[k]
+        for cols, lo, hi in parts[done:]:
+            part = _eager(cols[k])[lo:hi]  # type: ignore[index]
+            if not len(col):  # the slice is a new column of its own
+                col = part
+            elif col.__class__ is part.__class__ is array:
+                col.extend(part)  # type: ignore[arg-type]
+            elif k < 2:  # lines, values: a list takes the numbers as they are
+                col = [*col, *part]
+            else:  # iterations, epochs: the missing marker is None in a list
+                col = [*_as_list(col), *_as_list(part)]  # type: ignore[arg-type]
+        self._cols[k] = col
+        self._done[k] = len(parts)
+        if self._done.count(len(parts)) == 4:  # every column has them: the blocks can go
+            self._parts, self._done = [], [0, 0, 0, 0]
+        return col
 
-    def _extend_ints(
-        self, its: Sequence[int | None], eps: Sequence[int | None], lo: int, hi: int
-    ) -> None:
-        if its.__class__ is eps.__class__ is self._i.__class__ is self._e.__class__ is array:
-            self._i.extend(its[lo:hi])  # type: ignore[arg-type]
-            self._e.extend(eps[lo:hi])  # type: ignore[arg-type]
-            return
-        for name, chunk in (("_i", its), ("_e", eps)):
-            col = getattr(self, name)
-            part = chunk[lo:hi]
-            if isinstance(col, list):
-                col.extend(_as_list(part))
-            elif isinstance(part, list):
-                setattr(self, name, _as_list(col) + part)
-            else:
-                col.extend(part)
+    def _own(self, k: int) -> array[int] | array[float] | list[int | None] | list[float]:
+        """Column ``k``, settled, and this series' own to append to."""
+        col = self._column(k)
+        if col is _NO_RECORDS[k]:
+            col = self._cols[k] = col[:]
+        return col
 
     def _count(self) -> int:
-        return len(self._v)
+        return len(self._cols[1]) + sum(hi - lo for _, lo, hi in self._parts[self._done[1] :])
 
     def _record(self, i: int) -> Record:
-        self._settle()
-        it, ep = self._i[i], self._e[i]
-        if not isinstance(self._i, list) and it == _MISSING:
+        lines, values, its, eps = map(self._column, range(4))
+        it, ep = its[i], eps[i]
+        if its.__class__ is not list and it == _MISSING:
             it = None
-        if not isinstance(self._e, list) and ep == _MISSING:
+        if eps.__class__ is not list and ep == _MISSING:
             ep = None
-        return _new_record(self._v[i], it, ep, self._l[i])
+        return _new_record(values[i], it, ep, lines[i])  # type: ignore[arg-type]
 
     def _iter_records(self) -> Iterator[Record]:
-        self._settle()
-        its = self._i if isinstance(self._i, list) else map(_UNMISS, self._i, self._i)
-        eps = self._e if isinstance(self._e, list) else map(_UNMISS, self._e, self._e)
-        return map(_new_record, self._v, its, eps, self._l)
+        lines, values, its, eps = map(self._column, range(4))
+        its_ = its if its.__class__ is list else map(_UNMISS, its, its)
+        eps_ = eps if eps.__class__ is list else map(_UNMISS, eps, eps)
+        return map(_new_record, values, its_, eps_, lines)  # type: ignore[arg-type]
 
     # dataclass-like behaviour ------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -539,6 +541,11 @@ class Params(Mapping[str, str]):
     def pick(self, *keys: str) -> tuple[str | None, ...]:
         """The value of each key (None where absent): one native search for all of them."""
         found = self._found
+        if not found and _NATIVE_PARAM:  # a handler's first look at the line: no bookkeeping
+            values: tuple[str | None, ...] | None = _NATIVE_PARAM(self._text, keys)
+            if values is not None:
+                found.update(zip(keys, values))
+                return values
         new = tuple(k for k in keys if k not in found)
         if new:
             values = _NATIVE_PARAM(self._text, new) if _NATIVE_PARAM else None
@@ -699,7 +706,7 @@ class Builder:
         """A new run starts here; reuse the current series while it is still empty."""
         self._sync()
         s = self.series[-1] if self.series else None
-        if s is None or s._count() or s.summary is not None:
+        if s is None or s._parts or len(s._cols[1]) or s.summary is not None:  # not empty
             s = Series(gpus=None, records=(), per_gpu=self.per_gpu)
             self.series.append(s)
         if gpus is not None:
