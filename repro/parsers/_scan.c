@@ -360,6 +360,7 @@ static int64_t digits(const char *buf, PCRE2_SIZE *ov, int group) {
  * arithmetic: the digits w and the power of ten are exact, so w * 10^q (q >= 0) is an exact
  * integer and w / 10^-q an exact quotient plus a "remainder is not zero" bit; either is then
  * rounded once to 53 bits, half to even. That is the correctly rounded result float() gives.
+ * Digits that fit 53 bits take one double operation instead (exact operands, one rounding).
  * Anything else (more digits, larger exponents, other syntax) returns 0 and the caller asks
  * PyOS_string_to_double. */
 typedef unsigned __int128 u128;
@@ -431,6 +432,10 @@ static int exact_decimal(const char *s, size_t n, double *out) {
     long q = e - frac;
     if (w == 0) {
         v = 0.0;
+    } else if (w <= (1ULL << 53) && q >= -19 && q <= 19) {
+        /* w and 10^|q| are exact doubles, and one IEEE multiplication or division rounds
+         * correctly (half to even): Clinger's fast path, most figures of 16 digits or fewer */
+        v = q >= 0 ? (double)w * (double)POW10[q] : (double)w / (double)POW10[-q];
     } else if (q >= 0 && q <= 19) {
         v = round_binary((u128)w * POW10[q], 0, 0);
     } else if (q < 0 && q >= -19) {
