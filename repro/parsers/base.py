@@ -846,10 +846,11 @@ class PatternParser(LogParser):
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
             if other_rules:
-                hits = _other_matches(other_rules, natives, block, base)
+                text = _Text(block)
+                hits = _other_matches(other_rules, natives, text, base)
                 if hits:
                     b._pending, b._taken = cols, 0
-                    _dispatch(b, hits, base)
+                    _dispatch(b, hits, other_rules, text, base)
                     b._sync(upto=1 << 62)  # the rest of the block's records
                     b._pending = None
                     cols = None
@@ -983,8 +984,9 @@ def _record_columns(rules: list[_RecordRule], block: bytes, base: int) -> tuple[
     return (array("q", lines), array("d", values), _int_col(its), _int_col(eps)), newlines
 
 
-#: (start, rule, match, handler, 1-based line or 0 where not yet counted)
-_Hit = tuple[int, int, re.Match[str], Callable[[Builder, re.Match[str], int], None], int]
+#: (start, rule index, 1-based line, spans) as the native scan gives a match, or (start, rule
+#: index, 0, match) for one ``re`` found, whose line is counted when it is handled
+_Hit = tuple[int, int, int, "tuple[int, ...] | re.Match[str]"]
 
 
 class _OtherRule:
@@ -1180,21 +1182,22 @@ class _Text:
 
 
 def _other_matches(
-    rules: list[_OtherRule], natives: tuple[_scan.Scanner, ...] | None, block: bytes, base: int
+    rules: list[_OtherRule], natives: tuple[_scan.Scanner, ...] | None, text: _Text, base: int
 ) -> list[_Hit]:
-    """Matches of the non-record rules in ``block`` (as decoded text), in file order (ties in rule
-    order). The native scanners (``natives``, one a rule) find all of them in one call, with their
-    lines (``base`` lines before the block) and groups, in an ASCII block, where byte offsets are
-    text offsets; elsewhere ``re`` finds them, and their lines are counted as they are handled."""
-    text = _Text(block)
-    found = _NATIVE_SCAN(natives, block, base) if natives is not None else None
+    """Matches of the non-record rules in a block, in file order (ties in rule order). The native
+    scanners (``natives``, one a rule) find all of them in one call, with their lines (``base``
+    lines before the block) and spans, in an ASCII block, where byte offsets are text offsets;
+    elsewhere ``re`` finds them in the decoded text."""
+    found = _NATIVE_SCAN(natives, text.block, base) if natives is not None else None
     if found is not None:
-        return [
-            (start, i, _Found(rules[i].rx, text, spans), rules[i].act, line) for start, i, line, spans in found
-        ]
-    hits = [(m.start(), r.index, m, r.act, 0) for r in rules for m in r.matches(text.get())]
-    hits.sort()  # (start, rule) is unique, so matches are never compared
+        return found  # type: ignore[no-any-return]
+    hits: list[_Hit] = [(m.start(), r.index, 0, m) for r in rules for m in r.matches(text.get())]
+    hits.sort(key=_start_and_rule)
     return hits
+
+
+def _start_and_rule(hit: _Hit) -> tuple[int, int]:
+    return hit[0], hit[1]
 
 
 #: what the native scanner reads as Python does: re flags it maps, and no construct whose meaning
@@ -1222,17 +1225,20 @@ def _required_literal(pattern: str, flags: int) -> str:
     return max(_literal_runs(pattern, flags), key=len, default="")
 
 
-def _dispatch(b: Builder, hits: list[_Hit], base: int) -> None:
-    """Call the handlers in file order with their 1-based line numbers (counted here where the
-    scan did not give them)."""
+def _dispatch(b: Builder, hits: list[_Hit], rules: list[_OtherRule], text: _Text, base: int) -> None:
+    """Call the handlers in file order, each with its match (``re``'s, or a :class:`_Found` for
+    the native scan's spans) and its 1-based line (counted here where the scan did not give it)."""
     pos, n = 0, base
-    for start, _, m, act, line in hits:
-        if not line:  # found by re: count the lines to it (every hit of the block is then)
-            n += m.string.count("\n", pos, start)
+    for start, i, line, m in hits:
+        r = rules[i]
+        if line:
+            m = _Found(r.rx, text, m)  # type: ignore[arg-type]
+        else:  # found by re: count the lines to it (every hit of the block is then)
+            n += text.get().count("\n", pos, start)
             pos = start
             line = n + 1
         b._at = line
-        act(b, m, line)
+        r.act(b, m, line)  # type: ignore[arg-type]
 
 
 def _new_record(value: float, iteration: int | None, epoch: int | None, line: int) -> Record:
