@@ -50,6 +50,19 @@ Keras 270; peak RSS 38 MB (process per file) at 257 MiB and 1029 MiB, ``repro pa
 DLLogger run is ~12 KB, so TF1 has 86 runs a MiB); one PCRE2 pass per rule and block (~0.15 ms/MiB
 each, 12 rules for PaddleClas); reading (kernel copy, 1 MiB block allocations).
 
+After a SIMD literal search (replacing memmem), rules tried only where their start texts occur, all
+non-record rules of a block in one native call with one newline count, MPI tags removed natively,
+PARAMETER keys read in one call, blocks read without gluing a partial line on, series that keep a
+block's records as parts until read, Clinger's fast path for decimals of up to 53 bits, and JSON
+written a run a line by the C encoder (shared VM, load average ~1, 1 GiB set, best of 3): grep 1025
+MB/s; ``repro parse`` over all files 267 MB/s (0.261 x grep on one core), with ``--jobs 2`` 454 MB/s
+(0.443 x grep); kit one process 258 MB/s, process per file 148 MB/s; peak RSS 38 MB at 257 MiB and
+1029 MiB, ``repro parse`` over all files 48-50 MB. The machine's speed varied by up to 1.6x from one
+minute to the next during this work (the same in-process parse of the five formats: 192-321 MB/s),
+so figures from different runs compare poorly; the ratio to grep is taken within one run. Where the
+time goes now: a DLLogger run costs ~25 us of Python (handlers, facts, measuring, the JSON line; TF1
+has 86 runs a MiB), a record ~0.13 us (PCRE2 ~0.05 of it).
+
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
 hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start

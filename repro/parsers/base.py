@@ -10,11 +10,13 @@ bytes of the log in large blocks of whole lines, and nothing runs per line in Py
   iteration and epoch digits kept joined until first read;
 * every other rule (run boundaries, summaries, facts; a few lines per run) scans the block, and
   only its matches reach Python: each is handed to the rule's handler in file order with its
-  line. The native scanner gives each match's line and group spans, and a block that lacks the
-  rule's longest literal is skipped in one ``memmem``; the Python engine uses ``finditer`` (or
-  ``str.find`` on a literal prefix) on the decoded block. Records before a match are moved into
-  the current series when the handler touches the series (a new run, a summary), so a run
-  boundary splits the records where it occurs;
+  line. Natively, one call scans the block for all of a parser's rules and gives each match's
+  line and group spans; a rule is skipped at once in a block that lacks its longest literal,
+  and tried only where one of its start texts occurs when it has them (both found by a SIMD
+  literal search). The Python engine uses ``finditer`` (or ``str.find`` on a literal prefix) on
+  the decoded block. Records before a match are moved into the current series when the handler
+  touches the series (a new run, a summary), so a run boundary splits the records where it
+  occurs; a series keeps them as parts of the block's columns until it is read;
 * CRLF endings and MPI output tags are removed from the block first, except tags that open their
   lines in a parser whose rules read past them (``mpi_tags_in_place``).
 
