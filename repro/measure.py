@@ -9,7 +9,8 @@ Python's own ``round`` gives different last digits on several published numbers.
 
 ``measure`` itself needs no numpy (parsing a log should not pay for importing it): its rounding
 reproduces numpy's exactly (scale by 10**n, round half to even, scale back; the tests compare
-the two), and sums use ``math.fsum``. ``aggregate_repeats`` calls numpy as DLPerf did.
+the two), and sums are ``math.fsum``'s (natively for a value column). ``aggregate_repeats``
+calls numpy as DLPerf did.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.parsers.base import Series
+from repro.parsers.base import Series, exact_sum
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
 SCALES = ("global", "per_gpu")
@@ -181,7 +182,7 @@ def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[fl
 
 def _aggregate(values: Sequence[float], how: str, issues: list[str]) -> float | None:
     if how == "mean":
-        return math.fsum(values) / len(values)
+        return exact_sum(values) / len(values)
     if how == "median":
         return float(statistics.median(values))
     if any(v <= 0 for v in values):

@@ -284,11 +284,13 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
     proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
     out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
            "facts": result.facts, "results": [], "issues": list(result.issues)}
+    several = len(result.series) > 1
     for s in result.series:
         m = measure(s, proto, gpus=gpus if gpus is not None else s.gpus)
         out["results"].append({"gpus": gpus if gpus is not None else s.gpus, "throughput": m.value,
-                               "records_used": m.records_used, "records": len(s.records), "summary": s.summary})
-        out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if len(result.series) > 1 else i for i in m.issues]
+                               "records_used": m.records_used, "records": len(s.values), "summary": s.summary})
+        if m.issues:
+            out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in m.issues]
     return out
 
 

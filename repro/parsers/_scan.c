@@ -19,7 +19,7 @@
  *
  * and functions for the engine's other work on blocks and columns, each described where it is
  * defined: scan (the matches of several scanners at once), contains, param, misplaced_tag,
- * strip_tags, value_range.
+ * strip_tags, value_range, fsum.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -915,6 +915,56 @@ static PyObject *scan_value_range(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* fsum(doubles) -> float | None: math.fsum() of a buffer of doubles, without a float object per
+ * value. The same algorithm (exact partials, then the sum of the partials from the top with the
+ * half-to-even correction across them), so the same result; None for an infinity, a NaN or an
+ * intermediate overflow (math.fsum answers those). */
+static PyObject *scan_fsum(PyObject *mod, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    const double *v = b.buf;
+    Py_ssize_t count = b.len / (Py_ssize_t)sizeof(double);
+    double p[64]; /* partials, non-overlapping, by increasing magnitude (a double needs < 40) */
+    int n = 0, decided = b.len % (Py_ssize_t)sizeof(double) == 0;
+    for (Py_ssize_t k = 0; decided && k < count; k++) {
+        double x = v[k];
+        int i = 0;
+        for (int j = 0; j < n; j++) {
+            double y = p[j];
+            if (fabs(x) < fabs(y)) {
+                double t = x;
+                x = y;
+                y = t;
+            }
+            double hi = x + y, lo = y - (hi - x);
+            if (lo != 0.0) p[i++] = lo;
+            x = hi;
+        }
+        n = i;
+        if (x != 0.0) {
+            if (!isfinite(x) || n == 64) decided = 0; /* math.fsum decides */
+            else p[n++] = x;
+        }
+    }
+    PyBuffer_Release(&b);
+    if (!decided) Py_RETURN_NONE;
+    double hi = 0.0, lo = 0.0;
+    if (n > 0) {
+        hi = p[--n];
+        while (n > 0) { /* from the top, until the sum is inexact */
+            double x = hi, y = p[--n];
+            hi = x + y;
+            lo = y - (hi - x);
+            if (lo != 0.0) break;
+        }
+        if (n > 0 && ((lo < 0.0 && p[n - 1] < 0.0) || (lo > 0.0 && p[n - 1] > 0.0))) {
+            double y = lo * 2.0, x = hi + y; /* half to even across partials */
+            if (y == x - hi) hi = x;
+        }
+    }
+    return PyFloat_FromDouble(hi);
+}
+
 static PyMethodDef scan_functions[] = {
     {"misplaced_tag", scan_misplaced_tag, METH_VARARGS,
      "misplaced_tag(block, stamped) -> an MPI tag that does not open its line, or is not of the usual form"},
@@ -922,6 +972,7 @@ static PyMethodDef scan_functions[] = {
      "scan(scanners, block, base) -> every scanner's matches as (start, rule, line, spans), or None"},
     {"strip_tags", scan_strip_tags, METH_VARARGS,
      "strip_tags(block, stamped) -> the block without its MPI tags (optionally timestamped)"},
+    {"fsum", scan_fsum, METH_VARARGS, "fsum(doubles) -> math.fsum of a buffer of doubles, or None"},
     {"value_range", scan_value_range, METH_VARARGS, "value_range(doubles) -> (min, max) or None when empty"},
     {"contains", scan_contains, METH_VARARGS, "contains(haystack, needle) -> needle in haystack (bytes)"},
     {"param", scan_param, METH_VARARGS,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import gc
+import math
 import os
 import re
 from array import array
@@ -50,6 +51,7 @@ try:
         PCRE2_VERSION,
         Scanner,
         contains,
+        fsum,
         misplaced_tag,
         param,
         scan,
@@ -57,7 +59,7 @@ try:
         value_range,
     )
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = contains = misplaced_tag = param = scan = None  # type: ignore[assignment,misc]
+    Scanner = contains = fsum = misplaced_tag = param = scan = None  # type: ignore[assignment,misc]
     strip_tags = value_range = None  # type: ignore[assignment]
     PCRE2_VERSION = ""
 
@@ -614,6 +616,17 @@ _NATIVE_CONTAINS = contains if ENGINE != "python" else None
 _NATIVE_MISPLACED = misplaced_tag if ENGINE != "python" else None
 _NATIVE_STRIP = strip_tags if ENGINE != "python" else None
 _NATIVE_SCAN = scan if ENGINE != "python" else None
+_NATIVE_FSUM = fsum if ENGINE != "python" else None
+
+
+def exact_sum(values: Iterable[float]) -> float:
+    """``math.fsum(values)``; natively for an ``array('d')`` (a series' value column), without a
+    float object per value."""
+    if _NATIVE_FSUM and values.__class__ is array:
+        total = _NATIVE_FSUM(values)
+        if total is not None:
+            return total  # type: ignore[no-any-return]
+    return math.fsum(values)
 _NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
