@@ -190,11 +190,25 @@ def _parse_json(out: dict[str, Any]) -> str:
     40 ms for a log of 4400 runs, an eighth of the time to parse it."""
 
     def value(v: object) -> str:
-        if isinstance(v, list) and v:
-            return "[\n" + ",\n".join(f"    {json.dumps(item)}" for item in v) + "\n  ]"
-        return json.dumps(v)
+        if not isinstance(v, list) or not v:
+            return json.dumps(v)
+        if _flat_rows(v):  # one call of the C encoder, cut between the rows
+            items = ["{" + row + "}" for row in json.dumps(v)[2:-2].split("}, {")]
+        else:
+            items = list(map(json.dumps, v))
+        return "[\n" + ",\n".join(f"    {item}" for item in items) + "\n  ]"
 
     return "{\n" + ",\n".join(f"  {json.dumps(k)}: {value(v)}" for k, v in out.items()) + "\n}"
+
+
+def _flat_rows(items: list[Any]) -> bool:
+    """Are these dicts with numbers (or None) for values and no brace in a key? Then "}, {"
+    occurs in their JSON only between two of them."""
+    return (
+        all(type(x) is dict for x in items)
+        and {type(v) for x in items for v in x.values()} <= {int, float, bool, type(None)}
+        and not any("}" in k for k in {k for x in items for k in x})
+    )
 
 
 def _no_figure(log: Path, out: dict[str, Any]) -> str | None:

@@ -185,7 +185,7 @@ def test_parse_json_puts_a_key_and_each_run_on_a_line() -> None:
     from repro.cli import _parse_json
 
     out = {"parser": "ngc-tf1", "facts": {"amp": True}, "results": [{"gpus": 1, "throughput": 1173.5},
-           {"gpus": None, "throughput": None}], "issues": []}
+           {"gpus": None, "throughput": None}], "issues": [], "odd": [{"a": "}, {"}, {"b}, {": 1}]}
     text = _parse_json(out)
     assert text == (
         '{\n'
@@ -195,7 +195,11 @@ def test_parse_json_puts_a_key_and_each_run_on_a_line() -> None:
         '    {"gpus": 1, "throughput": 1173.5},\n'
         '    {"gpus": null, "throughput": null}\n'
         '  ],\n'
-        '  "issues": []\n'
+        '  "issues": [],\n'
+        '  "odd": [\n'
+        '    {"a": "}, {"},\n'
+        '    {"b}, {": 1}\n'
+        '  ]\n'
         '}'
     )
     assert json.loads(text) == out

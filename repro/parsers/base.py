@@ -90,6 +90,7 @@ _MPI_STAMPED_TAG_B = re.compile(_MPI_STAMPED_TAG.pattern.encode())
 MPI_PREFIX = rf"(?:(?:{_MPI_STAMP})?{_MPI_TAG.pattern})?"
 
 
+@cache  # the native check answers where it is built: compiled only when the Python engine asks
 def _misplaced_tag(stamped: bool) -> re.Pattern[bytes]:
     """A tag that does not open its line, or is not in the usual form (``[J,R]`` with up to 3 and
     4 digits; with the timestamp when ``stamped``). The scan looks for the literal end of a tag
@@ -101,8 +102,6 @@ def _misplaced_tag(stamped: bool) -> re.Pattern[bytes]:
     return re.compile((end + "".join(rf"(?<!(?<![^\n]){stamp}{h}{end})" for h in heads)).encode())
 
 
-_MISPLACED_TAG = _misplaced_tag(False)
-_MISPLACED_STAMPED_TAG = _misplaced_tag(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,7 +462,7 @@ def _misplaced(block: bytes, stamped: bool) -> bool:
     """Does a tag not open its line, or not have the usual form? (:func:`_misplaced_tag`)"""
     if _NATIVE_MISPLACED:
         return _NATIVE_MISPLACED(block, stamped)
-    return (_MISPLACED_STAMPED_TAG if stamped else _MISPLACED_TAG).search(block) is not None
+    return _misplaced_tag(stamped).search(block) is not None
 
 
 def _strip_tags(block: bytes, stamped: bool) -> bytes:
