@@ -696,6 +696,7 @@ class Builder:
         self.series: list[Series] = []
         self.facts: dict[str, object] = {}
         self.issues: list[str] = []
+        self._issued: set[str] = set()  # the issues kept, to find a repeated one at once
         self.scratch: dict[str, object] = {}  # per-parser working state
         self._fact_line: dict[str, int] = {}
         self._summaries = 0
@@ -770,10 +771,11 @@ class Builder:
             self._fact_line[key] = line
 
     def issue(self, text: str) -> None:
-        if text in self.issues:
+        if text in self._issued:
             return
         if len(self.issues) < self.MAX_ISSUES:
             self.issues.append(text)
+            self._issued.add(text)
         else:
             self._dropped += 1
 
@@ -1150,7 +1152,9 @@ class _Found:
     def group(self, *groups: int | str) -> str | None | tuple[str | None, ...]:
         if len(groups) > 1:
             return tuple(self.group(g) for g in groups)  # type: ignore[misc]
-        i = 2 * self._index(groups[0] if groups else 0)
+        g = groups[0] if groups else 0
+        ok = g.__class__ is int and 0 <= g <= self._rx.groups  # type: ignore[operator]
+        i = 2 * (g if ok else self._index(g))  # type: ignore[operator]
         a = self._spans[i]
         return None if a < 0 else self._text.block[a : self._spans[i + 1]].decode("ascii")
 
