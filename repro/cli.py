@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 from repro import __version__
 from repro.errors import InputError, ReproError, UsageError
@@ -106,6 +105,8 @@ def show(target: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(m.data, indent=2))
     elif fmt == "yaml":
+        import yaml
+
         click.echo(yaml.safe_dump(dict(m.data), sort_keys=False, allow_unicode=True), nl=False)
     else:
         click.echo(describe_manifest(m), nl=False)

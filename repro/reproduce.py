@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repro.errors import ReproError
-from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import ParseResult, Series, parse_file
+
+if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and need not load YAML
+    from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 
 MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
 MEASURED = "measured"  # a target that reproduces no publication
@@ -219,6 +222,7 @@ def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | N
     that finished; the manifest is the one the run recorded, not today's. A target that
     reproduces no publication gets its measured table, one row per matrix cell run.
     """
+    from repro.manifest import Cell
     from repro.rundir import DONE, RunDir
 
     run = RunDir.open(run_dir)
