@@ -67,6 +67,14 @@ so figures from different runs compare poorly; the ratio to grep is taken within
 time goes now: a DLLogger run costs ~25 us of Python (handlers, facts, measuring, the JSON line; TF1
 has 86 runs a MiB), a record ~0.13 us (PCRE2 ~0.05 of it).
 
+Then a native fsum of value columns, a set for kept issues (a concatenated log drops thousands of
+contradictions), result rows encoded in one call, and no YAML or manifest import on ``repro parse``
+(start 156 -> 117 ms). Two runs of the 1 GiB set a few minutes apart: grep 1117 and 1125 MB/s;
+``repro parse`` over all files 386 and 359 MB/s (0.346 and 0.319 x grep by best times), back to back
+with grep 0.333 and 0.323 x grep (median of 5 pairs; ranges 0.282-0.342 and 0.318-0.328); with
+``--jobs 2`` 0.581 and 0.500 x grep back to back; kit one process 404 and 371 MB/s, process per file
+232 and 213 MB/s; peak RSS 39-40 MB at 257 and 1029 MiB, ``repro parse`` 44-51 MB.
+
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
 hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start
