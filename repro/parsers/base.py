@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from itertools import accumulate, repeat
-from typing import TYPE_CHECKING, ClassVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 if TYPE_CHECKING:
     from repro.parsers import _scan
@@ -1050,21 +1050,28 @@ class _OtherRule:
 
 
 @cache  # every parse builds its rule table: the patterns are read once a process
+def _parsed(pattern: str, flags: int) -> Any:
+    """``re``'s parse of a pattern, None when case-blind or not understood (a private module: if
+    it changes, no literal shortcut is taken)."""
+    if flags & re.IGNORECASE:
+        return None
+    try:
+        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        return None
+    return None if parsed.state.flags & re.IGNORECASE else parsed
+
+
+@cache
 def _literal_runs(pattern: str, flags: int) -> tuple[str, ...]:
     """The runs of literal text at the top level of a pattern, in order; the first is the
     pattern's literal prefix ("" if it has none). No runs when case-blind or not understood."""
-    if flags & re.IGNORECASE:
-        return ()
-    try:
-        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
-        if parsed.state.flags & re.IGNORECASE:
-            return ()
-        literal = re._constants.LITERAL  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
+    parsed = _parsed(pattern, flags)
+    if parsed is None:
         return ()
     runs = [""]
     for op, arg in parsed:
-        if op is literal:
+        if op is re._constants.LITERAL:  # type: ignore[attr-defined]
             runs[-1] += chr(arg)
         else:
             runs.append("")
@@ -1077,15 +1084,10 @@ def _start_literals(pattern: str, flags: int) -> tuple[str, ...]:
     assertions (lookarounds, ``^``, ``\\b``): each as long as the pattern fixes it, through groups
     and alternations of literals. () when unknown, case-blind, or not worth a search (a text
     shorter than :data:`_START_MIN`, more than :data:`_STARTS_MAX` of them)."""
-    if flags & re.IGNORECASE:
+    parsed = _parsed(pattern, flags)
+    if parsed is None:
         return ()
-    try:
-        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
-        if parsed.state.flags & re.IGNORECASE:
-            return ()
-        c = re._constants  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a private module: if it changes, no shortcut is taken
-        return ()
+    c = re._constants  # type: ignore[attr-defined]
     zero_width = (c.ASSERT, c.ASSERT_NOT, c.AT)
 
     def heads(items: Iterable[tuple[object, object]], opening: bool) -> tuple[list[str], bool]:
