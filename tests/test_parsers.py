@@ -758,13 +758,46 @@ def test_blocks_are_whole_lines_of_the_file(seekable: bool, tmp_path: Path) -> N
             return True
 
         def readinto(self, b) -> int:  # type: ignore[no-untyped-def,override]
-            return self._f.readinto(b)
+            with memoryview(b) as view:  # short reads, as a pipe gives
+                return self._f.readinto(view[:40_000])
 
     raw = io.BufferedReader(io.BytesIO(data) if seekable else Stream())  # type: ignore[arg-type]
-    blocks = list(_blocks(raw))
+    blocks = [bytes(b) for b in _blocks(raw)]  # each block is the reader's buffer, refilled
     assert b"".join(blocks) == data
     assert all(b.endswith(b"\n") for b in blocks[:-1]) and blocks[-1].endswith(b"no newline")
     assert max(map(len, blocks)) == BLOCK_BYTES + 11 and len(blocks) > 3
     assert sum(len(b) > BLOCK_BYTES for b in blocks) == 1
     if not seekable:
-        assert blocks == list(_blocks(io.BufferedReader(io.BytesIO(data))))
+        assert blocks == [bytes(b) for b in _blocks(io.BufferedReader(io.BytesIO(data)))]
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"  an indented last line without a newline"])
+def test_blocks_take_the_lines_that_continue_them(ending: bytes) -> None:
+    """With ``continues``, a block never ends before a line that pattern matches (unless it has
+    taken ``BLOCK_BYTES`` more already), wherever its end falls in a run of such lines; every byte
+    still comes once, in order, and the last line without a newline joins its section."""
+    import io
+    import itertools
+    import random
+    import re
+
+    from repro.parsers import _blocks
+    from repro.parsers.base import BLOCK_BYTES
+
+    rng = random.Random(3)
+    lines: list[bytes] = []
+    for n in range(40_000):  # sections now and then: a header, then indented lines
+        if n == 20_000:  # one section longer than a block
+            lines += [b"section\n"] + [b"  long section %d : value\n" % i for i in range(120_000)]
+        elif rng.random() < 0.01:
+            lines += [b"section\n"] + [b"  key %d : value\n" % i for i in range(rng.randrange(3000))]
+        else:
+            lines.append(b"plain line %d\n" % rng.randrange(10**6))
+    data = b"".join(lines)[:-1] + ending
+    continues = re.compile(rb"  ")
+    blocks = [bytes(b) for b in _blocks(io.BufferedReader(io.BytesIO(data)), continues)]
+    assert b"".join(blocks) == data and len(blocks) > 5
+    assert all(b.endswith(b"\n") for b in blocks[:-1])
+    for block, after in itertools.pairwise(blocks):
+        assert not continues.match(after) or len(block) > BLOCK_BYTES, after[:40]
+    assert any(len(b) > 2 * BLOCK_BYTES - 100 for b in blocks)  # the long section hit the limit

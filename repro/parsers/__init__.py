@@ -118,49 +118,78 @@ def _head(f: IO[str], n: int) -> list[str]:
     return out
 
 
-def _blocks(raw: IO[bytes], continues: re.Pattern[bytes] | None = None) -> Iterator[bytes]:
+def _blocks(raw: IO[bytes], continues: re.Pattern[bytes] | None = None) -> Iterator[bytearray]:
     """Blocks of whole lines as raw bytes; the last one keeps a missing final newline missing.
 
     A block is the whole lines among the next ``BLOCK_BYTES`` bytes of the file (a longer line
-    makes a block of its own). The partial line after them is read again with the next block
-    (a seek back over a few bytes): gluing it onto either block would copy a whole block, and
-    blocks of varying sizes make the allocator map and zero fresh pages each time.
-    A newline byte never occurs inside a UTF-8 sequence, so no character is ever cut in two.
-    With ``continues`` (a parser's :attr:`~repro.parsers.base.PatternParser.block_continues`),
-    a block also takes every following line that pattern matches, up to ``BLOCK_BYTES`` more.
-    A stream that cannot seek carries the partial line over instead.
+    makes a block of its own); the partial line after them opens the next block. A newline byte
+    never occurs inside a UTF-8 sequence, so no character is ever cut in two. With ``continues``
+    (a parser's :attr:`~repro.parsers.base.PatternParser.block_continues`), a block also takes
+    every following line that pattern matches, up to ``BLOCK_BYTES`` more.
+
+    Every block is the same buffer, refilled: a block is valid until the next one is asked for.
+    A fresh object for each block would cost more than reading it: the allocator maps new pages
+    for most allocations of this size, and the kernel zeroes each page at its first touch (a page
+    fault, ~6 us on the benchmark's virtual machine: as long as parsing the page).
     """
-    seekable = raw.seekable()
-    carry = b""
-
-    def give_back(tail: bytes) -> None:  # the next block starts with ``tail``
-        nonlocal carry
-        if seekable:
-            raw.seek(-len(tail), os.SEEK_CUR)
-        else:
-            carry = tail
-
+    buf = bytearray(BLOCK_BYTES)
+    held = 0  # bytes at the start of the buffer read already: the partial line of the last block
     while True:
-        data = raw.read(max(BLOCK_BYTES - len(carry), 1))
-        if carry:
-            data, carry = carry + data, b""
-        if not data:
+        if len(buf) < BLOCK_BYTES:  # refill to a block (within the buffer's allocation)
+            buf += _ZEROS[: BLOCK_BYTES - len(buf)]
+        elif len(buf) > max(BLOCK_BYTES, held):  # grown for a long line
+            del buf[max(BLOCK_BYTES, held) :]
+        n = _read_into(raw, buf, held)
+        if n < len(buf):  # the stream has ended
+            if n:
+                del buf[n:]
+                yield buf
             return
-        cut = data.rfind(b"\n") + 1
-        if not cut:  # a line longer than a block, or the unterminated last one
-            data += raw.readline()
-        elif cut < len(data):
-            give_back(data[cut:])
-            data = data[:cut]
-        if continues is not None and data.endswith(b"\n"):
-            parts, extra = [data], 0
-            while (line := raw.readline()) and continues.match(line) and extra < BLOCK_BYTES:
-                parts.append(line)
-                extra += len(line)
-            if line:
-                give_back(line)
-            data = b"".join(parts)
-        yield data
+        cut = buf.rfind(b"\n") + 1
+        if not cut:  # a line longer than a block
+            buf += raw.readline()
+            cut = len(buf)
+        if continues is not None:
+            cut = _continued(raw, buf, cut, continues)
+        tail = buf[cut:]
+        del buf[cut:]
+        yield buf
+        buf[: len(tail)] = tail
+        held = len(tail)
+
+
+#: zeros that refill the block buffer to its size (a view: no copy is made to slice it)
+_ZEROS = memoryview(bytes(BLOCK_BYTES))
+
+
+def _read_into(raw: IO[bytes], buf: bytearray, start: int) -> int:
+    """Read into ``buf`` from ``start`` until it is full or the stream ends; the end reached."""
+    n = start
+    with memoryview(buf) as view:
+        while n < len(view) and (got := raw.readinto(view[n:])):  # type: ignore[attr-defined]
+            n += got
+    return n
+
+
+def _continued(raw: IO[bytes], buf: bytearray, cut: int, continues: re.Pattern[bytes]) -> int:
+    """Where a block that would end at ``cut`` ends when it takes the lines after it that
+    ``continues`` matches, up to ``BLOCK_BYTES`` more (``buf`` grows where such a line runs past
+    what was read)."""
+    limit = cut + BLOCK_BYTES
+    while cut < limit:
+        end = buf.find(b"\n", cut) + 1
+        if not end:  # the line runs past what was read: complete it
+            more = raw.readline()
+            if more:
+                buf += more
+                continue
+            end = len(buf)  # the last line of the stream, without a newline
+            if end == cut:
+                break
+        if not continues.match(buf[cut:end]):
+            break
+        cut = end
+    return cut
 
 
 def _clean_lines(f: IO[str]) -> Iterator[str]:

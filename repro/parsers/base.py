@@ -837,14 +837,14 @@ class PatternParser(LogParser):
         finally:
             if gc_was_on:
                 gc.enable()
-        if tail and not tail.endswith(b"\n"):
-            last = clean_text(tail[tail.rfind(b"\n") + 1 :].decode("utf-8", "replace"))
-            self._check_cut_line(b, last, lines)
+        if tail:  # the last line, cut off (it has no newline)
+            self._check_cut_line(b, clean_text(tail.decode("utf-8", "replace")), lines)
         self.finish(b)
         return b.finish(self.name, lines)
 
     def _scan(self, b: Builder, blocks: Iterable[bytes | str]) -> tuple[int, bytes]:
-        """Count lines and hand every match over in file order; returns (lines, last block)."""
+        """Count lines and hand every match over in file order; returns (lines, the last line
+        when the blocks end without a newline, else b"")."""
         record_rules = [_RecordRule(r.bregex, r.native) for r in self.rules if r.action == "record"]
         other = [r for r in self.rules if r.action != "record"]
         other_rules = [_OtherRule(r.regex, self._action(r)) for r in other]
@@ -874,8 +874,9 @@ class PatternParser(LogParser):
                 b._current()._extend(cols, 0, len(cols[0]))
                 b.last_record_line = cols[0][-1]
             base += newlines
-            tail = block
-        if tail and not tail.endswith(b"\n"):
+            # a block is not kept past its turn (the file reader refills it): only a cut-off line
+            tail = b"" if block.endswith(b"\n") else bytes(block[block.rfind(b"\n") + 1 :])
+        if tail:
             base += 1
         return base, tail
 
