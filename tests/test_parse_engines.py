@@ -392,6 +392,15 @@ def test_tag_search_and_removal_in_c_are_the_expressions(stamped: bool) -> None:
         assert engine._NATIVE_MISPLACED(block, stamped) == (rx.search(block) is not None), block
         tags = engine._MPI_STAMPED_TAG_B if stamped else engine._MPI_TAG_B
         assert engine._NATIVE_STRIP(block, stamped) == tags.sub(b"", block), block
+    for _ in range(300):  # long blocks: tags on every line, across the 64-byte steps of the search
+        lines = [rng.choice([b"", stamp]) + b"[1,0]<stdout>:" + b"x" * rng.randrange(90) for _ in range(200)]
+        for _ in range(rng.randrange(3)):  # a tag out of place, now and then
+            at = rng.randrange(len(lines))
+            lines[at] = lines[at][:30] + rng.choice(heads) + b"<stderr>:" + lines[at][30:]
+        block = b"\n".join(lines) + rng.choice([b"", b"\n", b"]<std"])
+        tags = engine._MPI_STAMPED_TAG_B if stamped else engine._MPI_TAG_B
+        assert engine._NATIVE_MISPLACED(block, stamped) == (rx.search(block) is not None), block
+        assert engine._NATIVE_STRIP(block, stamped) == tags.sub(b"", block), block
     for block in (b"[1,0]<stdout>:[1,0]<stderr>:x", b"[1,2]<stdout>:3,4]<stdout>:", b"[[1,2]<stdout>:",
                   b"[1,2]<stdout>:[3,4]<stdout>", b"[1,2" + stamp + b"[3,4]<stdout>:", b"]<stdout>:"):
         tags = engine._MPI_STAMPED_TAG_B if stamped else engine._MPI_TAG_B

@@ -131,6 +131,61 @@ static const char *needle_find(const Needle *nd, const char *p, const char *end)
     return NULL;
 }
 
+/* Successive places of a needle found often (an MPI tag on every line): the candidates of 64
+ * places are kept between calls, where needle_find would set up and search them again for each.
+ * needle_next(it, p): the first place from p on where the needle starts, or NULL; p never goes
+ * back between calls. */
+typedef struct {
+    const Needle *nd;
+    const char *end;
+    const char *chunk; /* the first of the 64 places `mask` holds candidates of (NULL: none yet) */
+    uint64_t mask;     /* places where the needle's two rarest bytes are */
+} NeedleIter;
+
+static inline void needle_iter_init(NeedleIter *it, const Needle *nd, const char *end) {
+    *it = (NeedleIter){nd, end, NULL, 0};
+}
+
+#ifdef HAVE_AVX2_PATH
+__attribute__((target("avx2"))) static uint64_t needle_mask64(const Needle *nd, const char *p) {
+    const __m256i v1 = _mm256_set1_epi8(nd->s[nd->i1]), v2 = _mm256_set1_epi8(nd->s[nd->i2]);
+    const char *a = p + nd->i1, *b = p + nd->i2;
+    __m256i lo = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)a), v1),
+                                  _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)b), v2));
+    __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(a + 32)), v1),
+                                  _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(b + 32)), v2));
+    return (uint32_t)_mm256_movemask_epi8(lo) | (uint64_t)(uint32_t)_mm256_movemask_epi8(hi) << 32;
+}
+#endif
+
+static const char *needle_next(NeedleIter *it, const char *p) {
+#ifdef HAVE_AVX2_PATH
+    const Needle *nd = it->nd;
+    if (have_avx2 && nd->n > 1 && (size_t)(it->end - p) >= nd->n) {
+        const char *last = it->end - nd->n; /* the last place a match can start */
+        if (!it->chunk || p < it->chunk || p - it->chunk >= 64) {
+            it->chunk = p;
+            it->mask = last - p >= 63 ? needle_mask64(nd, p) : 0;
+        } else {
+            it->mask &= ~0ULL << (p - it->chunk); /* not before p */
+        }
+        while (last - it->chunk >= 63) {
+            for (; it->mask; it->mask &= it->mask - 1) {
+                const char *at = it->chunk + __builtin_ctzll(it->mask);
+                if (!memcmp(at, nd->s, nd->n)) {
+                    it->mask &= it->mask - 1;
+                    return at;
+                }
+            }
+            it->chunk += 64;
+            if (last - it->chunk >= 63) it->mask = needle_mask64(nd, it->chunk);
+        }
+        p = it->chunk > p ? it->chunk : p; /* the last places: fewer than 64 */
+    }
+#endif
+    return needle_find(it->nd, p, it->end);
+}
+
 static inline const char *find_bytes(const char *p, const char *end, const char *s, size_t n) {
     Needle nd;
     needle_init(&nd, s, n);
@@ -292,6 +347,18 @@ __attribute__((target("avx2,popcnt"))) static int64_t count_newlines_avx2(const 
     for (; p < end; p++) n += *p == '\n';
     return n;
 }
+
+__attribute__((target("avx2,popcnt"))) static int64_t count_newlines_avx2_in(const char *p, const char *end,
+                                                                             const char *limit) {
+    const __m256i nl = _mm256_set1_epi8('\n');
+    int64_t n = 0;
+    for (; end - p >= 32; p += 32)
+        n += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), nl)));
+    if (p == end) return n;
+    if (limit - p < 32) return n + count_newlines_avx2(p, end);
+    unsigned mask = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), nl));
+    return n + __builtin_popcount(mask & ((1u << (end - p)) - 1));
+}
 #endif
 
 static inline int64_t count_newlines(const char *p, const char *end) {
@@ -313,6 +380,16 @@ static inline int64_t count_newlines(const char *p, const char *end) {
 #endif
     for (; p < end; p++) n += *p == '\n';
     return n;
+}
+
+/* count_newlines(p, end) where the buffer goes on to `limit`: the last partial 32 bytes are read
+ * whole and masked when the buffer holds them (the gaps between records are a line or two long,
+ * and a byte loop over their ends cost more than their vectors) */
+static inline int64_t count_newlines_in(const char *p, const char *end, const char *limit) {
+#ifdef HAVE_AVX2_PATH
+    if (have_avx2 && limit - p >= 32) return count_newlines_avx2_in(p, end, limit);
+#endif
+    return count_newlines(p, end);
 }
 
 /* can a match occur in this block at all? (the required text is in it, or none is known) */
@@ -394,40 +471,75 @@ static double round_binary(u128 n, int inexact, int e2) {
     return ldexp((double)m, e2 + shift);
 }
 
+/* Eight ASCII digits at once, in one 64-bit word (little-endian: the first digit is the low
+ * byte): whether all eight are digits, and their value (three multiplications, pairs of digits,
+ * then fours, then the eight). Figures in logs run to 16-17 digits. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR_DIGITS 1
+static inline uint64_t load8(const char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline int eight_digits(uint64_t v) {
+    return ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
+           0x3333333333333333ULL;
+}
+
+static inline uint64_t eight_digits_value(uint64_t v) {
+    v -= 0x3030303030303030ULL;
+    v = v * 10 + (v >> 8);
+    return (((v & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+            (((v >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+}
+#endif
+
+/* where the run of digits from p on ends */
+static inline const char *digits_end(const char *p, const char *end) {
+#ifdef SWAR_DIGITS
+    while (end - p >= 8 && eight_digits(load8(p))) p += 8;
+#endif
+    while (p < end && (unsigned char)(*p - '0') <= 9) p++;
+    return p;
+}
+
+/* w followed by the digits [p, q) */
+static inline uint64_t append_digits(uint64_t w, const char *p, const char *q) {
+#ifdef SWAR_DIGITS
+    for (; q - p >= 8; p += 8) w = w * 100000000 + eight_digits_value(load8(p));
+#endif
+    for (; p < q; p++) w = w * 10 + (uint64_t)(*p - '0');
+    return w;
+}
+
 static int exact_decimal(const char *s, size_t n, double *out) {
-    size_t i = 0;
-    int neg = 0, digits = 0, frac = 0, any = 0;
-    uint64_t w = 0;
-    if (i < n && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
-    for (; i < n && is_digit(s[i]); i++) {
-        any = 1;
-        if (w == 0 && s[i] == '0') continue; /* a leading zero */
-        if (digits++ == 19) return 0;
-        w = w * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (i < n && s[i] == '.') {
-        for (i++; i < n && is_digit(s[i]); i++) {
-            any = 1;
-            frac++;
-            if (w == 0 && s[i] == '0') continue;
-            if (digits++ == 19) return 0;
-            w = w * 10 + (uint64_t)(s[i] - '0');
-        }
-    }
-    if (!any) return 0;
-    long e = 0;
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    const char *p = s, *end = s + n;
+    int neg = 0;
+    if (p < end && (*p == '+' || *p == '-')) neg = *p++ == '-';
+    const char *ia = p, *ib = digits_end(p, end), *fa = ib, *fb = ib; /* integer and fraction digits */
+    if (ib < end && *ib == '.') fb = digits_end(fa = ib + 1, end);
+    if (ia == ib && fa == fb) return 0;
+    long frac = fb - fa, e = 0;
+    p = fb;
+    if (p < end && (*p == 'e' || *p == 'E')) {
         int eneg = 0;
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
-        if (i == n || !is_digit(s[i])) return 0;
-        for (; i < n && is_digit(s[i]); i++) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) eneg = *p++ == '-';
+        if (p == end || !is_digit(*p)) return 0;
+        for (; p < end && is_digit(*p); p++) {
             if (e > 100000) return 0;
-            e = e * 10 + (s[i] - '0');
+            e = e * 10 + (*p - '0');
         }
         if (eneg) e = -e;
     }
-    if (i != n) return 0;
+    if (p != end) return 0;
+    /* the significant digits, from the first that is not zero: at most 19 */
+    while (ia < ib && *ia == '0') ia++;
+    if (ia == ib)
+        while (fa < fb && *fa == '0') fa++;
+    if ((ib - ia) + (fb - fa) > 19) return 0;
+    uint64_t w = append_digits(append_digits(0, ia, ib), fa, fb);
     double v;
     long q = e - frac;
     if (w == 0) {
@@ -483,7 +595,7 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
             break;
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        line += count_newlines(buf + counted, buf + ov[0]);
+        line += count_newlines_in(buf + counted, buf + ov[0], buf + len);
         counted = ov[0];
         PCRE2_SIZE a = ov[2 * vg], b = ov[2 * vg + 1];
         if (a == PCRE2_UNSET || b <= a || b - a > MAX_NUMBER || memchr(buf + a, '_', b - a)) {
@@ -624,14 +736,14 @@ static int hit_order(const void *a, const void *b) {
 
 /* the hits in file order as a list of (start, rule, line, spans), or of (line, spans) when
  * `bare`; lines are 1-based, `base` lines before the block */
-static PyObject *hits_list(Hits *h, const char *buf, long long base, int bare) {
+static PyObject *hits_list(Hits *h, const char *buf, size_t len, long long base, int bare) {
     qsort(h->items, h->n, sizeof(Hit), hit_order);
     PyObject *out = PyList_New((Py_ssize_t)h->n);
     int64_t line = base + 1;
     size_t counted = 0;
     for (size_t i = 0; out && i < h->n; i++) {
         Hit *hit = &h->items[i];
-        line += count_newlines(buf + counted, buf + hit->start);
+        line += count_newlines_in(buf + counted, buf + hit->start, buf + len);
         counted = hit->start;
         PyObject *item = bare ? Py_BuildValue("(LO)", (long long)line, hit->spans)
                               : Py_BuildValue("(niLO)", (Py_ssize_t)hit->start, hit->rule, (long long)line, hit->spans);
@@ -648,7 +760,7 @@ static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*L", &blk, &base)) return NULL;
     Hits hits = {0};
     int status = collect(self, blk.buf, (size_t)blk.len, 0, &hits);
-    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, blk.buf, base, 1);
+    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, blk.buf, (size_t)blk.len, base, 1);
     hits_free(&hits);
     PyBuffer_Release(&blk);
     return out;
@@ -716,7 +828,7 @@ static PyObject *scan_scan(PyObject *mod, PyObject *args) {
             status = collect((Scanner *)s, buf, len, (int)i, &hits);
         }
     }
-    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, buf, base, 0);
+    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, buf, len, base, 0);
     hits_free(&hits);
     PyBuffer_Release(&blk);
     return out;
@@ -837,10 +949,10 @@ static const char *tag_start(const char *buf, const char *q, int stamped, int *j
     return q;
 }
 
-/* the next "]<stdout>:" or "]<stderr>:" from p on: the place of its "]", or NULL */
-static const char *tag_end(const Needle *nd, const char *p, const char *end) {
-    while ((p = needle_find(nd, p, end)) != NULL) {
-        if (end - p >= 10 && (!memcmp(p + 5, "out>:", 5) || !memcmp(p + 5, "err>:", 5))) return p;
+/* the next "]<stdout>:" or "]<stderr>:" from p on (`it` finds "]<std"): the place of its "]", or NULL */
+static const char *tag_end(NeedleIter *it, const char *p) {
+    while ((p = needle_next(it, p)) != NULL) {
+        if (it->end - p >= 10 && (!memcmp(p + 5, "out>:", 5) || !memcmp(p + 5, "err>:", 5))) return p;
         p += 5;
     }
     return NULL;
@@ -854,7 +966,9 @@ static PyObject *scan_misplaced_tag(PyObject *mod, PyObject *args) {
     int misplaced = 0, j, r;
     Needle tag;
     needle_init(&tag, "]<std", 5);
-    while (!misplaced && (p = tag_end(&tag, p, end)) != NULL) {
+    NeedleIter it;
+    needle_iter_init(&it, &tag, end);
+    while (!misplaced && (p = tag_end(&it, p)) != NULL) {
         const char *q = tag_start(buf, p, stamped, &j, &r);
         misplaced = !q || j > 3 || r > 4 || (q != buf && q[-1] != '\n');
         p += 10;
@@ -875,7 +989,9 @@ static PyObject *scan_strip_tags(PyObject *mod, PyObject *args) {
     int j, r;
     Needle tag;
     needle_init(&tag, "]<std", 5);
-    while (out && (p = tag_end(&tag, p, end)) != NULL) {
+    NeedleIter it;
+    needle_iter_init(&it, &tag, end);
+    while (out && (p = tag_end(&it, p)) != NULL) {
         const char *q = tag_start(kept, p, stamped, &j, &r); /* not into what a tag before took */
         if (q) {
             memcpy(dst, kept, (size_t)(q - kept));
