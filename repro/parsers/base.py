@@ -699,6 +699,7 @@ class Builder:
         self._issued: set[str] = set()  # the issues kept, to find a repeated one at once
         self.scratch: dict[str, object] = {}  # per-parser working state
         self._fact_line: dict[str, int] = {}
+        self._contradiction_lines: set[int] = set()  # lines named by a contradiction issue
         self._summaries = 0
         self._dropped = 0
         self.last_record_line = 0
@@ -757,18 +758,39 @@ class Builder:
 
     # facts and issues ------------------------------------------------------------------------
     def fact(self, key: str, value: object, line: int) -> None:
+        """What the log says about its run; the first value of a key stays, a different later
+        one is an issue. None says nothing."""
         if value is None:
             return
         old = self.facts.get(key)
-        if old is not None and old != value:
-            self.issue(
-                f"contradicting {key}: {old!r} (line {self._fact_line[key]}) and {value!r} (line {line}); "
-                f"keeping the first"
-            )
-            return
         if old is None:
             self.facts[key] = value
             self._fact_line[key] = line
+        elif old != value:
+            self._contradicts(key, old, value, line)
+
+    def facts_at(self, items: Iterable[tuple[str, object]], line: int) -> None:
+        """:meth:`fact` for each ``(key, value)`` of one line (a run's parameters)."""
+        facts = self.facts
+        for key, value in items:
+            if value is None:
+                continue
+            old = facts.get(key)
+            if old is None:
+                facts[key] = value
+                self._fact_line[key] = line
+            elif old != value:
+                self._contradicts(key, old, value, line)
+
+    def _contradicts(self, key: str, old: object, value: object, line: int) -> None:
+        if len(self.issues) >= self.MAX_ISSUES and line not in self._contradiction_lines:
+            self._dropped += 1  # the text is new (it names this line) and would not be kept
+            return
+        self._contradiction_lines.add(line)
+        self.issue(
+            f"contradicting {key}: {old!r} (line {self._fact_line[key]}) and {value!r} (line {line}); "
+            f"keeping the first"
+        )
 
     def issue(self, text: str) -> None:
         if text in self._issued:
@@ -899,7 +921,8 @@ class PatternParser(LogParser):
     def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None]:
         act = rule.action
         if act == "summary":
-            return _on_summary
+            value = rule.regex.groupindex["value"]  # by number: a name costs a lookup a match
+            return lambda b, m, line: b.summary(float(m.group(value)), line)
         if act.startswith("fact:"):
             key, conv = act[5:], rule.convert
             return lambda b, m, line: b.fact(key, conv(m.group(1)), line)
@@ -1280,7 +1303,3 @@ _object_new = object.__new__
 _set_value, _set_iteration, _set_epoch, _set_line = (
     Record.__dict__[f].__set__ for f in ("value", "iteration", "epoch", "line")
 )
-
-
-def _on_summary(b: Builder, m: re.Match[str], line: int) -> None:
-    b.summary(float(m.group("value")), line)

@@ -9,6 +9,7 @@ backend.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from repro.parsers import PARSERS
@@ -32,18 +33,28 @@ class NgcPyTorch(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        batch, world, amp, fp16, backend, memory_format = params_of(m.group(1)).pick(
+        b.new_run()
+        picked = params_of(m.group(1)).pick(
             "batch_size", "world_size", "amp", "fp16", "data_backend", "memory_format"
         )
-        b.new_run()
-        b.fact("batch_size", to_int(batch or ""), line)
-        b.fact("gpus", to_int(world or ""), line)
-        if amp is not None or fp16 is not None:
-            on = bool(to_bool(amp or ""))
-            b.fact("amp", on, line)
-            b.fact("precision", "amp" if on else "fp16" if to_bool(fp16 or "") else "fp32", line)
-        if backend:
-            b.fact("data_backend", backend, line)
-            b.fact("dali", backend.startswith("dali"), line)
-        if memory_format is not None:
-            b.fact("memory_format", memory_format, line)
+        b.facts_at(_facts(*picked), line)
+
+
+@functools.lru_cache(maxsize=256)  # the runs of a log share a few settings: each read once
+def _facts(
+    batch: str | None,
+    world: str | None,
+    amp: str | None,
+    fp16: str | None,
+    backend: str | None,
+    memory_format: str | None,
+) -> tuple[tuple[str, object], ...]:
+    """The facts of a PARAMETER line's values."""
+    out: list[tuple[str, object]] = [("batch_size", to_int(batch or "")), ("gpus", to_int(world or ""))]
+    if amp is not None or fp16 is not None:
+        on = bool(to_bool(amp or ""))
+        out += [("amp", on), ("precision", "amp" if on else "fp16" if to_bool(fp16 or "") else "fp32")]
+    if backend:
+        out += [("data_backend", backend), ("dali", backend.startswith("dali"))]
+    out.append(("memory_format", memory_format))
+    return tuple(out)

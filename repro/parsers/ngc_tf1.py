@@ -8,6 +8,7 @@ The ``PARAMETER`` line gives batch size per GPU and the AMP, XLA and DALI switch
 
 from __future__ import annotations
 
+import functools
 import re
 
 from repro.parsers import PARSERS
@@ -35,18 +36,20 @@ class NgcTf1(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        batch, amp, xla, dali, data_format, mode = params_of(m.group(1)).pick(
-            "batch_size", "amp", "xla", "dali", "data_format", "mode"
-        )
         b.new_run()
-        b.fact("batch_size", to_int(batch or ""), line)
-        if amp is not None:
-            on = bool(to_bool(amp))
-            b.fact("amp", on, line)
-            b.fact("precision", "amp" if on else "fp32", line)
-        for key, value in (("xla", xla), ("dali", dali)):
-            if value is not None:
-                b.fact(key, to_bool(value), line)
-        for key, value in (("data_format", data_format), ("mode", mode)):
-            if value is not None:
-                b.fact(key, value, line)
+        picked = params_of(m.group(1)).pick("batch_size", "amp", "xla", "dali", "data_format", "mode")
+        b.facts_at(_facts(*picked), line)
+
+
+@functools.lru_cache(maxsize=256)  # the runs of a log share a few settings: each read once
+def _facts(
+    batch: str | None, amp: str | None, xla: str | None, dali: str | None, data_format: str | None, mode: str | None
+) -> tuple[tuple[str, object], ...]:
+    """The facts of a PARAMETER line's values."""
+    out: list[tuple[str, object]] = [("batch_size", to_int(batch or ""))]
+    if amp is not None:
+        on = bool(to_bool(amp))
+        out += [("amp", on), ("precision", "amp" if on else "fp32")]
+    out += [(key, to_bool(value)) for key, value in (("xla", xla), ("dali", dali)) if value is not None]
+    out += [("data_format", data_format), ("mode", mode)]
+    return tuple(out)
