@@ -801,3 +801,34 @@ def test_blocks_take_the_lines_that_continue_them(ending: bytes) -> None:
     for block, after in itertools.pairwise(blocks):
         assert not continues.match(after) or len(block) > BLOCK_BYTES, after[:40]
     assert any(len(b) > 2 * BLOCK_BYTES - 100 for b in blocks)  # the long section hit the limit
+
+
+def test_contradicting_facts_are_kept_counted_and_never_repeated() -> None:
+    """Facts keep their first value; each later different value is an issue naming both lines.
+    Past the issue limit the rest are counted, a repeat of a kept issue never (one fact given
+    twice on one line): the same list, through fact() and facts_at(), as issue() on every text."""
+    import random
+
+    from repro.parsers.base import Builder
+
+    rng = random.Random(5)
+    calls = [(rng.choice("abc"), rng.choice([1, 2, 3]), rng.randrange(1, 40) * 10) for _ in range(400)]
+    calls.sort(key=lambda c: c[2])  # lines in file order; several facts on one line
+    # 49 issues, then the 50th (kept) given again on its line, and a new one there (counted)
+    start = [("z", 0, 1), *((f"k{i}", 0, 1) for i in range(49)), *((f"k{i}", 1, 2) for i in range(49))]
+    calls = [*start, ("z", 1, 3), ("z", 1, 3), ("z", 2, 3), *calls]
+    built, by_items, want = Builder(False), Builder(False), Builder(False)
+    first: dict[str, tuple[int, int]] = {}
+    for key, value, line in calls:
+        built.fact(key, value, line)
+        by_items.facts_at([(key, value)], line)
+        if key not in first:
+            first[key] = (value, line)
+        elif first[key][0] != value:
+            old, at = first[key]
+            want.issue(f"contradicting {key}: {old!r} (line {at}) and {value!r} (line {line}); keeping the first")
+    assert len(want.issues) == Builder.MAX_ISSUES and want._dropped > 0
+    wanted = want.finish("x", 0).issues
+    for b in (built, by_items):
+        assert b.finish("x", 0).issues == wanted
+        assert b.facts == {k: v for k, (v, _) in first.items()}
