@@ -1187,7 +1187,9 @@ class _Found:
     __getitem__ = group
 
     def groups(self, default: str | None = None) -> tuple[str | None, ...]:
-        return tuple(default if g is None else g for g in map(self.group, range(1, self._rx.groups + 1)))
+        s, block = self._spans, self._text.block
+        ends = range(3, 2 * self._rx.groups + 2, 2)  # type: ignore[operator]
+        return tuple([default if s[i - 1] < 0 else block[s[i - 1] : s[i]].decode("ascii") for i in ends])
 
     def groupdict(self, default: str | None = None) -> dict[str, str | None]:
         return {name: default if (v := self.group(name)) is None else v for name in self._rx.groupindex}

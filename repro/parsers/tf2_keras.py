@@ -50,7 +50,8 @@ class Tf2Keras(PatternParser):
     def on_key(self, b: Builder, m: re.Match[str], line: int) -> None:
         if not b.scratch.get("final"):
             return
-        key, value = m.group(1), (m.group(2) if m.group(2) is not None else m.group(3)).strip()
+        key, quoted, bare = m.groups()
+        value = (quoted if quoted is not None else bare).strip()
         section = b.scratch.get("section")
         if key == "batch_size" and section == "train_dataset":
             b.fact("batch_size", to_int(value), line)
