@@ -75,6 +75,18 @@ with grep 0.333 and 0.323 x grep (median of 5 pairs; ranges 0.282-0.342 and 0.31
 ``--jobs 2`` 0.581 and 0.500 x grep back to back; kit one process 404 and 371 MB/s, process per file
 232 and 213 MB/s; peak RSS 39-40 MB at 257 and 1029 MiB, ``repro parse`` 44-51 MB.
 
+Then one refilled buffer for all blocks (on this VM a page fault costs ~6 us, and 1 MiB blocks
+made the allocator map fresh pages for most blocks: 12.7k faults for the 51 MiB PaddleClas file,
+1.7k after), masked newline counts, a kept SIMD mask for the MPI tag of every line, decimal digits
+eight at a time, DLLogger parameters turned into facts once per setting: per format, parse alone
+(process per file, CPU) PaddleClas 305 -> 368 MB/s, TF1 178 -> 226, PyTorch 325 -> 359, MXNet
+328 -> 367, Keras 310 -> 409; kit, process per file 176 -> 215 MB/s (grep 1055 and 966 MB/s).
+``repro parse`` over all files, back to back with grep: median 0.352 x grep (5 pairs, 0.270-0.431;
+the best single time fell in a slow minute: 268 MB/s, 0.278 x), ``--jobs 2`` 0.542 x; peak RSS
+38 MB at 257 and 1029 MiB, ``repro parse`` 42 MB. Where a record goes now (cachegrind, TF1):
+~1400 instructions, half in PCRE2 (its JIT code ~580, the call ~130), the rest reading the decimal,
+the iteration and epoch, the line count and four column appends.
+
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
 hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start
