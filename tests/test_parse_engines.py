@@ -374,6 +374,23 @@ def test_native_matches_read_as_re_matches() -> None:
     assert compared > 100
 
 
+def test_native_match_outside_its_block_is_an_error_not_garbage() -> None:
+    """A match is read while its block is handled; one kept past a refill of the block's buffer
+    that no longer covers its spans says so instead of reading past the buffer."""
+    rx = re.compile(r"(\w+) (?P<second>\w+)")
+    block = bytearray(b"abc defg\n")
+    f = engine._Found(rx, engine._Text(block), (0, 8, 0, 3, 4, 8))
+    assert (f.group(), f[1], f["second"], f.span(2)) == ("abc defg", "abc", "defg", (4, 8))
+    assert (f.groups(), f.groupdict()) == (("abc", "defg"), {"second": "defg"})
+    del block[5:]
+    assert f.group(1) == "abc"
+    with pytest.raises(ValueError, match="refilled"):
+        f.group("second")
+    for bad in ((0,), (0, 1, 2)):
+        with pytest.raises(ValueError):
+            engine._Found(rx, engine._Text(block), bad)
+
+
 @pytest.mark.parametrize("stamped", [False, True])
 def test_tag_search_and_removal_in_c_are_the_expressions(stamped: bool) -> None:
     rx = engine._misplaced_tag(stamped)

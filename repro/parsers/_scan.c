@@ -661,35 +661,44 @@ static PyObject *Scanner_records(Scanner *self, PyObject *args) {
 typedef struct {
     size_t start;
     int rule;
-    PyObject *spans; /* (start0, end0, start1, end1, ...): the match and each group, -1 where unset */
+    size_t at, n; /* its spans in the pool: (start0, end0, start1, end1, ...), -1 where unset */
 } Hit;
 
 typedef struct {
     Hit *items;
     size_t n, cap;
+    Py_ssize_t *pool; /* the spans of all hits */
+    size_t pool_n, pool_cap;
 } Hits;
 
 static void hits_free(Hits *h) {
-    for (size_t i = 0; i < h->n; i++) Py_DECREF(h->items[i].spans);
     PyMem_Free(h->items);
-    h->items = NULL;
-    h->n = h->cap = 0;
+    PyMem_Free(h->pool);
+    *h = (Hits){0};
 }
 
-static int hits_push(Hits *h, size_t start, int rule, PyObject *spans) {
+static int hits_push(Hits *h, size_t start, int rule, const PCRE2_SIZE *ov, size_t nspans) {
     if (h->n == h->cap) {
         size_t cap = h->cap ? 2 * h->cap : 64;
         Hit *items = PyMem_Realloc(h->items, cap * sizeof(Hit));
-        if (!items) {
-            Py_DECREF(spans);
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (!items) goto nomem;
         h->items = items;
         h->cap = cap;
     }
-    h->items[h->n++] = (Hit){start, rule, spans};
+    if (h->pool_n + nspans > h->pool_cap) {
+        size_t cap = 2 * (h->pool_cap + nspans);
+        Py_ssize_t *pool = PyMem_Realloc(h->pool, cap * sizeof(Py_ssize_t));
+        if (!pool) goto nomem;
+        h->pool = pool;
+        h->pool_cap = cap;
+    }
+    for (size_t i = 0; i < nspans; i++) h->pool[h->pool_n + i] = ov[i] == PCRE2_UNSET ? -1 : (Py_ssize_t)ov[i];
+    h->items[h->n++] = (Hit){start, rule, h->pool_n, nspans};
+    h->pool_n += nspans;
     return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
 }
 
 /* every successive match of `s` in the block, as hits of `rule`: 0, 1 where Python must decide
@@ -713,13 +722,7 @@ static int collect(Scanner *s, const char *buf, size_t len, int rule, Hits *hits
             status = 1;
             break;
         }
-        PyObject *spans = PyTuple_New(2 * (Py_ssize_t)(groups + 1));
-        for (uint32_t i = 0; spans && i < 2 * (groups + 1); i++) {
-            PyObject *v = ov[i] == PCRE2_UNSET ? PyLong_FromLong(-1) : PyLong_FromSize_t(ov[i]);
-            if (!v) Py_CLEAR(spans);
-            else PyTuple_SET_ITEM(spans, i, v);
-        }
-        if (!spans || hits_push(hits, ov[0], rule, spans) < 0) {
+        if (hits_push(hits, ov[0], rule, ov, 2 * (size_t)(groups + 1)) < 0) {
             status = -1;
             break;
         }
@@ -734,9 +737,203 @@ static int hit_order(const void *a, const void *b) {
     return x->start != y->start ? (x->start < y->start ? -1 : 1) : (x->rule > y->rule) - (x->rule < y->rule);
 }
 
-/* the hits in file order as a list of (start, rule, line, spans), or of (line, spans) when
- * `bare`; lines are 1-based, `base` lines before the block */
-static PyObject *hits_list(Hits *h, const char *buf, size_t len, long long base, int bare) {
+/* ---- a match for handlers ------------------------------------------------------------------
+ * Found(pattern, text, spans): a match the native scan found in an ASCII block, read as a
+ * re.Match (group, [g], groups, groupdict, start, end, span, string, re). `text` is the block's
+ * repro.parsers.base._Text: a group's text is cut from its .block when asked for, .string is its
+ * get(); `spans` are (start, end) of the match and of each group, -1 where unset. The spans live
+ * in the object: a handler's match costs one allocation, and nothing is decoded it does not read. */
+typedef struct {
+    PyObject_VAR_HEAD /* ob_size: the number of spans */
+    PyObject *re, *text, *block;
+    Py_ssize_t spans[1];
+} Found;
+
+static PyTypeObject FoundType;
+
+static Found *found_new(PyObject *re, PyObject *text, PyObject *block, const Py_ssize_t *spans, Py_ssize_t n) {
+    Found *f = PyObject_NewVar(Found, &FoundType, n);
+    if (!f) return NULL;
+    f->re = Py_NewRef(re);
+    f->text = Py_NewRef(text);
+    f->block = Py_NewRef(block);
+    memcpy(f->spans, spans, (size_t)n * sizeof(Py_ssize_t));
+    return f;
+}
+
+static void Found_dealloc(Found *f) {
+    Py_DECREF(f->re);
+    Py_DECREF(f->text);
+    Py_DECREF(f->block);
+    PyObject_Free(f);
+}
+
+static PyObject *Found_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *re, *text, *spans;
+    if (!PyArg_ParseTuple(args, "OOO!:Found", &re, &text, &PyTuple_Type, &spans)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(spans);
+    if (n < 2 || n % 2) {
+        PyErr_SetString(PyExc_ValueError, "spans: a start and an end for the match and each group");
+        return NULL;
+    }
+    PyObject *block = PyObject_GetAttrString(text, "block");
+    if (!block) return NULL;
+    Py_ssize_t *v = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    Found *f = NULL;
+    if (!v) {
+        PyErr_NoMemory();
+    } else {
+        int ok = 1;
+        for (Py_ssize_t i = 0; ok && i < n; i++) ok = (v[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(spans, i))) != -1 || !PyErr_Occurred();
+        if (ok) f = found_new(re, text, block, v, n);
+    }
+    PyMem_Free(v);
+    Py_DECREF(block);
+    return (PyObject *)f;
+}
+
+/* the number of group `g` (an int, or a name of the pattern), or -1 with IndexError */
+static Py_ssize_t found_index(Found *f, PyObject *g) {
+    Py_ssize_t i = -1;
+    if (PyLong_Check(g)) {
+        i = PyLong_AsSsize_t(g);
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+    } else if (PyUnicode_Check(g)) {
+        PyObject *names = PyObject_GetAttrString(f->re, "groupindex");
+        PyObject *at = names ? PyObject_GetItem(names, g) : NULL;
+        Py_XDECREF(names);
+        if (at) {
+            i = PyLong_AsSsize_t(at);
+            Py_DECREF(at);
+        }
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+            PyErr_Clear();
+            i = -1;
+        }
+    }
+    if (i < 0 || i >= Py_SIZE(f) / 2) {
+        PyErr_SetString(PyExc_IndexError, "no such group");
+        return -1;
+    }
+    return i;
+}
+
+/* the text of group i, or `dflt` where it took no part */
+static PyObject *found_text(Found *f, Py_ssize_t i, PyObject *dflt) {
+    Py_ssize_t a = f->spans[2 * i], b = f->spans[2 * i + 1];
+    if (a < 0) return Py_NewRef(dflt);
+    Py_buffer v;
+    if (PyObject_GetBuffer(f->block, &v, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = b <= v.len && a <= b ? PyUnicode_DecodeASCII((const char *)v.buf + a, b - a, NULL) : NULL;
+    if (!out && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "the block of this match has been refilled");
+    PyBuffer_Release(&v);
+    return out;
+}
+
+static PyObject *found_group(Found *f, PyObject *g) {
+    Py_ssize_t i = found_index(f, g);
+    return i < 0 ? NULL : found_text(f, i, Py_None);
+}
+
+static PyObject *Found_group(Found *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs == 0) return found_text(f, 0, Py_None);
+    if (nargs == 1) return found_group(f, args[0]);
+    PyObject *out = PyTuple_New(nargs);
+    for (Py_ssize_t k = 0; out && k < nargs; k++) {
+        PyObject *t = found_group(f, args[k]);
+        if (!t) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, k, t);
+    }
+    return out;
+}
+
+static PyObject *Found_groups(Found *f, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"default", NULL};
+    PyObject *dflt = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:groups", kwlist, &dflt)) return NULL;
+    Py_ssize_t n = Py_SIZE(f) / 2 - 1;
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t k = 0; out && k < n; k++) {
+        PyObject *t = found_text(f, k + 1, dflt);
+        if (!t) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, k, t);
+    }
+    return out;
+}
+
+static PyObject *Found_groupdict(Found *f, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"default", NULL};
+    PyObject *dflt = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:groupdict", kwlist, &dflt)) return NULL;
+    PyObject *names = PyObject_GetAttrString(f->re, "groupindex");
+    PyObject *items = names ? PyMapping_Items(names) : NULL;
+    Py_XDECREF(names);
+    PyObject *out = items ? PyDict_New() : NULL;
+    for (Py_ssize_t k = 0; out && k < PyList_GET_SIZE(items); k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        Py_ssize_t i = found_index(f, PyTuple_GET_ITEM(item, 0));
+        PyObject *t = i < 0 ? NULL : found_text(f, i, dflt);
+        if (!t || PyDict_SetItem(out, PyTuple_GET_ITEM(item, 0), t) < 0) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    Py_XDECREF(items);
+    return out;
+}
+
+/* start(g=0), end(g=0), span(g=0): `which` 0, 1, 2 */
+static PyObject *found_place(Found *f, PyObject *const *args, Py_ssize_t nargs, int which, const char *name) {
+    if (nargs > 1) return PyErr_Format(PyExc_TypeError, "%s expected at most 1 argument", name);
+    Py_ssize_t i = 0;
+    if (nargs == 1 && (i = found_index(f, args[0])) < 0) return NULL;
+    Py_ssize_t a = f->spans[2 * i], b = f->spans[2 * i + 1];
+    return which == 0 ? PyLong_FromSsize_t(a) : which == 1 ? PyLong_FromSsize_t(b) : Py_BuildValue("(nn)", a, b);
+}
+
+static PyObject *Found_start(Found *f, PyObject *const *a, Py_ssize_t n) { return found_place(f, a, n, 0, "start"); }
+static PyObject *Found_end(Found *f, PyObject *const *a, Py_ssize_t n) { return found_place(f, a, n, 1, "end"); }
+static PyObject *Found_span(Found *f, PyObject *const *a, Py_ssize_t n) { return found_place(f, a, n, 2, "span"); }
+static PyObject *Found_getitem(Found *f, PyObject *g) { return found_group(f, g); }
+static PyObject *Found_string(Found *f, void *closure) { return PyObject_CallMethod(f->text, "get", NULL); }
+static PyObject *Found_re(Found *f, void *closure) { return Py_NewRef(f->re); }
+
+static PyMethodDef Found_methods[] = {
+    {"group", (PyCFunction)(void (*)(void))Found_group, METH_FASTCALL, "group([g, ...]) -> text of the group(s)"},
+    {"groups", (PyCFunction)(void (*)(void))Found_groups, METH_VARARGS | METH_KEYWORDS, "groups(default=None)"},
+    {"groupdict", (PyCFunction)(void (*)(void))Found_groupdict, METH_VARARGS | METH_KEYWORDS,
+     "groupdict(default=None)"},
+    {"start", (PyCFunction)(void (*)(void))Found_start, METH_FASTCALL, "start(g=0)"},
+    {"end", (PyCFunction)(void (*)(void))Found_end, METH_FASTCALL, "end(g=0)"},
+    {"span", (PyCFunction)(void (*)(void))Found_span, METH_FASTCALL, "span(g=0)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Found_getset[] = {
+    {"string", (getter)Found_string, NULL, "the decoded block the match was found in", NULL},
+    {"re", (getter)Found_re, NULL, "the pattern", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMappingMethods Found_mapping = {.mp_subscript = (binaryfunc)Found_getitem};
+
+static PyTypeObject FoundType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "repro.parsers._scan.Found",
+    .tp_basicsize = offsetof(Found, spans),
+    .tp_itemsize = sizeof(Py_ssize_t),
+    .tp_dealloc = (destructor)Found_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A match found by the native scan, read as a re.Match.",
+    .tp_methods = Found_methods,
+    .tp_getset = Found_getset,
+    .tp_as_mapping = &Found_mapping,
+    .tp_new = Found_new,
+};
+
+/* the hits in file order as a list of (start, rule, line, match), or of (line, spans) when no
+ * `patterns` are given (`bare`); a match is a Found of patterns[rule] over `text` and `block`,
+ * or with `patterns` None a spans tuple; lines are 1-based, `base` lines before the block */
+static PyObject *hits_list(Hits *h, const char *buf, size_t len, long long base, int bare, PyObject *patterns,
+                           PyObject *text, PyObject *block) {
     qsort(h->items, h->n, sizeof(Hit), hit_order);
     PyObject *out = PyList_New((Py_ssize_t)h->n);
     int64_t line = base + 1;
@@ -745,8 +942,21 @@ static PyObject *hits_list(Hits *h, const char *buf, size_t len, long long base,
         Hit *hit = &h->items[i];
         line += count_newlines_in(buf + counted, buf + hit->start, buf + len);
         counted = hit->start;
-        PyObject *item = bare ? Py_BuildValue("(LO)", (long long)line, hit->spans)
-                              : Py_BuildValue("(niLO)", (Py_ssize_t)hit->start, hit->rule, (long long)line, hit->spans);
+        const Py_ssize_t *sp = h->pool + hit->at;
+        PyObject *m;
+        if (patterns) {
+            m = (PyObject *)found_new(PyTuple_GET_ITEM(patterns, hit->rule), text, block, sp, (Py_ssize_t)hit->n);
+        } else {
+            m = PyTuple_New((Py_ssize_t)hit->n);
+            for (size_t k = 0; m && k < hit->n; k++) {
+                PyObject *v = PyLong_FromSsize_t(sp[k]);
+                if (!v) Py_CLEAR(m);
+                else PyTuple_SET_ITEM(m, (Py_ssize_t)k, v);
+            }
+        }
+        PyObject *item = !m ? NULL
+                         : bare ? Py_BuildValue("(LN)", (long long)line, m)
+                                : Py_BuildValue("(niLN)", (Py_ssize_t)hit->start, hit->rule, (long long)line, m);
         if (!item) Py_CLEAR(out);
         else PyList_SET_ITEM(out, (Py_ssize_t)i, item);
     }
@@ -760,7 +970,7 @@ static PyObject *Scanner_matches(Scanner *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*L", &blk, &base)) return NULL;
     Hits hits = {0};
     int status = collect(self, blk.buf, (size_t)blk.len, 0, &hits);
-    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, blk.buf, (size_t)blk.len, base, 1);
+    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, blk.buf, (size_t)blk.len, base, 1, NULL, NULL, NULL);
     hits_free(&hits);
     PyBuffer_Release(&blk);
     return out;
@@ -806,15 +1016,22 @@ static int is_ascii(const char *p, const char *end) {
     return 1;
 }
 
-/* scan(scanners, block, base) -> list[(start, rule, line, spans)] | None: the matches of all the
- * scanners in an ASCII block, in file order (ties by their place in `scanners`), each with its
- * 1-based line (`base` lines before the block) and spans as Scanner.matches gives them; None
- * when the block is not ASCII or a scanner leaves its matches to Python */
+/* scan(scanners, block, base, patterns=None, text=None) -> list[(start, rule, line, match)] | None:
+ * the matches of all the scanners in an ASCII block, in file order (ties by their place in
+ * `scanners`), each with its 1-based line (`base` lines before the block); a match is a Found of
+ * patterns[rule] (the re.Pattern of each scanner) over `text` (the block's _Text), or without
+ * them its spans as Scanner.matches gives them; None when the block is not ASCII or a scanner
+ * leaves its matches to Python */
 static PyObject *scan_scan(PyObject *mod, PyObject *args) {
-    PyObject *scanners;
+    PyObject *scanners, *patterns = Py_None, *text = Py_None;
     Py_buffer blk;
     long long base;
-    if (!PyArg_ParseTuple(args, "O!y*L", &PyTuple_Type, &scanners, &blk, &base)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*L|OO", &PyTuple_Type, &scanners, &blk, &base, &patterns, &text)) return NULL;
+    if (patterns != Py_None && (!PyTuple_Check(patterns) || PyTuple_GET_SIZE(patterns) != PyTuple_GET_SIZE(scanners))) {
+        PyBuffer_Release(&blk);
+        PyErr_SetString(PyExc_TypeError, "scan() takes a pattern for each scanner");
+        return NULL;
+    }
     const char *buf = blk.buf;
     size_t len = (size_t)blk.len;
     Hits hits = {0};
@@ -828,7 +1045,9 @@ static PyObject *scan_scan(PyObject *mod, PyObject *args) {
             status = collect((Scanner *)s, buf, len, (int)i, &hits);
         }
     }
-    PyObject *out = status < 0 ? NULL : status ? Py_NewRef(Py_None) : hits_list(&hits, buf, len, base, 0);
+    PyObject *out = status < 0 ? NULL
+                    : status   ? Py_NewRef(Py_None)
+                               : hits_list(&hits, buf, len, base, 0, patterns == Py_None ? NULL : patterns, text, blk.obj);
     hits_free(&hits);
     PyBuffer_Release(&blk);
     return out;
@@ -1105,12 +1324,13 @@ PyMODINIT_FUNC PyInit__scan(void) {
 #ifdef HAVE_AVX2_PATH
     have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
 #endif
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&FoundType) < 0) return NULL;
     PyObject *m = PyModule_Create(&scan_module);
     if (!m) return NULL;
     char version[64];
     pcre2_config(PCRE2_CONFIG_VERSION, version);
     if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddObjectRef(m, "Found", (PyObject *)&FoundType) < 0 ||
         PyModule_AddStringConstant(m, "PCRE2_VERSION", version) < 0) {
         Py_DECREF(m);
         return NULL;

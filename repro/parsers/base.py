@@ -11,9 +11,9 @@ bytes of the log in large blocks of whole lines, and nothing runs per line in Py
 * every other rule (run boundaries, summaries, facts; a few lines per run) scans the block, and
   only its matches reach Python: each is handed to the rule's handler in file order with its
   line. Natively, one call scans the block for all of a parser's rules and gives each match's
-  line and group spans; a rule is skipped at once in a block that lacks its longest literal,
-  and tried only where one of its start texts occurs when it has them (both found by a SIMD
-  literal search). The Python engine uses ``finditer`` (or ``str.find`` on a literal prefix) on
+  line and a match object holding its spans (a group's text is cut when read); a rule is
+  skipped at once in a block that lacks its longest literal, and tried only where one of its
+  start texts occurs when it has them (both found by a SIMD literal search). The Python engine uses ``finditer`` (or ``str.find`` on a literal prefix) on
   the decoded block. Records before a match are moved into the current series when the handler
   touches the series (a new run, a summary), so a run boundary splits the records where it
   occurs; a series keeps them as parts of the block's columns until it is read;
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 try:
     from repro.parsers._scan import (
         PCRE2_VERSION,
+        Found,
         Scanner,
         contains,
         fsum,
@@ -59,7 +60,7 @@ try:
         value_range,
     )
 except ImportError:  # not built (no compiler or PCRE2 at install): the Python engine does it all
-    Scanner = contains = fsum = misplaced_tag = param = scan = None  # type: ignore[assignment,misc]
+    Found = Scanner = contains = fsum = misplaced_tag = param = scan = None  # type: ignore[assignment,misc]
     strip_tags = value_range = None  # type: ignore[assignment]
     PCRE2_VERSION = ""
 
@@ -873,6 +874,7 @@ class PatternParser(LogParser):
         for i, r in enumerate(other_rules):
             r.index = i
         natives = tuple(r.native for r in other) if all(r.native is not None for r in other) else None
+        patterns = tuple(r.regex for r in other)
         in_place = self.mpi_tags_in_place
         base = 0  # newlines before the current block
         tail = b""
@@ -885,7 +887,7 @@ class PatternParser(LogParser):
             cols, newlines = _record_columns(record_rules, block, base)
             if other_rules:
                 text = _Text(block)
-                hits = _other_matches(other_rules, natives, text, base)
+                hits = _other_matches(other_rules, natives, patterns, text, base)
                 if hits:
                     b._pending, b._taken = cols, 0
                     _dispatch(b, hits, other_rules, text, base)
@@ -1156,60 +1158,10 @@ def _literal_prefix(rx: re.Pattern[str]) -> str:
     return next(iter(_literal_runs(rx.pattern, rx.flags)), "")
 
 
-class _Found:
-    """A ``re.Match`` for handlers (``group``, ``groups``, ``groupdict``, ``[g]``, ``start``,
-    ``end``, ``span``, ``string``, ``re``), for a match the native scanner found in an ASCII block:
-    it gives the spans of the match and its groups, and a group's text is cut from the block when
-    read, so nothing is matched twice."""
-
-    __slots__ = ("_rx", "_spans", "_text")
-
-    def __init__(self, rx: re.Pattern[str], text: _Text, spans: tuple[int, ...]) -> None:
-        self._rx = rx
-        self._text = text
-        self._spans = spans
-
-    def _index(self, g: int | str) -> int:
-        i = g if g.__class__ is int else self._rx.groupindex.get(g, -1)  # type: ignore[arg-type]
-        if not 0 <= i <= self._rx.groups:  # type: ignore[operator]
-            raise IndexError("no such group")
-        return i  # type: ignore[return-value]
-
-    def group(self, *groups: int | str) -> str | None | tuple[str | None, ...]:
-        if len(groups) > 1:
-            return tuple(self.group(g) for g in groups)  # type: ignore[misc]
-        g = groups[0] if groups else 0
-        ok = g.__class__ is int and 0 <= g <= self._rx.groups  # type: ignore[operator]
-        i = 2 * (g if ok else self._index(g))  # type: ignore[operator]
-        a = self._spans[i]
-        return None if a < 0 else self._text.block[a : self._spans[i + 1]].decode("ascii")
-
-    __getitem__ = group
-
-    def groups(self, default: str | None = None) -> tuple[str | None, ...]:
-        s, block = self._spans, self._text.block
-        ends = range(3, 2 * self._rx.groups + 2, 2)  # type: ignore[operator]
-        return tuple([default if s[i - 1] < 0 else block[s[i - 1] : s[i]].decode("ascii") for i in ends])
-
-    def groupdict(self, default: str | None = None) -> dict[str, str | None]:
-        return {name: default if (v := self.group(name)) is None else v for name in self._rx.groupindex}
-
-    def start(self, group: int | str = 0) -> int:
-        return self._spans[2 * self._index(group)]
-
-    def end(self, group: int | str = 0) -> int:
-        return self._spans[2 * self._index(group) + 1]
-
-    def span(self, group: int | str = 0) -> tuple[int, int]:
-        return self.start(group), self.end(group)
-
-    @property
-    def string(self) -> str:
-        return self._text.get()
-
-    @property
-    def re(self) -> re.Pattern[str]:
-        return self._rx
+#: a match the native scan found, read as a ``re.Match`` by handlers (``_scan.Found``: group,
+#: ``[g]``, groups, groupdict, start, end, span, string, re); it holds the spans of the match and its
+#: groups and cuts a group's text from the block when it is read, so nothing is matched twice
+_Found = Found
 
 
 class _Text:
@@ -1228,13 +1180,17 @@ class _Text:
 
 
 def _other_matches(
-    rules: list[_OtherRule], natives: tuple[_scan.Scanner, ...] | None, text: _Text, base: int
+    rules: list[_OtherRule],
+    natives: tuple[_scan.Scanner, ...] | None,
+    patterns: tuple[re.Pattern[str], ...],
+    text: _Text,
+    base: int,
 ) -> list[_Hit]:
     """Matches of the non-record rules in a block, in file order (ties in rule order). The native
     scanners (``natives``, one a rule) find all of them in one call, with their lines (``base``
     lines before the block) and spans, in an ASCII block, where byte offsets are text offsets;
     elsewhere ``re`` finds them in the decoded text."""
-    found = _NATIVE_SCAN(natives, text.block, base) if natives is not None else None
+    found = _NATIVE_SCAN(natives, text.block, base, patterns, text) if natives is not None else None
     if found is not None:
         return found  # type: ignore[no-any-return]
     hits: list[_Hit] = [(m.start(), r.index, 0, m) for r in rules for m in r.matches(text.get())]
@@ -1272,19 +1228,16 @@ def _required_literal(pattern: str, flags: int) -> str:
 
 
 def _dispatch(b: Builder, hits: list[_Hit], rules: list[_OtherRule], text: _Text, base: int) -> None:
-    """Call the handlers in file order, each with its match (``re``'s, or a :class:`_Found` for
-    the native scan's spans) and its 1-based line (counted here where the scan did not give it)."""
+    """Call the handlers in file order, each with its match (``re``'s, or the native scan's
+    :data:`_Found`) and its 1-based line (counted here where the scan did not give it)."""
     pos, n = 0, base
     for start, i, line, m in hits:
-        r = rules[i]
-        if line:
-            m = _Found(r.rx, text, m)  # type: ignore[arg-type]
-        else:  # found by re: count the lines to it (every hit of the block is then)
+        if not line:  # found by re: count the lines to it (every hit of the block is then)
             n += text.get().count("\n", pos, start)
             pos = start
             line = n + 1
         b._at = line
-        r.act(b, m, line)  # type: ignore[arg-type]
+        rules[i].act(b, m, line)  # type: ignore[arg-type]
 
 
 def _new_record(value: float, iteration: int | None, epoch: int | None, line: int) -> Record:
