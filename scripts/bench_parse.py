@@ -87,6 +87,14 @@ the best single time fell in a slow minute: 268 MB/s, 0.278 x), ``--jobs 2`` 0.5
 ~1400 instructions, half in PCRE2 (its JIT code ~580, the call ~130), the rest reading the decimal,
 the iteration and epoch, the line count and four column appends.
 
+Then handlers given a native match object (spans inline, one allocation a match, no tuple of ints
+and no Python wrapper): parse + measure of the five files by CPU time (interleaved, best of 6)
+382 -> 431 MB/s, TF2 Keras (~640 matches a MiB) 483 -> 725. The 1 GiB run after it fell in a slow
+phase of the VM (kit one process 261 MB/s, against 315-374 in the runs before): grep 919 MB/s;
+``repro parse`` over all files back to back with grep 0.349 x grep (5 pairs, 0.331-0.429; the
+quarter set 0.328, 0.319-0.423), ``--jobs 2`` 0.539 x (0.517-0.670); peak RSS 38 MB at 257 and
+1029 MiB, ``repro parse`` 42 MB.
+
 Where the time went in the Python engine, per MiB of log: regex scans (0.4-2 ms each, 3-6 rules a
 format), 0.7-1 us a record (re.split objects, float() of 17-digit decimals, newline counts; TF1 logs
 hold ~9000 records a MiB), ~25 us a run (DLLogger PARAMETER lines), and ~50 ms of interpreter start
