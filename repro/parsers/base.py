@@ -845,10 +845,11 @@ class PatternParser(LogParser):
     def parse(self, lines: Iterable[str]) -> ParseResult:
         return self.parse_blocks(blocks_from_lines(lines, continues=self.block_continues))
 
-    def parse_blocks(self, blocks: Iterable[bytes | str]) -> ParseResult:
+    def parse_blocks(self, blocks: Iterable[bytes | bytearray | str]) -> ParseResult:
         """Run the rules over blocks of whole lines (the last block may end without a newline).
 
-        Blocks are raw bytes (UTF-8; bad sequences are replaced where text is decoded) or text.
+        Blocks are raw bytes (UTF-8; bad sequences are replaced where text is decoded) or text. A
+        block is not kept after its turn: the file reader hands the same buffer over refilled.
         """
         b = Builder(self.per_gpu)
         # The parse makes few objects that live, but the cyclic GC would still run on the many
@@ -865,7 +866,7 @@ class PatternParser(LogParser):
         self.finish(b)
         return b.finish(self.name, lines)
 
-    def _scan(self, b: Builder, blocks: Iterable[bytes | str]) -> tuple[int, bytes]:
+    def _scan(self, b: Builder, blocks: Iterable[bytes | bytearray | str]) -> tuple[int, bytes]:
         """Count lines and hand every match over in file order; returns (lines, the last line
         when the blocks end without a newline, else b"")."""
         record_rules = [_RecordRule(r.bregex, r.native) for r in self.rules if r.action == "record"]
