@@ -147,6 +147,9 @@ static inline void needle_iter_init(NeedleIter *it, const Needle *nd, const char
 }
 
 #ifdef HAVE_AVX2_PATH
+/* the mask needle_find_avx2 computes in its loop; that loop keeps its own copy, which tests a
+ * chunk with no candidate without the two movemasks (13% more instructions for PaddleClas logs
+ * when it called this) */
 __attribute__((target("avx2"))) static uint64_t needle_mask64(const Needle *nd, const char *p) {
     const __m256i v1 = _mm256_set1_epi8(nd->s[nd->i1]), v2 = _mm256_set1_epi8(nd->s[nd->i2]);
     const char *a = p + nd->i1, *b = p + nd->i2;

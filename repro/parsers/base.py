@@ -13,10 +13,11 @@ bytes of the log in large blocks of whole lines, and nothing runs per line in Py
   line. Natively, one call scans the block for all of a parser's rules and gives each match's
   line and a match object holding its spans (a group's text is cut when read); a rule is
   skipped at once in a block that lacks its longest literal, and tried only where one of its
-  start texts occurs when it has them (both found by a SIMD literal search). The Python engine uses ``finditer`` (or ``str.find`` on a literal prefix) on
-  the decoded block. Records before a match are moved into the current series when the handler
-  touches the series (a new run, a summary), so a run boundary splits the records where it
-  occurs; a series keeps them as parts of the block's columns until it is read;
+  start texts occurs when it has them (both found by a SIMD literal search). The Python engine
+  uses ``finditer`` (or ``str.find`` on a literal prefix) on the decoded block. Records before a
+  match are moved into the current series when the handler touches the series (a new run, a
+  summary), so a run boundary splits the records where it occurs; a series keeps them as parts
+  of the block's columns until it is read;
 * CRLF endings and MPI output tags are removed from the block first, except tags that open their
   lines in a parser whose rules read past them (``mpi_tags_in_place``).
 
@@ -101,8 +102,6 @@ def _misplaced_tag(stamped: bool) -> re.Pattern[bytes]:
     heads = sorted((r"\[" + r"\d" * j + "," + r"\d" * r for j in (1, 2, 3) for r in (1, 2, 3, 4)), key=len)
     stamp = _MPI_STAMP if stamped else ""
     return re.compile((end + "".join(rf"(?<!(?<![^\n]){stamp}{h}{end})" for h in heads)).encode())
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -617,6 +616,7 @@ _NATIVE_MISPLACED = misplaced_tag if ENGINE != "python" else None
 _NATIVE_STRIP = strip_tags if ENGINE != "python" else None
 _NATIVE_SCAN = scan if ENGINE != "python" else None
 _NATIVE_FSUM = fsum if ENGINE != "python" else None
+_NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
 def exact_sum(values: Iterable[float]) -> float:
@@ -627,7 +627,6 @@ def exact_sum(values: Iterable[float]) -> float:
         if total is not None:
             return total  # type: ignore[no-any-return]
     return math.fsum(values)
-_NATIVE_RANGE = value_range if ENGINE != "python" else None
 
 
 def to_bool(text: str) -> bool | None:
@@ -761,14 +760,7 @@ class Builder:
     def fact(self, key: str, value: object, line: int) -> None:
         """What the log says about its run; the first value of a key stays, a different later
         one is an issue. None says nothing."""
-        if value is None:
-            return
-        old = self.facts.get(key)
-        if old is None:
-            self.facts[key] = value
-            self._fact_line[key] = line
-        elif old != value:
-            self._contradicts(key, old, value, line)
+        self.facts_at(((key, value),), line)
 
     def facts_at(self, items: Iterable[tuple[str, object]], line: int) -> None:
         """:meth:`fact` for each ``(key, value)`` of one line (a run's parameters)."""
