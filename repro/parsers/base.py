@@ -428,13 +428,16 @@ def clean_text(text: str) -> str:
     return text
 
 
-def clean_block(block: bytes, in_place: bool = False) -> bytes:
+def clean_block(block: bytes, in_place: bool = False, out: bytearray | None = None) -> bytes | bytearray:
     """:func:`clean_text` for a block of raw bytes (the same result).
 
     ``in_place``: when every tag of the block opens its line (the usual case: each rank writes
     whole lines), the block is left as it is; the parser's rules are written to read past a tag
     at a line start (``mpi_tags_in_place``). A tag anywhere else (ranks writing at once splice
     tags into lines) makes the block go through the full removal.
+
+    ``out``: a buffer the removal may write into and return (valid until its next use), so that
+    a scan does not allocate a fresh block for every block it strips.
     """
     if b"\r" in block:
         block = block.replace(b"\r\n", b"\n")
@@ -447,10 +450,10 @@ def clean_block(block: bytes, in_place: bool = False) -> bytes:
     if in_place and not _misplaced(block, stamped):
         return block
     if stamped:
-        block = _strip_tags(block, stamped=True)
+        block = _strip_tags(block, True, out)
         if not _has(block, b"]<std"):
             return block
-    return _strip_tags(block, stamped=False)
+    return _strip_tags(block, False, out)
 
 
 def _has(block: bytes, text: bytes) -> bool:
@@ -465,10 +468,11 @@ def _misplaced(block: bytes, stamped: bool) -> bool:
     return _misplaced_tag(stamped).search(block) is not None
 
 
-def _strip_tags(block: bytes, stamped: bool) -> bytes:
-    """The block without its MPI tags (only the timestamped ones when ``stamped``)."""
+def _strip_tags(block: bytes, stamped: bool, out: bytearray | None = None) -> bytes | bytearray:
+    """The block without its MPI tags (only the timestamped ones when ``stamped``); the native
+    removal writes it into ``out`` when given (which may be ``block``)."""
     if _NATIVE_STRIP:
-        return _NATIVE_STRIP(block, stamped)
+        return _NATIVE_STRIP(block, stamped, out)
     return (_MPI_STAMPED_TAG_B if stamped else _MPI_TAG_B).sub(b"", block)
 
 
@@ -869,12 +873,13 @@ class PatternParser(LogParser):
         natives = tuple(r.native for r in other) if all(r.native is not None for r in other) else None
         patterns = tuple(r.regex for r in other)
         in_place = self.mpi_tags_in_place
+        stripped = bytearray()  # blocks without their tags, one buffer refilled (see clean_block)
         base = 0  # newlines before the current block
         tail = b""
         for raw in blocks:
             if isinstance(raw, str):
                 raw = raw.encode("utf-8", "surrogatepass")
-            block = clean_block(raw, in_place)
+            block = clean_block(raw, in_place, stripped)
             if not block:
                 continue
             cols, newlines = _record_columns(record_rules, block, base)
