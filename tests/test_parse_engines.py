@@ -210,6 +210,34 @@ def test_start_literal_is_where_every_match_starts() -> None:
     assert [block[slice(*spans[2:])] for _, spans in anchored.matches(block, 0)] == [b"a", b"c"]
 
 
+def test_start_texts_of_many_rules_found_in_one_pass() -> None:
+    """With four start texts or more, ``scan`` finds the places of all of them in one pass (eight
+    groups of texts, fingerprints of their first bytes) and tries each rule there: its matches
+    must be each rule's own, at every place of a 32-byte step and in the last places of a block,
+    where texts share a group or a fingerprint, where one rule's text is another's prefix or the
+    same, and where a rule's match runs over the next place its text occurs."""
+    patterns = [rb"ab(c)", rb"abcd", rb"ab(c)d+", rb"'(x|yz)': (\d+)", rb"'(xy|w)': ", rb"Run Pod: (\S+)",
+                rb"(?<=INFO: )Arch : ?\n", rb"PAD+LE", rb"Q\w", rb"zz+", rb"abc(?=d)", rb"(?:\$1|\$22)"]
+    pieces = [b"abc", b"abcd", b"abcdd", b"'x': 1", b"'yz': 22", b"'xy': ", b"'w': ", b"Run Pod: p1",
+              b"INFO: Arch :\n", b"x Arch : \n", b"PADDLE", b"PADLE", b"Q1", b"QQQ", b"zzzz", b"$1", b"$22",
+              b"$2", b" ", b"\n", b"a", b"'", b"z"]
+    scanners = [engine._native_scanner(p.decode(), 0) for p in patterns]
+    assert all(s is not None for s in scanners)
+    assert sum(len(engine._start_literals(p.decode(), 0)) for p in patterns) > 8  # groups shared
+    rng = random.Random(11)
+    for _ in range(2000):
+        block = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 60)))
+        chosen = rng.sample(range(len(scanners)), rng.randrange(1, len(scanners) + 1))
+        natives = tuple(scanners[i] for i in chosen)
+        each = [n.matches(block, 3) for n in natives]
+        want = sorted((spans[0], i, line, spans) for i, m in enumerate(each) for line, spans in m)
+        assert engine._NATIVE_SCAN(natives, block, 3) == want, (block, chosen)
+    many = tuple(engine._native_scanner(f"T{i:02d}x", 0) for i in range(40))  # more texts than one pass takes
+    block = b"".join(b"T%02dx " % (i % 45) for i in range(200))
+    assert [m[:2] for m in engine._NATIVE_SCAN(many, block, 0)] == [
+        (5 * i, i % 45) for i in range(200) if i % 45 < 40]
+
+
 # ---------------------------------------------------------------------------------------------
 # rule by rule, on mutated blocks: the scanner's answer, where it gives one, is re's
 
@@ -417,7 +445,12 @@ def test_tag_search_and_removal_in_c_are_the_expressions(stamped: bool) -> None:
         block = b"\n".join(lines) + rng.choice([b"", b"\n", b"]<std"])
         tags = engine._MPI_STAMPED_TAG_B if stamped else engine._MPI_TAG_B
         assert engine._NATIVE_MISPLACED(block, stamped) == (rx.search(block) is not None), block
-        assert engine._NATIVE_STRIP(block, stamped) == tags.sub(b"", block), block
+        want = tags.sub(b"", block)
+        assert engine._NATIVE_STRIP(block, stamped) == want, block
+        out = bytearray(rng.randrange(2 * len(block)))  # a buffer refilled, of any size before
+        assert engine._NATIVE_STRIP(block, stamped, out) is out and out == want
+        inner = bytearray(block)  # the block is the buffer: text moves only towards the start
+        assert engine._NATIVE_STRIP(inner, stamped, inner) == want
     for block in (b"[1,0]<stdout>:[1,0]<stderr>:x", b"[1,2]<stdout>:3,4]<stdout>:", b"[[1,2]<stdout>:",
                   b"[1,2]<stdout>:[3,4]<stdout>", b"[1,2" + stamp + b"[3,4]<stdout>:", b"]<stdout>:"):
         tags = engine._MPI_STAMPED_TAG_B if stamped else engine._MPI_TAG_B
