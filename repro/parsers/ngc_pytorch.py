@@ -34,22 +34,15 @@ class NgcPyTorch(PatternParser):
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
         b.new_run()
-        picked = params_of(m.group(1)).pick(
-            "batch_size", "world_size", "amp", "fp16", "data_backend", "memory_format"
-        )
-        b.facts_at(_facts(*picked), line)
+        b.facts_at(_facts(m.group(1)), line)
 
 
-@functools.lru_cache(maxsize=256)  # the runs of a log share a few settings: each read once
-def _facts(
-    batch: str | None,
-    world: str | None,
-    amp: str | None,
-    fp16: str | None,
-    backend: str | None,
-    memory_format: str | None,
-) -> tuple[tuple[str, object], ...]:
-    """The facts of a PARAMETER line's values."""
+@functools.lru_cache(maxsize=256)  # the runs of a log repeat a few PARAMETER lines: each read once
+def _facts(params: str) -> tuple[tuple[str, object], ...]:
+    """The facts of a PARAMETER line (from ``data :`` on: no timestamp)."""
+    batch, world, amp, fp16, backend, memory_format = params_of(params).pick(
+        "batch_size", "world_size", "amp", "fp16", "data_backend", "memory_format"
+    )
     out: list[tuple[str, object]] = [("batch_size", to_int(batch or "")), ("gpus", to_int(world or ""))]
     if amp is not None or fp16 is not None:
         on = bool(to_bool(amp or ""))

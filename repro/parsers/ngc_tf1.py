@@ -37,15 +37,15 @@ class NgcTf1(PatternParser):
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
         b.new_run()
-        picked = params_of(m.group(1)).pick("batch_size", "amp", "xla", "dali", "data_format", "mode")
-        b.facts_at(_facts(*picked), line)
+        b.facts_at(_facts(m.group(1)), line)
 
 
-@functools.lru_cache(maxsize=256)  # the runs of a log share a few settings: each read once
-def _facts(
-    batch: str | None, amp: str | None, xla: str | None, dali: str | None, data_format: str | None, mode: str | None
-) -> tuple[tuple[str, object], ...]:
-    """The facts of a PARAMETER line's values."""
+@functools.lru_cache(maxsize=256)  # the runs of a log repeat a few PARAMETER lines: each read once
+def _facts(params: str) -> tuple[tuple[str, object], ...]:
+    """The facts of a PARAMETER line (from ``arch :`` on: no timestamp)."""
+    batch, amp, xla, dali, data_format, mode = params_of(params).pick(
+        "batch_size", "amp", "xla", "dali", "data_format", "mode"
+    )
     out: list[tuple[str, object]] = [("batch_size", to_int(batch or ""))]
     if amp is not None:
         on = bool(to_bool(amp))
