@@ -11,6 +11,7 @@ column per batch size; those cells are the series summaries.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -44,25 +45,11 @@ class NgcMxnet(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        listed, batch, dtype, amp_text, backend = params_of(m.group(1)).pick(
-            "gpus", "batch_size", "dtype", "amp", "data_backend"
-        )
-        gpus = len(listed.strip("[]").split(",")) if listed and listed.strip("[] ") else None
+        gpus, per_gpu, facts = _run_of(m.group(1))
         s = b.new_run(gpus)
-        total = to_int(batch or "")
-        per_gpu = total // gpus if total is not None and gpus else None
         b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
         b.scratch.pop("table", None)
-        b.fact("batch_size", per_gpu, line)
-        amp = to_bool(amp_text or "")
-        if dtype:
-            b.fact("dtype", dtype, line)
-            b.fact("precision", "amp" if amp else "fp16" if dtype == "float16" else "fp32", line)
-        if amp_text is not None:
-            b.fact("amp", amp, line)
-        if backend:
-            b.fact("data_backend", backend, line)
-            b.fact("dali", backend.startswith("dali"), line)
+        b.facts_at(facts, line)
 
     def on_table(self, b: Builder, m: re.Match[str], line: int) -> None:
         b.scratch["table"] = []  # batch-size columns, filled by the header row
@@ -102,3 +89,23 @@ class NgcMxnet(PatternParser):
             b.issue(f"result table (line {line}) prints {cell!r} for {where}; no summary for that run")
         else:
             b.summary(value, line, match)
+
+
+@functools.lru_cache(maxsize=256)  # the runs of a log repeat a few PARAMETER lines: each read once
+def _run_of(params: str) -> tuple[int | None, int | None, tuple[tuple[str, object], ...]]:
+    """A PARAMETER line's GPU count, batch size per GPU and facts."""
+    listed, batch, dtype, amp_text, backend = params_of(params).pick(
+        "gpus", "batch_size", "dtype", "amp", "data_backend"
+    )
+    gpus = len(listed.strip("[]").split(",")) if listed and listed.strip("[] ") else None
+    total = to_int(batch or "")
+    per_gpu = total // gpus if total is not None and gpus else None
+    facts: list[tuple[str, object]] = [("batch_size", per_gpu)]
+    amp = to_bool(amp_text or "")
+    if dtype:
+        facts += [("dtype", dtype), ("precision", "amp" if amp else "fp16" if dtype == "float16" else "fp32")]
+    if amp_text is not None:
+        facts.append(("amp", amp))
+    if backend:
+        facts += [("data_backend", backend), ("dali", backend.startswith("dali"))]
+    return gpus, per_gpu, tuple(facts)
