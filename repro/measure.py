@@ -173,7 +173,7 @@ def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[fl
         before = len(values) - len(kept)
         need = before + max(p.min_records, 1)
     else:
-        kept = values[p.skip_records :]
+        kept = values[p.skip_records :] if p.skip_records else values  # read only: no copy needed
         need = p.skip_records + max(p.min_records, 1)
     if p.window is not None:
         kept = kept[: p.window]
