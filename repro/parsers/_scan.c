@@ -224,8 +224,6 @@ static void compiled_free(Compiled *c) {
     c->code = NULL;
 }
 
-#define MAX_STARTS 8
-
 /* a growable column of 8-byte items */
 typedef struct {
     char *data;
@@ -244,6 +242,7 @@ static inline int col_push(Column *c, const void *item) {
     return 0;
 }
 
+#define MAX_STARTS 8
 
 typedef struct {
     PyObject_HEAD
