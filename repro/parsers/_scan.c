@@ -705,6 +705,17 @@ nomem:
     return -1;
 }
 
+/* keep the match pcre2 answered `rc` for (not NOMATCH) as a hit of `rule` with its `groups`, and
+ * set *off past it: 0, 1 where Python must decide (a match or depth limit, an empty match), -1 on
+ * an error */
+static int keep_match(Hits *hits, int rule, int rc, pcre2_match_data *md, uint32_t groups, size_t *off) {
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    if (rc < 0 || ov[1] == ov[0]) return 1;
+    if (hits_push(hits, ov[0], rule, ov, 2 * (size_t)(groups + 1)) < 0) return -1;
+    *off = ov[1];
+    return 0;
+}
+
 /* every successive match of `s` in the block, as hits of `rule`: 0, 1 where Python must decide
  * (a match or depth limit, an empty match), -1 on an error */
 static int collect(Scanner *s, const char *buf, size_t len, int rule, Hits *hits) {
@@ -718,19 +729,10 @@ static int collect(Scanner *s, const char *buf, size_t len, int rule, Hits *hits
     pcre2_pattern_info(s->any.code, PCRE2_INFO_CAPTURECOUNT, &groups);
     Starts starts = {0};
     int status = 0;
-    for (size_t off = 0; off <= len;) {
+    for (size_t off = 0; !status && off <= len;) {
         int rc = next_match(s, buf, len, off, md, &starts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (rc < 0 || ov[1] == ov[0]) {
-            status = 1;
-            break;
-        }
-        if (hits_push(hits, ov[0], rule, ov, 2 * (size_t)(groups + 1)) < 0) {
-            status = -1;
-            break;
-        }
-        off = ov[1];
+        status = keep_match(hits, rule, rc, md, groups, &off);
     }
     pcre2_match_data_free(md);
     return status;
@@ -1124,10 +1126,7 @@ static int multi_try(MultiScan *m, const char *at, uint64_t rules) {
         if (pos < m->off[r]) continue;
         int rc = run(&m->scanners[r]->anchored, m->buf, m->len, pos, m->md);
         if (rc == PCRE2_ERROR_NOMATCH) continue;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
-        if (rc < 0 || ov[1] == ov[0]) return m->status = 1;
-        if (hits_push(m->hits, ov[0], r, ov, 2 * (size_t)(m->groups[r] + 1)) < 0) return m->status = -1;
-        m->off[r] = ov[1];
+        if ((m->status = keep_match(m->hits, r, rc, m->md, m->groups[r], &m->off[r])) != 0) return m->status;
     }
     return 0;
 }
