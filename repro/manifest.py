@@ -142,6 +142,17 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Rdma:
+    """How the image reaches InfiniBand: ``strategy`` is image, mlnx-ofed or inbox (see the schema)."""
+
+    strategy: str
+    version: str | None = None
+    sha256: str = ""
+    flags: tuple[str, ...] = ()
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     id: str
     title: str
@@ -151,7 +162,6 @@ class Manifest:
     sha256: str
     data: Mapping[str, Any]
     image: Mapping[str, Any]
-    ofed: Mapping[str, Any]
     launch: Launch
     matrix: Mapping[str, Any]
     measure: Measure
@@ -159,6 +169,7 @@ class Manifest:
     source: Mapping[str, Any] | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    rdma: Rdma | None = None
 
     @property
     def repeats(self) -> int:
@@ -317,9 +328,10 @@ def _build(doc: YamlDoc) -> Manifest:
                                      cells=cells, column=t.get("column"), logs_dir=logs_dir))
     return Manifest(
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
-        sha256=canonical_sha256(d), data=d, image=d["image"], ofed=d["ofed"], launch=launch, matrix=d["matrix"],
+        sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],
         measure=measure, published=tuple(tables), source=d.get("source"), expect=d.get("expect", {}),
         notes=tuple(d.get("notes", ())),
+        rdma=Rdma(**{**d["rdma"], "flags": tuple(d["rdma"].get("flags", ()))}) if "rdma" in d else None,
     )
 
 

@@ -80,7 +80,14 @@ def test_show_dlperf_text() -> None:
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
         "-> /workspace/DeepLearningExamples",
         "    patch PyTorch/Classification/ConvNets/main.py: DLPerf README requires this edit for multi-node runs",
-        "  ofed: mlnx 4.9-0.1.7.0 (ubuntu18.04, user space only)",
+        "      '        torch.cuda.set_device(args.gpu)\\n' -> '        torch.cuda.set_device(args.gpu)\\n"
+        "        args.gpu = torch.cuda.device_count()\\n'",
+        "    patch PyTorch/Classification/ConvNets/requirements.txt: GitHub no longer serves the git:// protocol; "
+        "the same commit of dllogger over https",
+        "      'git+git://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger' -> "
+        "'git+https://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger'",
+        "  rdma: mlnx-ofed 4.9-0.1.7.0 for ubuntu18.04, user space only, mlnxofedinstall --user-space-only "
+        "--without-fw-update --all --force --without-neohost-backend; sha256 recorded by repro lock",
         "    {precision_args} for fp32: (none)",
         "    {precision_args} for amp: --amp --dynamic-loss-scale",
         "    env: NCCL_DEBUG=INFO",

@@ -100,7 +100,7 @@ def test_build_pins_commit_patches_and_labels(smoke: Smoke, cluster: dict, engin
     assert labels["org.opencontainers.image.source"] == str(smoke.source.path)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels["org.opencontainers.image.created"])
     assert labels["repro.manifest.sha256"] == smoke.manifest.sha256
-    assert labels["repro.ofed"] == "none"
+    assert labels["repro.rdma"] == "none"
     assert labels["org.opencontainers.image.base.digest"] == cluster["base_digest"]
     out = helpers.run_in(engine, smoke.tag, ["sh", "-c", "python3 bench/run.py; cat .repro-source.json"], module_track)
     assert out.startswith("steps 3\n"), out            # the manifest's patch is in the image
@@ -246,17 +246,17 @@ def test_a_registry_image_is_pulled_by_its_digest_on_every_node(cluster: dict, e
 
 # --- OFED and the CA bundle --------------------------------------------------------------------------
 
-def test_inbox_ofed_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
+def test_inbox_rdma_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
                                                     track: Any, helpers: Any, tmp_path: Path) -> None:
     tag = track.image(f"repro-test/smoke-inbox-{track.run_id}:t")
     m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-inbox", tag=tag,
-                                             ofed="inbox"))
+                                             rdma="inbox"))
     r = prepare(m, local_hosts(), options(track, tmp_path / "work"), client=engine)
     forget_stages(track, r)
     labels = helpers.labels_of(engine, tag)
-    assert labels["repro.ofed"] == "inbox"
-    assert re.search(r"(^| )rdma-core=\d", labels["repro.ofed.versions"]) and r.built is not None
-    assert r.built.ofed_versions["perftest"]
+    assert labels["repro.rdma"] == "inbox"
+    assert re.search(r"(^| )rdma-core=\d", labels["repro.rdma.versions"]) and r.built is not None
+    assert r.built.rdma_versions["perftest"]
     out = helpers.run_in(engine, tag, ["sh", "-c", "command -v ibv_devinfo; ibv_devinfo; echo rc=$?"], track)
     assert out.startswith("/usr/bin/ibv_devinfo\n") and "error while loading" not in out
 
