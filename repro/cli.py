@@ -270,6 +270,21 @@ def image_options(fn: F) -> F:
     return fn
 
 
+def _mirror(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from repro.images.source import parse_mirror
+
+    try:
+        return tuple(parse_mirror(v) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+git_mirror_option = click.option(
+    "--git-mirror", multiple=True, metavar="PREFIX=URL", callback=_mirror,
+    help="read source repositories starting with PREFIX from URL instead (a local mirror directory or an internal "
+         "server), e.g. https://github.com/=/srv/git/; repeatable")
+
+
 def _image_events(verbose: bool) -> Callable[[Any], None]:
     """Render images-library events: phases and results always, build output with -v."""
 
@@ -294,6 +309,7 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
 @click.option("--build", "mode", flag_value="build", help="build even when a current image is present")
 @image_options
 @click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED tarball directory")
+@git_mirror_option
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), help="build contexts and logs")
 @click.option("--no-cache", is_flag=True, help="build without the engine's layer cache")
 @click.option("--dry-run", is_flag=True, help="print the Dockerfiles a build would run; do nothing")
@@ -301,7 +317,8 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
 @reports_errors
 def images(target: str, hosts_file: Path | None, mode: str | None, push: str | None, allow_unpinned: bool,
            update_lock: bool, ca_bundle: Path | None, wheels: Path | None, ofed_cache: Path | None,
-           work_dir: Path | None, no_cache: bool, dry_run: bool, verbose: bool) -> None:
+           git_mirror: tuple[tuple[str, str], ...], work_dir: Path | None, no_cache: bool, dry_run: bool,
+           verbose: bool) -> None:
     """Pull or build TARGET's image exactly as pinned and put it on every node."""
     from repro.hosts import load_hosts
     from repro.images import BuildOptions, ImagesOptions, dry_run_text, prepare
@@ -311,7 +328,8 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
     if dry_run:
         click.echo(dry_run_text(m), nl=False)
         return
-    build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache)
+    build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache,
+                         git_mirrors=git_mirror)
     opts = ImagesOptions(mode=mode or "auto", push=push, allow_unpinned=allow_unpinned, update_lock=update_lock,
                          build=build)
     r = prepare(m, load_hosts(hosts_file), opts, progress=_image_events(verbose))
@@ -325,6 +343,30 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
     for n in r.nodes:
         click.echo(f"node {n.node} {n.how} {n.image_id}")
     click.echo(f"lock {r.lock_path} ({'written' if r.lock_written else 'unchanged'}); {r.seconds:.1f} s")
+
+
+@cli.command("check")
+@click.argument("targets", nargs=-1, required=True)
+@git_mirror_option
+@click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED bundle directory")
+@reports_errors
+def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None) -> None:
+    """Check TARGETs' recipes against their sources before a build (one line per failed check)."""
+    from repro.check import CheckOptions, check_target
+    from repro.manifest import find_target
+
+    manifests = [find_target(t) for t in targets]
+    opts = CheckOptions(git_mirrors=git_mirror, ofed_cache=ofed_cache)
+    failed = 0
+    for m in manifests:
+        result = check_target(m, opts)
+        for f in result.failures:
+            click.echo(f"FAIL {f}")
+        if not result.failures:
+            click.echo(f"ok   {m.id}: " + "; ".join(result.passed or ("nothing to check",)))
+        failed += len(result.failures)
+    if failed:
+        sys.exit(1)
 
 
 @cli.command("lock")
@@ -342,6 +384,8 @@ def lock_command(target: str, update: bool) -> None:
     for name, src in pins.sources.items():
         branch = f" (branch {src['branch']} -> {src['branch_commit']})" if "branch_commit" in src else ""
         click.echo(f"{name} {src['repository']} @ {src['commit']}{branch}")
+    for name, sha in pins.files.items():
+        click.echo(f"file {name} sha256 {sha}")
     click.echo(f"lock {'written' if written else 'unchanged'}: {path}")
 
 
