@@ -89,6 +89,33 @@ def test_seed_targets_render_as_recorded(target: str) -> None:
     assert text == golden.read_text(encoding="utf-8")
 
 
+#: NGC bases that DLPerf found without a working MOFED user space and reinstalled MLNX_OFED 4.9 into
+REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100"}
+
+
+@pytest.mark.parametrize("target", SEEDS)
+def test_every_seed_build_is_consistent_with_its_base(target: str) -> None:
+    m = find_target(target)
+    base = m.image["build"]["base"]
+    text = render_build(m, pinned_base(target))
+    os_ = base["os"]
+    assert re.fullmatch(r"ubuntu\d\d\.04", os_) and base["published"], "every seed declares its base OS and tag date"
+    named = re.search(r"ubuntu\d\d\.04", base["ref"])
+    assert named is None or named.group(0) == os_
+    bundles = re.findall(r"MLNX_OFED_LINUX-[0-9.-]+?-([a-z]+[0-9.]+)-x86_64", text)
+    assert all(b == os_ for b in bundles), "an MLNX_OFED bundle is always built for the base's OS"
+    strategy = m.rdma.strategy if m.rdma else None
+    assert ("mlnxofedinstall" in text) == (strategy == "mlnx-ofed")
+    assert ("apt-get" in text) == (strategy in ("mlnx-ofed", "inbox")), "nothing is apt-installed otherwise"
+    if base["ref"].startswith("nvcr.io/") and target not in REINSTALLED_ON_NGC:
+        assert strategy in (None, "image"), "NGC images bring their own MOFED user space"
+    if strategy == "image":
+        assert text.endswith("# RDMA: strategy image: the base image's own MOFED user space is used; nothing is "
+                              "installed\n")
+    multi_node = max(m.matrix["nodes"]) > 1
+    assert (m.rdma is not None) == multi_node, "a multi-node target says how it reaches InfiniBand"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in paths.dockerfiles_dir().iterdir()
                                         if (p / "Dockerfile").is_file() and p.name != "cpu-frameworks"))
 def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
@@ -160,6 +187,10 @@ def test_mlnx_ofed_layer_takes_the_distro_from_the_base_os_and_the_publishers_fl
     m = find_target("paddle-rn50-v100")
     name = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu16.04-x86_64"
     assert bundle_name(m) == name and describe(m) == "mlnx-ofed 5.0-2.1.8.0 ubuntu16.04"
+    assert render_rdma_layer(m, "sha256:abc").splitlines()[2:4] == [
+        "RUN . /etc/os-release \\",
+        ' && test "$ID$VERSION_ID" = ubuntu16.04 || { echo "the base image is $ID$VERSION_ID, image.build.base.os '
+        'says ubuntu16.04" >&2; exit 1; }']
     assert render_rdma_layer(m, "sha256:abc").splitlines()[-6:-1] == [
         f"COPY {name}.tgz /tmp/{name}.tgz",
         "RUN cd /tmp \\",
@@ -323,6 +354,33 @@ def test_a_manifest_digest_wins_over_a_moved_tag(tagged_manifest) -> None:
     warnings: list[str] = []
     pins = resolve_all(pinned, lambda r: E, None, warn=warnings.append)
     assert pins.images["base"].digest == D and E in warnings[0]
+
+
+def test_lock_records_the_mlnx_bundle_sha256_and_the_build_and_dry_run_use_it(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.images import bundle_files, dry_run_text
+
+    src = find_target("paddle-rn50-v100").path
+    shutil.copyfile(src, tmp_path / src.name)
+    m = load_manifest(tmp_path / src.name)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    name = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu16.04-x86_64"
+    sha = bundle(cache / f"{name}.tgz", top=name)
+    monkeypatch.setenv("REPRO_OFED_CACHE", str(cache))
+    assert build.expected_bundle_sha256(m) == ""
+    assert f"{name}.tgz must have sha256 <not recorded: run repro lock" in dry_run_text(m)
+    files = bundle_files(m)
+    assert files == {name: sha}
+    path, written = check(m, resolve_all(m, lambda r: D, None, files=files), update=False, allow_create=True)
+    assert written and json.loads(path.read_text())["files"] == {name: sha}
+    assert build.expected_bundle_sha256(m) == sha
+    assert f"{name}.tgz must have sha256 {sha} (recorded by repro lock)\n" in dry_run_text(m)
+    # a run carries the lock's record; a changed bundle is a difference naming both values
+    assert pins_for_run(m, read_lock(path), lambda r: D, allow_unpinned=False).files == {name: sha}
+    locked = read_lock(path)
+    assert differences(locked, Pins(locked.images, locked.sources, {name: "f" * 64})) == [
+        f"file {name}: lock has sha256 {sha}, found {'f' * 64}"]
 
 
 # --- patches and build failures ----------------------------------------------------------------------

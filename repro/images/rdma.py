@@ -102,6 +102,8 @@ def render_rdma_layer(manifest: Manifest, base: str) -> str:
         lines = [f"# repro RDMA layer: MLNX_OFED {rdma.version} for {base_os(manifest)} (the base image's OS), "
                  f"user space only (the host keeps its kernel driver)",
                  f"FROM {base}",
+                 *_run(". /etc/os-release", f'test "$ID$VERSION_ID" = {base_os(manifest)} || {{ echo "the base image '
+                       f'is $ID$VERSION_ID, image.build.base.os says {base_os(manifest)}" >&2; exit 1; }}'),
                  *_run(*_apt(MLNX_BUILD_DEPS)),
                  f"COPY {name}.tgz /tmp/{name}.tgz",
                  *_run("cd /tmp", f"tar -xf {name}.tgz", f"./{name}/mlnxofedinstall {' '.join(rdma.flags)}",
