@@ -267,6 +267,13 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
         if multi and name not in used:
             out.append(doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
                                    f"pass {{{name}}} to the framework's launcher so each node knows its place"))
+    strategy = d.get("rdma", {}).get("strategy")
+    if strategy in ("mlnx-ofed", "inbox") and "registry" in d["image"]:
+        out.append(doc.problem(["rdma", "strategy"], f"strategy {strategy} installs into an image the kit builds, "
+                               "but image.registry is used as pulled", "use strategy image, or build it (image.build)"))
+    elif strategy == "mlnx-ofed" and not d["image"]["build"]["base"].get("os"):
+        out.append(doc.problem(["rdma", "strategy"], "strategy mlnx-ofed needs the base image's OS",
+                               "declare it as image.build.base.os, e.g. ubuntu18.04 (the bundle is built for it)"))
     if d["measure"]["parser"] not in PARSERS.names():
         out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
                                f"available parsers: {', '.join(PARSERS.names())}"))

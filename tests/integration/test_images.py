@@ -102,6 +102,7 @@ def test_build_pins_commit_patches_and_labels(smoke: Smoke, cluster: dict, engin
     assert labels["repro.manifest.sha256"] == smoke.manifest.sha256
     assert labels["repro.rdma"] == "none"
     assert labels["org.opencontainers.image.base.digest"] == cluster["base_digest"]
+    assert "REPRO_SMOKE_UPSTREAM_ENV=carried" in engine.images.get(smoke.tag).attrs["Config"]["Env"]  # image.build.env
     out = helpers.run_in(engine, smoke.tag, ["sh", "-c", "python3 bench/run.py; cat .repro-source.json"], module_track)
     assert out.startswith("steps 3\n"), out            # the manifest's patch is in the image
     assert json.loads(out.split("\n", 1)[1])["commit"] == smoke.source.commit
@@ -371,7 +372,7 @@ def test_a_failing_build_shows_its_step_and_last_lines_and_tags_nothing(
         prepare(m, local_hosts(), options(track, tmp_path / "work", dockerfiles=tmp_path / "dockerfiles"),
                 client=engine)
     text = str(err.value)
-    assert "build failed at step 3/3: RUN for i in" in text and "returned a non-zero code: 3" in text
+    assert "build failed at step 3/4: RUN for i in" in text and "returned a non-zero code: 3" in text
     assert "  | out 11\n" in text and "  | out 30\n" in text and "  | out 10\n" not in text
     assert not _has(engine, tag)
     assert {c.id for c in engine.containers.list(all=True)} - before == set()   # forcerm: no leftovers
