@@ -187,7 +187,7 @@ def _copied(manifest: Manifest, opts: CheckOptions) -> tuple[str, list[str]]:
         words = shlex.split(m.group(2))
         if any(w.startswith("--from") for w in words):
             continue
-        sources += [w for w in [w for w in words if not w.startswith("--")][:-1]]
+        sources += [w for w in words if not w.startswith("--")][:-1]   # the last word is the destination
     return f"dockerfiles/{directory.name}/Dockerfile", sources
 
 

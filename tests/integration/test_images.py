@@ -387,7 +387,8 @@ def test_a_patch_that_no_longer_matches_stops_the_build(cluster: dict, engine: d
     tag = track.image(f"repro-test/smoke-patch-{track.run_id}:t")
     path = helpers.write_manifest(tmp_path / "m", cluster, source, name="smoke-patch", tag=tag)
     r = repro("images", str(path), "--work-dir", str(tmp_path / "work"), env={"DOCKER_HOST": cluster["docker_host"]})
-    assert r.returncode == 4 and "the old text occurs 0 times, not once" in r.stderr
+    assert r.returncode == 4   # the message names the file and the text
+    assert "source.patches[0] (bench/run.py): the old text 'STEPS = 10\\n' occurs 0 times, not once" in r.stderr
     assert not _has(engine, tag)
 
 
