@@ -31,6 +31,11 @@ def describe_manifest(m: Manifest) -> str:
         b = m.image["build"]
         base = b["base"]["ref"] + (f"@{b['base']['digest']}" if b["base"]["digest"] else " (base not pinned)")
         lines.append(f"  image: built from dockerfiles/{b['dockerfile']} as {b['tag']}, FROM {base}")
+        if b["base"].get("os") or b["base"].get("published"):
+            lines.append(f"    base OS {b['base'].get('os', '(not declared)')}, tag published "
+                         f"{b['base'].get('published', '(not recorded)')}")
+        if b.get("env"):
+            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in b["env"].items()))
     if m.source:
         lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
         for p in m.source.get("patches", []):

@@ -77,6 +77,8 @@ def test_show_dlperf_text() -> None:
         "  framework: pytorch, model: resnet50v1.5",
         "  image: built from dockerfiles/requirements as repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca, "
         "FROM nvcr.io/nvidia/pytorch:20.03-py3 (base not pinned)",
+        "    base OS ubuntu18.04, tag published 2020-03 (NGC monthly release 20.03; the push date was not read from "
+        "the registry here)",
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
         "-> /workspace/DeepLearningExamples",
         "    patch PyTorch/Classification/ConvNets/main.py: DLPerf README requires this edit for multi-node runs",
