@@ -31,7 +31,7 @@ from docker.types import DeviceRequest, Ulimit
 
 from repro.errors import EnvironmentUnavailable, RunFailed
 from repro.hosts import Hosts
-from repro.launchers.mpi import MPI_DIR
+from repro.launchers.mpi import MPI_DIR, SESSION_ENV, session_environment
 from repro.manifest import Cell, Manifest
 from repro.plan import NodePlan, plan_cell
 
@@ -210,6 +210,8 @@ class CellRun:
         self.containers[node.name] = container
         self.results[node.name].container = container.id[:12]
         extra = {path: (text.encode(), 0o644) for path, text in plan.command.files.items()}
+        if plan.command.role == "mpi-sshd":  # the sessions of this sshd get the container's environment
+            extra[SESSION_ENV] = (session_environment(container.attrs["Config"]["Env"] or []).encode(), 0o600)
         if files or extra:
             container.put_archive("/", _tar({**files, **extra}))
 

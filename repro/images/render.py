@@ -13,6 +13,7 @@ from pathlib import Path
 from repro.images.build import BuildOptions, build_args, dockerfile_dir
 from repro.images.ofed import render_ofed_layer
 from repro.images.refs import Ref
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -70,4 +71,6 @@ def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None)
     if manifest.ofed["kind"] != "none":
         parts += ["", f"# then the OFED layer ({manifest.ofed['kind']})",
                   render_ofed_layer(manifest.ofed, BUILT).rstrip("\n")]
+    if manifest.launch.kind == "mpi":
+        parts += ["", "# then the mpi layer", render_sshd_layer(BUILT).rstrip("\n")]
     return "\n".join(parts) + "\n"
