@@ -112,6 +112,16 @@ def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
     assert re.search(r"^ARG BASE$", text, re.M), "the base comes from the kit, pinned, never a default"
 
 
+def test_only_mpi_targets_get_the_sshd_layer_and_it_is_part_of_their_identity(monkeypatch) -> None:
+    mpi, torch = find_target("mpi-rn50-cpu"), find_target("torch-rn50-cpu")
+    assert "# then the mpi layer" in render_build(mpi, pinned_base("mpi-rn50-cpu"))
+    assert "# then the mpi layer" not in render_build(torch, pinned_base("torch-rn50-cpu"))
+    before = build.build_inputs_sha256(mpi), build.build_inputs_sha256(torch)
+    monkeypatch.setattr(build, "render_sshd_layer", lambda base: f"FROM {base}\nRUN true\n")
+    assert build.build_inputs_sha256(mpi) != before[0], "a changed layer must rebuild the image"
+    assert build.build_inputs_sha256(torch) == before[1]
+
+
 def test_render_dockerfile_follows_arg_scoping() -> None:
     text = ("ARG BASE\nARG G=global\nFROM ${BASE} AS a\nRUN echo $G ${G}\nARG G\nRUN echo $G $HOME ${X}\n"
             "FROM $BASE\nARG X=x\nRUN echo ${X} $G\n")
