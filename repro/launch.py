@@ -304,8 +304,9 @@ class CellRun:
         workers = [p.command.node.name for p in self.plans if p.command.role != "mpi-head"]
         heads = [p.command.node.name for p in self.plans if p.command.role == "mpi-head"]
         if heads:
-            self._start(workers)
-            self._wait_ready(workers)
+            if workers:  # a one-node mpi cell has only its head
+                self._start(workers)
+                self._wait_ready(workers)
             self._start(heads)
         else:
             self._start(workers)

@@ -70,13 +70,15 @@ def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]
     return [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
 
 
-def run(ngc_mpi: dict, hosts_file: Path, clients, tmp_path: Path, run_id: str, manifest_text: str | None = None):
+def run(ngc_mpi: dict, hosts_file: Path, clients, tmp_path: Path, run_id: str, manifest_text: str | None = None,
+        nodes: int = 2):
     path = ngc_mpi["manifest"]
     if manifest_text is not None:
         path = tmp_path / "variant.yaml"
         path.write_text(manifest_text)
     m = load_manifest(path)
-    return launch_cell(m, m.cells()[0], load_hosts(hosts_file), tmp_path / "logs", run_id=run_id, clients=clients,
+    cell = next(c for c in m.cells() if c.nodes == nodes)
+    return launch_cell(m, cell, load_hosts(hosts_file), tmp_path / "logs", run_id=run_id, clients=clients,
                        image=ngc_mpi["image"], timeout_s=180)
 
 
@@ -107,6 +109,13 @@ def test_two_nodes_remote_ranks_get_the_image_env(ngc_mpi, hosts_file, clients, 
     assert sum("[1,0]<stdout>:step " in ln and "total_ips" in ln for ln in lines) == 4
     assert "Server listening on 10.77.0.12 port 12346" in Path(worker.log).read_text()
     assert leftovers(node_engines, "t-mpi-ngc") == []
+
+
+def test_one_node_cell_runs_mpirun_alone(ngc_mpi, hosts_file, clients, node_engines, tmp_path):
+    [head] = run(ngc_mpi, hosts_file, clients, tmp_path, "t-mpi-ngc-1n", nodes=1)
+    assert (head.role, head.exit_code) == ("mpi-head", 0)
+    assert "[1,0]<stdout>:rank 0: gradient mean 1.0000 (expected 1.0000)" in Path(head.log).read_text()
+    assert leftovers(node_engines, "t-mpi-ngc-1n") == []
 
 
 def test_without_the_image_env_orted_is_not_found(ngc_mpi, hosts_file, clients, node_engines, tmp_path,
