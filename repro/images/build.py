@@ -28,11 +28,11 @@ import docker
 from repro import __version__, paths
 from repro.errors import BuildError, ReproError, UsageError
 from repro.images import ofed as ofed_layer
-from repro.images.sshd import render_sshd_layer
 from repro.images.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import prepare_source
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
