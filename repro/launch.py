@@ -2,8 +2,9 @@
 
 Containers are created on every node first (nothing runs yet), per-run files are
 copied in (the MPI hostfile, keys, sshd configuration and session environment), then
-they are started as close together as threads allow. Each container's output streams to its own log file as it is produced:
-the engine buffers container output, so a slow reader never blocks the workload.
+they are started as close together as threads allow. Each container's output streams
+to its own log file as it is produced: the engine buffers container output, so a slow
+reader never blocks the workload.
 The first container to fail, a node that drops, or the deadline stops the cell on
 every node, and every container this call created is removed on every path out,
 Ctrl-C included. The result is one record per node.
