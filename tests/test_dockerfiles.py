@@ -106,12 +106,13 @@ def test_every_seed_build_is_consistent_with_its_base(target: str) -> None:
     assert all(b == os_ for b in bundles), "an MLNX_OFED bundle is always built for the base's OS"
     strategy = m.rdma.strategy if m.rdma else None
     assert ("mlnxofedinstall" in text) == (strategy == "mlnx-ofed")
-    assert ("apt-get" in text) == (strategy in ("mlnx-ofed", "inbox")), "nothing is apt-installed otherwise"
+    needs_apt = strategy in ("mlnx-ofed", "inbox") or m.launch.kind == "mpi"   # the mpi launcher's sshd layer
+    assert ("apt-get" in text) == needs_apt, "nothing is apt-installed otherwise"
     if base["ref"].startswith("nvcr.io/") and target not in REINSTALLED_ON_NGC:
         assert strategy in (None, "image"), "NGC images bring their own MOFED user space"
     if strategy == "image":
-        assert text.endswith("# RDMA: strategy image: the base image's own MOFED user space is used; nothing is "
-                              "installed\n")
+        assert ("# RDMA: strategy image: the base image's own MOFED user space is used; nothing is installed\n"
+                "\n" + ("# then the mpi layer" if m.launch.kind == "mpi" else "")) in text + "\n"
     multi_node = max(m.matrix["nodes"]) > 1
     assert (m.rdma is not None) == multi_node, "a multi-node target says how it reaches InfiniBand"
 
@@ -124,6 +125,16 @@ def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
     assert "repro-ca.crt" not in last_stage and "repro-build-ca.crt" not in last_stage
     assert text.splitlines()[0].startswith(f"# repro image {name}:")
     assert re.search(r"^ARG BASE$", text, re.M), "the base comes from the kit, pinned, never a default"
+
+
+def test_only_mpi_targets_get_the_sshd_layer_and_it_is_part_of_their_identity(monkeypatch) -> None:
+    mpi, torch = find_target("mpi-rn50-cpu"), find_target("torch-rn50-cpu")
+    assert "# then the mpi layer" in render_build(mpi, pinned_base("mpi-rn50-cpu"))
+    assert "# then the mpi layer" not in render_build(torch, pinned_base("torch-rn50-cpu"))
+    before = build.build_inputs_sha256(mpi), build.build_inputs_sha256(torch)
+    monkeypatch.setattr(build, "render_sshd_layer", lambda base: f"FROM {base}\nRUN true\n")
+    assert build.build_inputs_sha256(mpi) != before[0], "a changed layer must rebuild the image"
+    assert build.build_inputs_sha256(torch) == before[1]
 
 
 def test_render_dockerfile_follows_arg_scoping() -> None:

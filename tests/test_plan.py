@@ -19,6 +19,7 @@ import pytest
 from repro.cli import parse_filter
 from repro.errors import InputError, UsageError
 from repro.hosts import load_hosts, local_hosts
+from repro.launchers.mpi import session_environment
 from repro.manifest import Cell, find_target, load_manifest
 from repro.plan import plan_cell, render_plan, select_cells
 
@@ -156,9 +157,17 @@ MPI_SSH = ("'ssh -p 10000 -i /run/repro-mpi/id_ed25519 -o IdentitiesOnly=yes "
 
 
 def mpi_sshd(addr: str) -> str:
-    return (f"$ /usr/sbin/sshd -D -e -p 10000 -o ListenAddress={addr} -o HostKey=/run/repro-mpi/host_ed25519 "
-            "-o AuthorizedKeysFile=/run/repro-mpi/authorized_keys -o PasswordAuthentication=no "
-            "-o PermitRootLogin=prohibit-password -o StrictModes=no -o UsePAM=no")
+    return ("$ /usr/sbin/sshd -D -e -f /run/repro-mpi/sshd_config\n"
+            "    file /run/repro-mpi/sshd_config:\n"
+            "      Port 10000\n"
+            f"      ListenAddress {addr}\n"
+            "      HostKey /run/repro-mpi/host_ed25519\n"
+            "      AuthorizedKeysFile /run/repro-mpi/authorized_keys\n"
+            "      PasswordAuthentication no\n"
+            "      PermitRootLogin prohibit-password\n"
+            "      StrictModes no\n"
+            "      UsePAM no\n"
+            "      PermitUserEnvironment yes")
 
 
 MPI_4N_AMP = f"""\
@@ -205,8 +214,16 @@ def test_mpi_render_at_api_level() -> None:
     assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX"]
     assert head.command[-1] == "--results_dir=/tmp/result"  # fp32: {precision_args} adds nothing
     for o in others:
-        assert o.command[o.command.index("-p") + 1] == "10000"
+        assert o.command == ("/usr/sbin/sshd", "-D", "-e", "-f", "/run/repro-mpi/sshd_config")
+        assert "Port 10000\n" in o.files["/run/repro-mpi/sshd_config"]
         assert o.env == {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "INFO"}
+
+
+def test_mpi_session_environment_carries_the_container_env() -> None:
+    env = ["PATH=/usr/local/mpi/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/usr/local/mpi/lib", "OPAL_PREFIX=/usr/local/mpi",
+           "EMPTY=", "WITH_EQ=a=b c", "TWO_LINES=a\nb", "bad-name=x", "NO_EQUALS"]
+    assert session_environment(env) == ("PATH=/usr/local/mpi/bin:/usr/bin:/bin\nLD_LIBRARY_PATH=/usr/local/mpi/lib\n"
+                                        "OPAL_PREFIX=/usr/local/mpi\nEMPTY=\nWITH_EQ=a=b c\n")
 
 
 # --- plain: one node, this machine -------------------------------------------------------------------------

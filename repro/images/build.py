@@ -1,4 +1,5 @@
-"""Build a target's image: pinned base, source at its commit, patches, upstream ENV, RDMA layer, labels.
+"""Build a target's image: pinned base, source at its commit, patches, upstream ENV, RDMA layer, sshd layer,
+labels.
 
 Nothing is tagged until every check passed: the build runs untagged, the RDMA layer is
 built and probed, the CA bundle is proven absent, and only then does the manifest's tag
@@ -33,6 +34,7 @@ from repro.images.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ def build_inputs_sha256(manifest: Manifest) -> str:
     """A digest of everything in a manifest that goes into its image: the build section, source, RDMA."""
     inputs = {"build": manifest.data["image"]["build"], "source": manifest.data.get("source"),
               "rdma": manifest.data.get("rdma")}
+    if manifest.launch.kind == "mpi":
+        inputs["sshd"] = render_sshd_layer("BASE")
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -153,6 +157,8 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
                 image_id, versions, extra = _rdma(client, manifest, image_id, scratch / "rdma", logfile, opts,
                                                   progress, created)
                 labels.update(extra)
+            if manifest.launch.kind == "mpi":
+                image_id = _sshd(client, image_id, scratch / "sshd", logfile, opts, progress, created)
             check_no_ca(client, image_id)
             progress(Event("step", "labelling"))
             image_id = run_build(client, logfile, progress, created, fileobj=io.BytesIO(label_step(image_id, labels)))
@@ -279,6 +285,15 @@ def _rdma(client: docker.DockerClient, manifest: Manifest, image_id: str, contex
     progress(Event("info", f"RDMA: {rdma_layer.versions_label(versions)}"))
     labels["repro.rdma.versions"] = rdma_layer.versions_label(versions)
     return layered, versions, labels
+
+
+def _sshd(client: docker.DockerClient, image_id: str, context: Path, logfile: Path, opts: BuildOptions,
+          progress: Progress, created: list[str]) -> str:
+    """Build the mpi launcher's sshd layer on ``image_id``; the resulting image."""
+    context.mkdir()
+    (context / "Dockerfile").write_text(render_sshd_layer(image_id), encoding="utf-8")
+    progress(Event("step", "building the mpi layer (sshd)"))
+    return run_build(client, logfile, progress, created, path=str(context), nocache=opts.no_cache)
 
 
 def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, created: list[str],

@@ -13,6 +13,7 @@ from pathlib import Path
 from repro.images import rdma as rdma_layer
 from repro.images.build import BuildOptions, build_args, dockerfile_dir, env_lines
 from repro.images.refs import Ref
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -84,4 +85,6 @@ def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None,
             parts.append(f"# {rdma_layer.bundle_name(manifest)}.tgz must have sha256 "
                          + (f"{sha} ({'rdma.sha256' if rdma.sha256 else 'recorded by repro lock'})" if sha else
                             "<not recorded: run repro lock; the build refuses an unverified bundle>"))
+    if manifest.launch.kind == "mpi":
+        parts += ["", "# then the mpi layer", render_sshd_layer(BUILT).rstrip("\n")]
     return "\n".join(parts) + "\n"
