@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.parsers.base import Series, exact_sum
+from repro.parsers.model import Series
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
 SCALES = ("global", "per_gpu")
@@ -182,7 +182,7 @@ def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[fl
 
 def _aggregate(values: Sequence[float], how: str, issues: list[str]) -> float | None:
     if how == "mean":
-        return exact_sum(values) / len(values)
+        return math.fsum(values) / len(values)
     if how == "median":
         return float(statistics.median(values))
     if any(v <= 0 for v in values):

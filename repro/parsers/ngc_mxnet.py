@@ -32,7 +32,6 @@ from repro.parsers.base import (
 @PARSERS.register("ngc-mxnet")
 class NgcMxnet(PatternParser):
     record_hints = ("train.ips : ",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"PARAMETER [^\n]*\bkv_store : "),
         re.compile(r"Epoch: \d+ +(?:Iteration: \d+ +)?train\.loss : \S+ +train\.ips : "),

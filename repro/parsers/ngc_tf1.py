@@ -18,7 +18,6 @@ from repro.parsers.base import NUM, Builder, PatternParser, Rule, params_of, to_
 @PARSERS.register("ngc-tf1")
 class NgcTf1(PatternParser):
     record_hints = ("total_ips", "imgs_per_sec", "train_throughput")
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"\(\d+, \d+\) (?:total_ips|imgs_per_sec) : "),
         re.compile(r"\(\) train_throughput : "),

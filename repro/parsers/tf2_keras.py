@@ -21,7 +21,6 @@ _STEPS = r"between steps \d+ and (?P<iteration>\d+)(?=\s)"
 @PARSERS.register("tf2-keras")
 class Tf2Keras(PatternParser):
     record_hints = ("examples/second",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"TimeHistory: {NUM} seconds, {NUM} examples/second"),
         re.compile(r"classifier_trainer\.py:\d+\] (?:Base params|Final model parameters|Overriding params)"),

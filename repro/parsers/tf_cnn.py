@@ -16,7 +16,6 @@ from repro.parsers.base import MPI_PREFIX, NUM, Builder, PatternParser, Rule, to
 @PARSERS.register("tf-cnn-benchmarks")
 class TfCnnBenchmarks(PatternParser):
     record_hints = ("images/sec: ",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"(?m)^\d+\timages/sec: {NUM} \+/- {NUM} \(jitter = {NUM}\)"),
         re.compile(rf"(?m)^total images/sec: {NUM}"),
