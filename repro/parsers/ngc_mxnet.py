@@ -31,6 +31,7 @@ from repro.parsers.base import (
 
 @PARSERS.register("ngc-mxnet")
 class NgcMxnet(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     record_hints = ("train.ips : ",)
     detect_any = (
         re.compile(r"PARAMETER [^\n]*\bkv_store : "),

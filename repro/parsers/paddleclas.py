@@ -38,6 +38,7 @@ def _config_value(*path: str) -> str:
 
 @PARSERS.register("paddleclas")
 class PaddleClas(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     per_gpu = True
     record_hints = ("ips: ",)
     # an indented config line continues its section: a block never ends inside one

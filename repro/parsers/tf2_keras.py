@@ -20,6 +20,7 @@ _STEPS = r"between steps \d+ and (?P<iteration>\d+)(?=\s)"
 
 @PARSERS.register("tf2-keras")
 class Tf2Keras(PatternParser):
+    min_records = 3  # fewest records a figure may come from
     record_hints = ("examples/second",)
     detect_any = (
         re.compile(rf"TimeHistory: {NUM} seconds, {NUM} examples/second"),
