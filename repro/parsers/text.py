@@ -4,8 +4,8 @@ Only regular files are read (a FIFO, device or directory is refused from its ``s
 open could block). A file that is mostly not text (more than :data:`BINARY_SHARE` of its first
 bytes are control bytes or invalid UTF-8) is refused; stray NUL or control bytes and invalid UTF-8
 inside a text log are read past (invalid sequences become U+FFFD) and counted as an issue.
-CRLF endings and MPI output tags are removed; a lone CR (a progress bar, an old Mac file) ends a
-line like a newline.
+CRLF endings and MPI output tags are removed; in a file whose lines end in CR alone (an old Mac
+file, a progress bar that never printed a newline) a CR ends a line.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ MPI_PREFIX = rf"(?:(?:{_MPI_STAMP})?{_MPI_TAG.pattern})?"
 
 
 def clean_text(text: str) -> str:
-    """Drop CRs of CRLF endings (a lone CR becomes a newline) and the MPI output tags
-    orterun/mpirun put on lines, wherever they occur (ranks writing at once splice them into the
-    middle of other lines), a ``--timestamp-output`` prefix with its tag."""
+    """Drop CRs of CRLF endings and the MPI output tags orterun/mpirun put on lines, wherever they
+    occur (ranks writing at once splice them into the middle of other lines), a
+    ``--timestamp-output`` prefix with its tag. The number of newlines never changes, so line
+    numbers stay those of the file."""
     if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.replace("\r\n", "\n")
     if "]<std" in text:
         text = _MPI_TAG.sub("", _MPI_STAMPED_TAG.sub("", text))
     return text
@@ -119,8 +120,9 @@ def read_blocks(p: Path, damage: Damage, size: int = BLOCK_BYTES) -> Iterator[st
                     yield _decode(data, base, damage)
                 return
             cut = data.rfind(b"\n") + 1
-            if not cut:
-                cut = data.rfind(b"\r") + 1  # lines ended by CR alone
+            if not cut and b"\r" in data:  # lines ended by CR alone
+                data = data.replace(b"\r", b"\n")
+                cut = data.rfind(b"\n") + 1
             if not cut:
                 if len(data) < MAX_LINE:
                     rest = data
