@@ -149,8 +149,7 @@ def cell_logs(tree: LogTree, manifest: Manifest, cell: PublishedCell,
     if fits:
         note = f"{len(fits)} of {want} repeat logs found" if len(fits) < want else ""
         return CellLogs([log.path for log in fits], note)
-    near = [(log, misfits(log, manifest, cell)) for log in mine]
-    near = [(log, why) for log, why in near if len(why) == 1 or (len(why) == 2 and cell.gpus in log.gpus)]
+    near = [(log, misfits(log, manifest, cell)) for log in mine if cell.gpus in log.gpus]  # the rest: other cells
     if not near:
         return CellLogs([], f"no {manifest.measure.parser} log under {tree.root} fits this cell")
     said = "; ".join(f"{log.path.relative_to(tree.root)} says {', '.join(why)}" for log, why in near[:3])
