@@ -220,11 +220,12 @@ class PatternParser(LogParser):
         """Run the rules over blocks of whole lines of clean text (the last one may end without a
         newline: a cut-off line)."""
         b = Builder(self.per_gpu)
-        rules = [(r.regex, self._action(r), r.action == "record") for r in self.rules]
+        records = [_RecordRule(r.regex) for r in self.rules if r.action == "record"]
+        others = [(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
         base = 0  # lines before the block
         text = ""
         for text in self._whole_structures(blocks):
-            self._scan(b, rules, text, base)
+            _scan(b, records, others, text, base)
             base += text.count("\n")
         tail = text[text.rfind("\n") + 1 :]
         if tail:  # the last line, cut off (it has no newline)
@@ -233,23 +234,6 @@ class PatternParser(LogParser):
                 b.issue(f"line {base} is cut off (file ends without a newline) and was not used: {tail[:120]!r}")
         self.finish(b)
         return b.finish(self.name, base)
-
-    def _scan(self, b: Builder, rules: list, text: str, base: int) -> None:
-        hits = []
-        for i, (rx, act, is_record) in enumerate(rules):
-            hits += [(m.start(), is_record, i, m) for m in rx.finditer(text)]
-        if not hits:
-            return
-        hits.sort(key=_start)
-        line, pos = base + 1, 0
-        placed = []
-        for start, is_record, i, m in hits:
-            line += text.count("\n", pos, start)
-            pos = start
-            placed.append((line, is_record, start, i, m))
-        placed.sort(key=_line_kind_start)
-        for line, is_record, _, i, m in placed:
-            rules[i][1](b, m, line)
 
     def _whole_structures(self, blocks: Iterable[str]) -> Iterator[str]:
         """The blocks, with a structure that runs past a block's end moved into the next one."""
@@ -271,14 +255,6 @@ class PatternParser(LogParser):
 
     def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None]:
         act, rx = rule.action, rule.regex
-        if act == "record":
-            value = rx.groupindex["value"]
-            it, ep = rx.groupindex.get("iteration"), rx.groupindex.get("epoch")
-
-            def record(b: Builder, m: re.Match[str], line: int) -> None:
-                b.record(float(m.group(value)), _int(m, it), _int(m, ep), line)
-
-            return record
         if act == "summary":
             value = rx.groupindex["value"]
             return lambda b, m, line: b.summary(float(m.group(value)), line)
@@ -300,19 +276,90 @@ class PatternParser(LogParser):
                 raise TypeError(f"{cls.__name__}: no handler method {r.action!r}")
 
 
-def _start(hit: tuple) -> int:
-    return hit[0]  # type: ignore[no-any-return]
+class _RecordRule:
+    """A record rule and where its groups are."""
+
+    def __init__(self, rx: re.Pattern[str]) -> None:
+        self.rx = rx
+        self.value = rx.groupindex["value"]
+        self.iteration = rx.groupindex.get("iteration")
+        self.epoch = rx.groupindex.get("epoch")
 
 
-def _line_kind_start(hit: tuple) -> tuple[int, bool, int]:
-    return hit[0], hit[1], hit[2]
+def _scan(b: Builder, records: list[_RecordRule], others: list, text: str, base: int) -> None:
+    """Hand every match of the block over in file order; on one line, other rules' matches come
+    before a record's (a run that starts there takes the record)."""
+    hits = [(m.start(), i, m) for i, (rx, _) in enumerate(others) for m in rx.finditer(text)]
+    hits.sort(key=_start_and_rule)
+    found = [(rule, list(rule.rx.finditer(text))) for rule in records]
+    found = [(rule, ms) for rule, ms in found if ms]
+    if len(found) > 1:  # a log in two record formats: one list in file order
+        found = [(None, sorted(((m, rule) for rule, ms in found for m in ms), key=_match_start))]  # type: ignore[misc]
+    rule, matches = found[0] if found else (None, [])
+    at = _Lines(text, base)
+    k = 0  # records handed over so far
+    for start, i, m in hits:
+        k = _records(b, rule, matches, k, text.rfind("\n", 0, start) + 1, at)  # records of the lines before
+        others[i][1](b, m, at.line(start))
+    _records(b, rule, matches, k, len(text) + 1, at)
 
 
-def _int(m: re.Match[str], group: int | None) -> int | None:
-    if group is None:
-        return None
-    text = m.group(group)
-    return None if text is None else int(text)
+class _Lines:
+    """Line numbers of offsets of a block, asked in increasing order."""
+
+    __slots__ = ("line_at", "pos", "text")
+
+    def __init__(self, text: str, base: int) -> None:
+        self.text, self.pos, self.line_at = text, 0, base + 1
+
+    def line(self, offset: int) -> int:
+        if offset > self.pos:
+            self.line_at += self.text.count("\n", self.pos, offset)
+            self.pos = offset
+        return self.line_at
+
+
+def _records(b: Builder, rule: _RecordRule | None, matches: list, k: int, before: int, at: _Lines) -> int:
+    """Add the records ``matches[k:]`` that start before offset ``before``; the next ``k``."""
+    n = len(matches)
+    if k >= n or (matches[k] if rule else matches[k][0]).start() >= before:
+        return k
+    series = b.current()
+    add, bad = series.add, b._bad_values
+    text, pos, line = at.text, at.pos, at.line_at
+    count = text.count
+    while k < n:
+        if rule is None:
+            m, r = matches[k]
+        else:
+            m, r = matches[k], rule
+        start = m.start()
+        if start >= before:
+            break
+        line += count("\n", pos, start)
+        pos = start
+        value = float(m.group(r.value))
+        if value > 0 and value != _INF:
+            it = m.group(r.iteration) if r.iteration else None
+            ep = m.group(r.epoch) if r.epoch else None
+            add(value, None if it is None else int(it), None if ep is None else int(ep), line)
+        else:  # zero, negative, infinite or not a number: no throughput can be that
+            bad.append((line, repr(value)))
+        k += 1
+    at.pos, at.line_at = pos, line
+    b.last_record_line = line
+    return k
+
+
+_INF = math.inf
+
+
+def _start_and_rule(hit: tuple) -> tuple[int, int]:
+    return hit[0], hit[1]
+
+
+def _match_start(item: tuple) -> int:
+    return item[0].start()  # type: ignore[no-any-return]
 
 
 def _structure_start(text: str, cont: re.Pattern[str]) -> int:

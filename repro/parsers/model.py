@@ -30,7 +30,7 @@ class Series:
     records stays small; :attr:`records` makes :class:`Record` objects when asked.
     """
 
-    __slots__ = ("_cols", "gpus", "per_gpu", "summary")
+    __slots__ = ("_cols", "_narrow", "gpus", "per_gpu", "summary")
 
     def __init__(self, gpus: int | None, records: Iterable[Record] = (), summary: float | None = None,
                  per_gpu: bool = False) -> None:
@@ -38,6 +38,7 @@ class Series:
         self.summary = summary  # the figure the log itself prints as its result, if any
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
         self._cols: list = [array("d"), array("q"), array("q"), array("q")]
+        self._narrow = True  # the columns are arrays
         for r in records:
             self.append(r)
 
@@ -45,19 +46,26 @@ class Series:
         self.add(r.value, r.iteration, r.epoch, r.line)
 
     def add(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
-        for k, x in enumerate((value, iteration, epoch, line)):
-            col = self._cols[k]
-            if col.__class__ is array:
-                try:
-                    col.append(_NONE if x is None else x)
-                    continue
-                except (TypeError, OverflowError):  # not a float / past int64: a plain list from now on
-                    col = self._cols[k] = self._column(k)
+        cols = self._cols
+        if self._narrow:
+            try:
+                cols[0].append(value)
+                cols[1].append(_NONE if iteration is None else iteration)
+                cols[2].append(_NONE if epoch is None else epoch)
+                cols[3].append(line)
+                return
+            except (TypeError, OverflowError):  # not a float / past int64: plain lists from now on
+                n = len(cols[3])
+                for col in cols:
+                    del col[n:]
+                self._cols = cols = [self._column(k) for k in range(4)]
+                self._narrow = False
+        for col, x in zip(cols, (value, iteration, epoch, line)):
             col.append(x)
 
     def _column(self, k: int) -> list:
         col = self._cols[k]
-        if k == 0 or col.__class__ is not array:
+        if k == 0 or not self._narrow:
             return list(col)
         return [None if x == _NONE else x for x in col]
 

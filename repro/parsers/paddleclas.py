@@ -29,7 +29,7 @@ def _inside(depth: int) -> str:
 
 def _config_value(*path: str) -> str:
     """The value of the config key ``path[-1]`` inside the nested sections ``path[:-1]``."""
-    rx = rf"(?<={_CONFIG}){path[0]} : ?\n"
+    rx = rf"{_CONFIG}{path[0]} : ?\n"
     for depth, name in enumerate(path[1:], 1):
         rx += rf"{_inside(depth)}*?[^\n]*?{_CONFIG}{' ' * 4 * depth}{name} : "
         rx += r"(?P<value>[^\n]*)" if depth == len(path) - 1 else r"?\n"
@@ -54,8 +54,8 @@ class PaddleClas(PatternParser):
         # dynamic engine: "[Train][Epoch 1/120][Iter: 10/5005]lr: ... ips: 852.06 samples/s, eta: ..."
         Rule(rf"\[Train\]\[Epoch (?P<epoch>\d+)/\d+\]\[Iter: (?P<iteration>\d+)/\d+\]{_IPS}", "record"),
         # facts from the config dump, each read where it sits: one match a run, not one a line
-        Rule(rf"(?<={_CONFIG})Arch : ?\n", "on_config"),  # every dump has a model
-        Rule(rf"(?<={_CONFIG})AMP : ?\n", "on_amp_section"),  # its values say whether AMP is on
+        Rule(rf"{_CONFIG}Arch : ?\n", "on_config"),  # every dump has a model
+        Rule(rf"{_CONFIG}AMP : ?\n", "on_amp_section"),  # its values say whether AMP is on
         Rule(_config_value("DataLoader", "Train", "sampler", "batch_size"), "on_batch_size"),
         Rule(_config_value("AMP", "level"), "on_amp_level"),
         Rule(_config_value("Arch", "data_format"), "on_data_format"),
