@@ -309,8 +309,8 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
         value = None if result.refused else m.value
         out["results"].append({"gpus": count, "throughput": value, "records_used": m.records_used,
                                "records": len(s.values), "summary": s.summary})
-        if m.issues:
-            out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in m.issues]
+        issues = [i + " (give it with --gpus N)" if i.startswith("per-GPU values") else i for i in m.issues]
+        out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in issues]
     return out
 
 

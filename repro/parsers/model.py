@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 
-#: stands for "no number" in an int64 column
-_NONE = -(1 << 63)
+#: stands for "no number" in an int32 column (numbers in logs are never negative)
+_NONE = -(1 << 31)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Series:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
-        self._cols: list = [array("d"), array("q"), array("q"), array("q")]
+        self._cols: list = [array("d"), array("i"), array("i"), array("i")]  # 20 bytes a record
         self._narrow = True  # the columns are arrays
         for r in records:
             self.append(r)
@@ -54,7 +54,7 @@ class Series:
                 cols[2].append(_NONE if epoch is None else epoch)
                 cols[3].append(line)
                 return
-            except (TypeError, OverflowError):  # not a float / past int64: plain lists from now on
+            except (TypeError, OverflowError):  # not a float / past int32: plain lists from now on
                 n = len(cols[3])
                 for col in cols:
                     del col[n:]
