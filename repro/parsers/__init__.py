@@ -53,7 +53,11 @@ def parse_file(path: str | os.PathLike[str], parser: str | None = None) -> Parse
     check_file(p)
     cls = PARSERS.get(parser) if parser is not None else detect_file(p)
     damage = Damage()
-    result = cls().parse_blocks(read_blocks(p, damage))  # type: ignore[attr-defined]
+    inst, blocks = cls(), read_blocks(p, damage)
+    if hasattr(inst, "parse_blocks"):  # the built-in engine reads blocks of lines
+        result = inst.parse_blocks(blocks)
+    else:
+        result = inst.parse(line for block in blocks for line in block.splitlines(keepends=True))
     result.issues[:0] = damage.issues()
     return result
 
