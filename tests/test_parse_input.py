@@ -203,3 +203,18 @@ def test_json_is_always_a_list_and_jsonl_one_object_a_line() -> None:
     assert [d["file"] for d in two] == [mx, str(TF_1GPU)]
     lines = repro("parse", mx, str(TF_1GPU), "--format", "jsonl").stdout.splitlines()
     assert [json.loads(ln) for ln in lines] == two
+
+
+def test_a_line_of_megabytes_is_read_in_pieces(tmp_path: Path) -> None:
+    from repro.parsers.text import MAX_LINE
+
+    lines = TF_1GPU.read_bytes().split(b"\n")
+    lines[2] = b"x" * (2 * MAX_LINE + 5)
+    p = tmp_path / "long.log"
+    p.write_bytes(b"\n".join(lines))
+    assert _shape(p) == _shape(TF_1GPU)
+    assert parse_file(p).issues == ["1 line(s) longer than 4 MiB were read in pieces"]
+    one = tmp_path / "one-line.log"  # one record at the end of one huge line: no figure from it
+    one.write_bytes(b"y" * (MAX_LINE + 7) + b" (0, 200) total_ips : 415.4 \n")
+    proc = repro("parse", str(one), "--parser", "ngc-tf1")
+    assert proc.returncode == 2 and "too few records for a figure: 1 used" in proc.stderr

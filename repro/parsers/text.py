@@ -111,6 +111,7 @@ def read_blocks(p: Path, damage: Damage, size: int = BLOCK_BYTES) -> Iterator[st
     keeps a missing final newline missing. Memory stays at a few blocks whatever the file size."""
     base = 0  # newlines before the current block
     rest = b""
+    long_line = False  # the last block was a piece of a long line
     with _open(p) as f:
         while True:
             chunk = f.read(size)
@@ -124,17 +125,18 @@ def read_blocks(p: Path, damage: Damage, size: int = BLOCK_BYTES) -> Iterator[st
                 data = data.replace(b"\r", b"\n")
                 cut = data.rfind(b"\n") + 1
             if not cut:
-                if len(data) < MAX_LINE:
+                if len(data) <= MAX_LINE:
                     rest = data
                     continue
-                damage.pieces += 1
+                damage.pieces += not long_line
+                long_line = True
                 cut = MAX_LINE
                 while cut > MAX_LINE - 4 and data[cut] & 0xC0 == 0x80:  # not inside a character
                     cut -= 1
+            else:
+                long_line = False
             block, rest = data[:cut], data[cut:]
-            text = _decode(block, base, damage)
-            if not text.endswith("\n"):
-                text += "\n"
+            text = _decode(block, base, damage)  # a piece of a long line goes on in the next block
             base += text.count("\n")
             yield text
 
