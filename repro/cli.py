@@ -7,7 +7,6 @@ everything it calls raises ReproError subclasses that carry their own exit code.
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import os
 import signal
@@ -149,9 +148,10 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) ->
 @click.option("--from-iteration", type=click.IntRange(min=0), help="keep records from iteration K on")
 @click.option("--window", type=click.IntRange(min=1), help="then keep at most N records")
 @click.option("--aggregate", type=click.Choice(["mean", "median", "harmonic", "summary"]), default="mean", show_default=True)
-@click.option("--gpus", type=click.IntRange(min=1), help="GPU count; multiplies per-GPU figures (PaddleClas rank-0 logs)")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              help="json: one object for one log, a list of them for several")
+@click.option("--gpus", type=click.IntRange(min=1),
+              help="GPU count of the run; multiplies per-GPU figures (PaddleClas rank-0 logs)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl"]), default="text",
+              help="json: a list with one object a log; jsonl: one object a line")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="worker processes for several logs (default: one per CPU this process may use)")
 @reports_errors
@@ -159,61 +159,32 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
           window: int | None, aggregate: str, gpus: int | None, fmt: str, jobs: int | None) -> None:
     """Apply one measurement protocol to each log file given."""
     from repro.report import render_parse_text
-    from repro.reproduce import parse_and_measure, parse_logs
+    from repro.reproduce import parse_logs
 
     if skip_records is not None and from_iteration is not None:
         raise UsageError("give --skip-records or --from-iteration, not both")
-    # The command makes no reference cycles (what it builds is freed as it goes, log by log); the
-    # cyclic collector would only walk the runs of long logs again and again (3% of the time).
-    gc.disable()
     protocol = {"skip_records": skip_records, "from_iteration": from_iteration, "window": window,
                 "aggregate": aggregate, "gpus": gpus}
-    if len(logs) == 1:  # errors as before: exit 2 with the parser's message
-        out = parse_and_measure(logs[0], parser_name, **protocol)
-        click.echo(_parse_json(out) if fmt == "json" else render_parse_text(out))
-        if problem := _no_figure(logs[0], out):
-            raise UsageError(problem)
-        return
-    failed = []  # each log's result is printed as it comes (a JSON list item by item): memory stays flat
+    failed = []  # each log's result is printed as it comes: memory stays flat
     found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)
     for i, (log, out) in enumerate(zip(logs, found)):
         if problem := _no_figure(log, out):
             failed.append(problem)
         if fmt == "text":
-            click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
+            if "error" not in out:
+                click.echo(render_parse_text(out))
+            elif len(logs) > 1:
+                click.echo(f"{log}: error: {out['error']}")
+        elif fmt == "jsonl":
+            click.echo(json.dumps(out))
         else:
-            click.echo(("[\n" if i == 0 else ",\n") + _parse_json(out), nl=False)
+            click.echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
     if fmt == "json":
         click.echo("\n]")
+    if len(logs) == 1 and failed:
+        raise UsageError(failed[0])
     if failed:
         raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
-
-
-def _parse_json(out: dict[str, Any]) -> str:
-    """One log's ``repro parse`` result as JSON, a key a line and a list item (a run, an issue) a
-    line. ``json.dumps`` with ``indent`` encodes in Python, four times slower than its C encoder:
-    40 ms for a log of 4400 runs, an eighth of the time to parse it."""
-
-    def value(v: object) -> str:
-        if not isinstance(v, list) or not v:
-            return json.dumps(v)
-        if _flat_rows(v):  # one call of the C encoder, cut between the rows
-            items = ["{" + row + "}" for row in json.dumps(v)[2:-2].split("}, {")]
-        else:
-            items = list(map(json.dumps, v))
-        return "[\n" + ",\n".join(f"    {item}" for item in items) + "\n  ]"
-
-    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {value(v)}" for k, v in out.items()) + "\n}"
-
-
-def _flat_rows(items: list[Any]) -> bool:
-    """Are these dicts with numbers (or None) for values and no brace in a key? Then "}, {"
-    occurs in their JSON only between two of them."""
-    return (
-        all(type(x) is dict for x in items)
-        and {type(v) for x in items for v in x.values()} <= {int, float, bool, type(None)}
-        and not any("}" in k for k in {k for x in items for k in x})
-    )
 
 
 def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
@@ -229,11 +200,15 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--published", "table_id", help="which published table of the target (default: its first)")
 @click.option("--from-logs", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="a directory of your logs (or a repro up run directory) instead of the bundled published logs")
+              help="a directory of your logs (or a repro up run directory) instead of the bundled published logs; "
+                   "each log goes to the cell its content fits")
+@click.option("--map", "maps", multiple=True, metavar="CELL=FILE",
+              help="use FILE for CELL ([TARGET/]NnMg-PRECISION-bsB, as the report's detail names it); repeatable")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write a scaling chart (PNG)")
 @reports_errors
-def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, fmt: str, plot: Path | None) -> None:
+def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, maps: tuple[str, ...], fmt: str,
+           plot: Path | None) -> None:
     """Re-derive published tables from raw logs, side by side with the published figures.
 
     TARGETS are target ids, or the id of a published table several targets share
@@ -243,12 +218,15 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     from repro.archive import is_run_path, opened_run
     from repro.report import RENDERERS, plot_scaling
     from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
+    from repro.userlogs import parse_maps, scan_logs
 
-    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs:
+    mapped = parse_maps(maps)
+    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
         with opened_run(Path(targets[0])) as run:
             results = [reproduce_run(run.path, table_id, source=targets[0])]
     else:
-        results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
+        tree = scan_logs(from_logs) if from_logs else None  # read once for every table
+        results = [reproduce_table(m, t, tree, mapped) for m, t in resolve_tables(targets, table_id)]
     click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
         plot_scaling(results, plot)

@@ -188,27 +188,3 @@ def test_missing_hosts_file() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == "error: tests/data/good/no-such-hosts.yaml: no such file\n"
-
-
-def test_parse_json_puts_a_key_and_each_run_on_a_line() -> None:
-    from repro.cli import _parse_json
-
-    out = {"parser": "ngc-tf1", "facts": {"amp": True}, "results": [{"gpus": 1, "throughput": 1173.5},
-           {"gpus": None, "throughput": None}], "issues": [], "odd": [{"a": "}, {"}, {"b}, {": 1}]}
-    text = _parse_json(out)
-    assert text == (
-        '{\n'
-        '  "parser": "ngc-tf1",\n'
-        '  "facts": {"amp": true},\n'
-        '  "results": [\n'
-        '    {"gpus": 1, "throughput": 1173.5},\n'
-        '    {"gpus": null, "throughput": null}\n'
-        '  ],\n'
-        '  "issues": [],\n'
-        '  "odd": [\n'
-        '    {"a": "}, {"},\n'
-        '    {"b}, {": 1}\n'
-        '  ]\n'
-        '}'
-    )
-    assert json.loads(text) == out
