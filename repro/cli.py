@@ -128,18 +128,21 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.argument("target")
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) -> None:
-    """Dry run: image, container options and exact command for every cell and node."""
-    from repro.hosts import load_hosts
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool) -> None:
+    """Dry run: image, container options and exact command for every cell and node (without --hosts:
+    placeholder nodes and dataset path, said so)."""
     from repro.manifest import find_target
-    from repro.plan import render_plan, select_cells
+    from repro.manifest import synthetic as synthetic_variant
+    from repro.plan import plan_hosts, render_plan, select_cells
 
     m = find_target(target)
+    m = synthetic_variant(m) if synthetic else m
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
-    click.echo(render_plan(m, load_hosts(hosts_file), cells), nl=False)
+    click.echo(render_plan(m, plan_hosts(m, cells, hosts_file), cells), nl=False)
 
 
 @cli.command()

@@ -38,6 +38,8 @@ PLACEHOLDERS = {
     "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
     "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
 }
+#: The first note of a target's synthetic-data variant begins so.
+SYNTHETIC_NOTE = "Synthetic data (--synthetic)"
 #: Placeholders that expand to several tokens and so must stand alone as one token.
 SPLICED = ("precision_args", "cell_args")
 
@@ -165,6 +167,11 @@ class Manifest:
     def dataset_format(self) -> str | None:
         """The dataset format the workload reads; None when it reads none (synthetic data)."""
         return self.dataset["format"] if self.dataset else None
+
+    @property
+    def synthetic_data(self) -> str | None:
+        """What the synthetic-data variant of a target (``synthetic``) says about its data."""
+        return next((n for n in self.notes if n.startswith(SYNTHETIC_NOTE)), None)
 
     @property
     def repeats(self) -> int:
@@ -383,7 +390,7 @@ def synthetic(manifest: Manifest) -> Manifest:
     if not container["mounts"]:
         del container["mounts"]
     del doc["dataset"]
-    doc["notes"] = [f"Synthetic data (--synthetic), not the publication's {manifest.dataset_format}: {spec['why']}",
+    doc["notes"] = [f"{SYNTHETIC_NOTE}, not the publication's {manifest.dataset_format}: {spec['why']}",
                     *doc.get("notes", [])]
     return _build(YamlDoc(manifest.path, None, doc))
 
