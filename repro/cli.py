@@ -388,14 +388,17 @@ def diff(a: str, b: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @reports_errors
 def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
-    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
+    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware
+    and check that TARGET's dataset is where the hosts file says, in its format."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, to_json
 
-    expect = find_target(target).expect if target else {}
+    manifest = find_target(target) if target else None
+    expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
+    dataset = dataset_to_check(manifest, hosts) if manifest else None
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
     deviations = compare(reports, expect, len(hosts.nodes))
     click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
     assess(reports, deviations, strict=strict)

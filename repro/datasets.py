@@ -22,11 +22,11 @@ from dataclasses import dataclass
 class Format:
     layout: str  # one line, for messages and the README
     fix: str  # how to make a directory of this format
-    check: str  # POSIX sh run with $P the directory; prints a summary (exit 0) or what is wrong (exit 1)
+    check: str  # POSIX sh with $P the directory: a summary (exit 0), what is wrong (exit 1), no directory (exit 2)
 
 
 _JPEG_LIST = r"""
-[ -d "$P" ] || { echo "$P is not a directory"; exit 1; }
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
 L="$P/train_list.txt"
 [ -f "$L" ] || { echo "no train_list.txt in $P"; exit 1; }
 read -r f l < "$L" || { echo "train_list.txt is empty"; exit 1; }
@@ -36,7 +36,7 @@ echo "train_list.txt: $(wc -l < "$L" | tr -d ' ') lines; its first image exists"
 """
 
 _JPEG = r"""
-[ -d "$P" ] || { echo "$P is not a directory"; exit 1; }
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
 out=""
 for s in train val; do
   [ -d "$P/$s" ] || { echo "no $s/ folder in $P"; exit 1; }
@@ -50,17 +50,16 @@ echo "$out"
 """
 
 _TFRECORD = r"""
-[ -d "$P" ] || { echo "$P is not a directory"; exit 1; }
-set -- "$P"/train-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]
-[ -f "$1" ] || { echo "no train-NNNNN-of-NNNNN files in $P"; exit 1; }
-t=$#
-set -- "$P"/validation-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]
-[ -f "$1" ] || set --
-echo "$t train shards, $# validation shards"
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+N='[0-9][0-9][0-9][0-9][0-9]'
+t=$(find "$P/" -mindepth 1 -maxdepth 1 -name "train-$N-of-$N" | wc -l | tr -d ' ')
+[ "$t" -gt 0 ] || { echo "no train-NNNNN-of-NNNNN files in $P"; exit 1; }
+v=$(find "$P/" -mindepth 1 -maxdepth 1 -name "validation-$N-of-$N" | wc -l | tr -d ' ')
+echo "$t train shards, $v validation shards"
 """
 
 _RECORDIO = r"""
-[ -d "$P" ] || { echo "$P is not a directory"; exit 1; }
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
 for f in train.rec train.idx val.rec val.idx; do
   [ -s "$P/$f" ] || { echo "no $f in $P (or it is empty)"; exit 1; }
 done
@@ -89,6 +88,10 @@ FORMATS: dict[str, Format] = {
         "scripts/prepare_imagenet.sh writes all four files)",
         _RECORDIO),
 }
+
+
+#: The fix when the directory is not there at all.
+MISSING_FIX = "copy the dataset to that path on every node, or name where it is: `data: {{{fmt}: /path}}` in the hosts file"
 
 
 def check_script(fmt: str, path: str) -> str:

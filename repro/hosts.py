@@ -50,7 +50,8 @@ class Hosts:
             have = f" (it has {', '.join(sorted(self.data))})" if isinstance(self.data, Mapping) else ""
             raise InputError([Problem(where, None, "data", f"{target} reads dataset format {fmt}, and the "
                                       f"inventory names no directory for it{have}",
-                                      f"add `data: {{{fmt}: /path/on/every/node}}` to the hosts file")])
+                                      f"add `data: {{{fmt}: /path/on/every/node}}` to the hosts file"
+                                      + ("" if self.path else " and give it with --hosts FILE"))])
         return found
 
     def take(self, n: int) -> tuple[Node, ...]:

@@ -86,10 +86,11 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 def _preflight(hosts: Hosts, manifest: Manifest, opts: UpOptions, progress: Progress) -> dict[str, bool]:
     """Check every node first; returns which nodes have InfiniBand devices to pass through."""
-    from repro.preflight import assess, compare, render_preflight, run_preflight
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight
 
     progress(Event("step", f"preflight of {len(hosts.nodes)} node(s)"))
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys)
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
+                            dataset=dataset_to_check(manifest, hosts))
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
     progress(Event("info", render_preflight(reports, deviations).rstrip(), data={"table": True}))
     assess(reports, deviations, strict=opts.strict)
