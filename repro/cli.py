@@ -397,10 +397,13 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     manifest = find_target(target) if target else None
     expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
-    dataset = dataset_to_check(manifest, hosts) if manifest else None
+    dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
     reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
     deviations = compare(reports, expect, len(hosts.nodes))
     click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
+    if manifest and manifest.dataset_format and dataset is None:
+        click.echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
+                   f"which `repro up {manifest.id}` needs (`data: {{{manifest.dataset_format}: /path}}`)", err=True)
     assess(reports, deviations, strict=strict)
 
 

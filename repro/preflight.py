@@ -213,10 +213,13 @@ def probe_script(node: Node, dataset: Dataset | None = None) -> str:
 Dataset = tuple[str, str]  # (format, directory on every node)
 
 
-def dataset_to_check(manifest: Manifest, hosts: Hosts) -> Dataset | None:
-    """The target's dataset format and the inventory's directory for it; None when it reads none."""
+def dataset_to_check(manifest: Manifest, hosts: Hosts, *, required: bool = True) -> Dataset | None:
+    """The target's dataset format and the inventory's directory for it; None when it reads none, or
+    (not ``required``) when the inventory names no directory for it."""
     fmt = manifest.dataset_format
-    return (fmt, hosts.need_data_dir(fmt, manifest.id)) if fmt else None
+    if not fmt or (not required and hosts.data_dir(fmt) is None):
+        return None
+    return fmt, hosts.need_data_dir(fmt, manifest.id)
 
 
 def dataset_section(dataset: Dataset) -> str:

@@ -249,3 +249,30 @@ def test_the_probe_reports_a_summary_or_the_problem_with_its_fix(tmp_path: Path)
     p = dataset_probe(probe(("imagenet-tfrecord", gone)), ("imagenet-tfrecord", gone))
     assert p.reason == (f"dataset imagenet-tfrecord at {gone}: no directory {gone}; fix: copy the dataset to that "
                         "path on every node, or name where it is: `data: {imagenet-tfrecord: /path}` in the hosts file")
+
+
+# --- repro up: the synthetic variant when asked, and the dataset directory required ------------------------
+
+def test_up_runs_the_declared_synthetic_variant_only_when_asked() -> None:
+    from repro.up import UpOptions, _manifest_and_hosts
+
+    real, _, _ = _manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions())
+    fake, _, _ = _manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions(synthetic=True))
+    assert "--data_dir=/data/tfrecords/" in real.launch.command and real.synthetic_data is None
+    assert "--data_dir=/data/tfrecords/" not in fake.launch.command and fake.synthetic_data
+
+
+def test_up_needs_a_directory_for_the_targets_format(tmp_path: Path) -> None:
+    from repro.errors import InputError
+    from repro.hosts import local_hosts
+    from repro.preflight import dataset_to_check
+
+    m = find_target("paddle-rn50-v100")
+    with pytest.raises(InputError) as e:
+        dataset_to_check(m, local_hosts())
+    assert str(e.value) == ("the local machine (no --hosts file): data: paddle-rn50-v100 reads dataset format "
+                            "imagenet-jpeg-list, and the inventory names no directory for it")
+    assert e.value.hint == ("add `data: {imagenet-jpeg-list: /path/on/every/node}` to the hosts file and give it "
+                            "with --hosts FILE")
+    assert dataset_to_check(m, local_hosts(), required=False) is None
+    assert dataset_to_check(find_target("torch-rn50-cpu"), local_hosts()) is None
