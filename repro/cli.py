@@ -127,18 +127,21 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.argument("target")
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) -> None:
-    """Dry run: image, container options and exact command for every cell and node."""
-    from repro.hosts import load_hosts
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool) -> None:
+    """Dry run: image, container options and exact command for every cell and node (without --hosts:
+    placeholder nodes and dataset path, said so)."""
     from repro.manifest import find_target
-    from repro.plan import render_plan, select_cells
+    from repro.manifest import synthetic as synthetic_variant
+    from repro.plan import plan_hosts, render_plan, select_cells
 
     m = find_target(target)
+    m = synthetic_variant(m) if synthetic else m
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
-    click.echo(render_plan(m, load_hosts(hosts_file), cells), nl=False)
+    click.echo(render_plan(m, plan_hosts(m, cells, hosts_file), cells), nl=False)
 
 
 @cli.command()
@@ -407,16 +410,22 @@ def diff(a: str, b: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @reports_errors
 def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
-    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
+    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware
+    and check that TARGET's dataset is where the hosts file says, in its format."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, to_json
 
-    expect = find_target(target).expect if target else {}
+    manifest = find_target(target) if target else None
+    expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
+    dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
     deviations = compare(reports, expect, len(hosts.nodes))
     click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
+    if manifest and manifest.dataset_format and dataset is None:
+        click.echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
+                   f"which `repro up {manifest.id}` needs (`data: {{{manifest.dataset_format}: /path}}`)", err=True)
     assess(reports, deviations, strict=strict)
 
 
@@ -433,11 +442,13 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--json-logs", is_flag=True, help="progress as JSON lines on stderr")
 @click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
 @image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
-       allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None, push: str | None) -> None:
+       synthetic: bool, allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
+       push: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -450,7 +461,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                            build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
     opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
                      resume=resume, fail_fast=fail_fast, out=out, strict=strict,
-                     accept_new_host_keys=accept_new_host_keys, images=images)
+                     accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images)
     progress = make_progress(json_lines=json_logs)
     try:
         result = run_up(target, opts, progress)
