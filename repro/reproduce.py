@@ -19,12 +19,23 @@ from typing import TYPE_CHECKING
 from repro.errors import ReproError
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import ParseResult, Series, parse_file
+from repro.verdict import (
+    DEVIATES,
+    MATCH,
+    MEASURED,
+    NEW_RUN,
+    NO_LOG,
+    NOT_DERIVABLE,
+    REDERIVATION,
+    estimate,
+    judge_new_run,
+    run_tolerance,
+)
 
 if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and need not load YAML
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 
-MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
-MEASURED = "measured"  # a target that reproduces no publication
+__all__ = ["DEVIATES", "MATCH", "MEASURED", "NO_LOG", "NOT_DERIVABLE"]  # the verdicts, defined in repro.verdict
 
 
 @dataclass
@@ -49,6 +60,12 @@ class CellResult:
     speedup: float | None = None
     efficiency: float | None = None
     label: str | None = None
+    kind: str = REDERIVATION  # or NEW_RUN: see repro.verdict
+    low: float | None = None  # a new run's interval (repro.verdict.INTERVAL)
+    high: float | None = None
+    spread_pct: float | None = None  # sample standard deviation of the repeats, % of the figure
+    tolerance_pct: float | None = None
+    tolerance_reason: str = ""
 
     @property
     def column_key(self) -> str:
@@ -99,13 +116,17 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
                    cell.batch_size, cell.value, published_speedup=cell.speedup, label=cell.label,
                    logs=[str(p) for p in logs])
+    r.kind = REDERIVATION if [Path(p) for p in logs] == list(cell.logs) else NEW_RUN
     if not logs:
         r.detail = "; ".join(filter(None, [cell.note, _published_repeats_check(manifest, cell)]))
         return r
     low, high, issues = _measure_logs(manifest, cell, logs, r)
     if r.reproduced is None:
         return r
-    _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    if r.kind == REDERIVATION:
+        _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    else:  # your logs, not the publication's: judged with their own variance
+        _judge_new_run(r, cell, run_tolerance(table.run_tolerance))
     if issues:
         r.detail = "; ".join([r.detail, *issues]).strip("; ")
     return r
@@ -114,11 +135,13 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
 def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellResult:
     """A matrix cell of a target that reproduces no publication: the measured figure only."""
     r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
-                   logs=[str(p) for p in logs])
+                   logs=[str(p) for p in logs], kind=NEW_RUN)
     if logs:
         _, _, issues = _measure_logs(manifest, cell, logs, r)
         if r.reproduced is not None:
             r.verdict, r.detail = MEASURED, "; ".join(issues)
+            est = estimate(r.reproduced, r.repeats)
+            r.low, r.high, r.spread_pct = est.low, est.high, est.spread_pct
     return r
 
 
@@ -168,6 +191,7 @@ def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
 def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool) -> None:
     assert r.reproduced is not None
     pub = float(cell.value)
+    r.tolerance_pct, r.tolerance_reason = cell.tolerance_pct, "re-derivation: the published figure from its own log"
     r.delta_pct = (r.reproduced - pub) / pub * 100
     r.exact = is_exact(r.reproduced, cell.value)
     half_ulp = 0.5 * 10 ** -cell.decimals
@@ -181,6 +205,17 @@ def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | 
     else:
         r.verdict = DEVIATES
         r.detail = f"{r.delta_pct:+.2f}% is outside the {cell.tolerance_pct}% tolerance"
+
+
+def _judge_new_run(r: CellResult, cell: PublishedCell, tolerance: tuple[float, str]) -> None:
+    assert r.reproduced is not None
+    pub = float(cell.value)
+    est = estimate(r.reproduced, r.repeats)
+    r.kind, r.low, r.high, r.spread_pct = NEW_RUN, est.low, est.high, est.spread_pct
+    r.tolerance_pct, r.tolerance_reason = tolerance
+    r.delta_pct = (r.reproduced - pub) / pub * 100
+    r.exact = is_exact(r.reproduced, cell.value)
+    r.verdict, r.detail = judge_new_run(est, pub, r.tolerance_pct)
 
 
 def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:

@@ -17,6 +17,7 @@ import pytest
 from repro.manifest import find_target
 from repro.report import RENDERERS, plot_scaling
 from repro.reproduce import MATCH, NO_LOG, NOT_DERIVABLE, is_exact, reproduce_table, resolve_tables
+from repro.verdict import NEW_RUN, REPRODUCED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,8 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
     first = next(i for i, ln in enumerate(lines) if "total_ips" in ln)
     (tmp_path / short.logs[0].name).write_text("".join(lines[: first + 3]), encoding="utf-8")
     got = {(c.gpus, c.precision): c for c in reproduce_table(m, t, tmp_path).cells}
-    assert got[(one.gpus, one.precision)].verdict == MATCH
+    copied = got[(one.gpus, one.precision)]  # your log, not the publication's: a new run of one repeat
+    assert (copied.kind, copied.verdict) == (NEW_RUN, REPRODUCED) and "no spread known (1 repeat)" in copied.detail
     cut = got[(short.gpus, short.precision)]
     assert cut.verdict == NOT_DERIVABLE and cut.reproduced is None
     assert "insufficient records: found 3, need 6" in cut.detail
