@@ -108,14 +108,14 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
 
 def test_json_csv_and_markdown_forms() -> None:
     results = table("paddle-rn50-v100-2.3")
-    doc = json.loads(RENDERERS["json"](results))
-    assert doc["table"] == "perf-2.3-v100" and doc["unit"] == "images/s"
-    first = doc["cells"][0]
-    for key in ("nodes", "gpus", "precision", "batch_size", "published", "reproduced", "delta_pct", "verdict"):
-        assert key in first
-    assert {(c["gpus"], c["published_text"]) for c in doc["cells"]} >= {(1, "389.12"), (32, "39972.131")}
+    recs = json.loads(RENDERERS["json"](results))
+    assert {r["table"] for r in recs} == {"perf-2.3-v100"} and {r["unit"] for r in recs} == {"images/s"}
+    assert {(c["gpus"], c["published"]) for c in recs} >= {(1, 389.12), (32, 39972.131)}
+    assert recs[0]["log"].startswith("logs/published/")  # relative, never a local absolute path
     csv = RENDERERS["csv"](results).splitlines()
-    assert csv[0].startswith("nodes,gpus,precision,batch_size,published,reproduced,delta_pct,verdict")
+    assert csv[0] == ("table,target,framework,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
+                      "interval_low,interval_high,repeats,spread_pct,delta_pct,verdict,reason,unit,tolerance_pct,"
+                      "tolerance_reason,published_speedup,speedup,efficiency,log")
     assert len(csv) == 7
     md = RENDERERS["md"](results)
     assert "| 1 GPU (1 node)    | 389.12 → 389.118 (exact) match" in md
@@ -140,7 +140,7 @@ def repro(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_report_and_parse() -> None:
     proc = repro("report", "perf-2.3-v100", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert all(c["verdict"] == "match" for c in json.loads(proc.stdout)["cells"])
+    assert all(c["verdict"] == "match" for c in json.loads(proc.stdout))
     bad = repro("report", "no-such-table")
     assert bad.returncode == 2 and "unknown target or published table 'no-such-table'" in bad.stderr
     mx = repro("parse", "logs/published/PaddlePaddle-Perf@9881d04/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/"
