@@ -212,7 +212,7 @@ def _notes(group: Sequence[TableResult]) -> list[str]:
             where = f"{c.target} {row_label(c, cpu).split(' (')[0]} {c.column_key}"
             if len(c.repeats) > 1:
                 notes.append(f"{where}: per-repeat values {', '.join(f'{v:.2f}' for v in c.repeats)}")
-            if c.verdict not in (MATCH, MEASURED) and c.detail:
+            if c.verdict not in (MATCH, MEASURED, REPRODUCED) and c.detail:
                 notes.append(f"{where}: {c.verdict}: {c.detail}")
             notes += [f"{where}: log contradicts manifest: {f}" for f in c.flags]
         notes += [f"non-monotonic scaling: {n}" for n in non_monotonic(r.cells)]
