@@ -351,7 +351,8 @@ def _title(group: Sequence[TableResult]) -> str:
 
 def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: str = "png") -> None:
     """Per publication: published vs reproduced as paired bars per cell with interval whiskers,
-    not-derivable and missing cells marked; below, the scaling efficiency of each column."""
+    not-derivable and missing cells marked; the delta of each cell against its tolerance; the
+    scaling efficiency of each column, reproduced and published."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -359,10 +360,10 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
     from matplotlib.patches import Patch
 
     groups = _groups(results)
-    fig, axes = plt.subplots(2 * len(groups), 1, figsize=(13, 7.5 * len(groups)), dpi=150,
-                             gridspec_kw={"height_ratios": [3, 2] * len(groups)}, squeeze=False)
+    fig, axes = plt.subplots(3 * len(groups), 1, figsize=(13, 10.5 * len(groups)), dpi=150,
+                             gridspec_kw={"height_ratios": [3, 2, 2] * len(groups)}, squeeze=False)
     for gi, group in enumerate(groups):
-        ax, eff = axes[2 * gi][0], axes[2 * gi + 1][0]
+        ax, dev, eff = axes[3 * gi][0], axes[3 * gi + 1][0], axes[3 * gi + 2][0]
         cpu = is_cpu(group[0])
         cells = [c for r in group for c in r.cells]
         cols = list(dict.fromkeys((c.column, c.column_key) for c in cells))
@@ -375,23 +376,43 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                     continue
                 top = max(v for v in (float(c.published) if c.published else None, c.reproduced) if v is not None) \
                     if (c.published or c.reproduced is not None) else 0
+                colour = {**{v: "#2f855a" for v in GOOD}, **{v: "#c53030" for v in BAD}}.get(c.verdict, "#d69e2e")
                 if c.published:
                     ax.bar(x - 0.2, float(c.published), 0.4, color="#9aa5b1", edgecolor="#52606d")
                 if c.reproduced is not None:
                     err = None
                     if c.low is not None and c.high is not None:
                         err = [[max(c.reproduced - c.low, 0)], [max(c.high - c.reproduced, 0)]]
-                    colour = {**{v: "#2f855a" for v in GOOD}, **{v: "#c53030" for v in BAD}}.get(c.verdict, "#d69e2e")
                     ax.bar(x + 0.2, c.reproduced, 0.4, color=colour, yerr=err, capsize=3, ecolor="black")
                 if c.verdict not in GOOD:
                     ax.annotate("missing (no log)" if c.verdict == NO_LOG else c.verdict, (x + 0.2, top or 1), xytext=(0, 4), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7, rotation=90,
                                 color="#c53030" if c.verdict in BAD else "#975a16")
+                if c.delta_pct is not None and c.published:
+                    pub = float(c.published)
+                    err = None
+                    if c.low is not None and c.high is not None:
+                        err = [[max(c.delta_pct - (c.low - pub) / pub * 100, 0)],
+                               [max((c.high - pub) / pub * 100 - c.delta_pct, 0)]]
+                    dev.errorbar([x], [c.delta_pct], yerr=err, fmt="o", color=colour, ecolor="black", capsize=3)
+                    if c.tolerance_pct is not None:
+                        dev.fill_between([x - 0.45, x + 0.45], -c.tolerance_pct, c.tolerance_pct, color="#2f855a",
+                                         alpha=0.12, linewidth=0)
+                elif c.verdict not in GOOD:
+                    dev.annotate("missing" if c.verdict == NO_LOG else c.verdict, (x, 0), ha="center", fontsize=7,
+                                 rotation=90, va="center", color="#975a16")
                 labels.append(f"{gpus}{'w' if cpu else 'g'}")
                 pos.append(x)
                 x += 1
             x += 0.6
         ax.set_xticks(pos, labels, fontsize=8)
+        dev.set_xticks(pos, labels, fontsize=8)
+        dev.set_xlim(ax.get_xlim())
+        dev.axhline(0, color="grey", linewidth=1)
+        dev.set_ylabel("reproduced − published (%)")
+        dev.set_title("Delta from the published figure; whiskers: the interval, green band: the tolerance",
+                      fontsize=10)
+        dev.grid(True, axis="y", alpha=0.3)
         # framework and precision under each group of bars
         starts = 0
         for col in cols:
@@ -402,6 +423,9 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                             xycoords=("data", "axes fraction"), ha="center", va="top", fontsize=7)
                 starts += n
         ax.set_yscale("log")
+        values = [v for c in cells for v in (float(c.published) if c.published else None, c.reproduced) if v]
+        if values:
+            ax.set_ylim(min(values) / 2, max(values) * 6)  # room for the marks above the bars
         ax.set_ylabel((group[0].table.unit if group[0].table else "images/s") + " (log scale)")
         ax.set_title(_title(group), fontsize=11)
         ax.grid(True, axis="y", alpha=0.3)
@@ -414,7 +438,13 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
             pts = sorted((c.gpus, c.efficiency) for c in cells
                          if (c.column, c.column_key) == col and c.efficiency is not None)
             if len(pts) > 1:
-                eff.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", label=f"{col[0]} {col[1]}")
+                line, = eff.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", label=f"{col[0]} {col[1]}")
+                pub = sorted((c.gpus, float(c.published)) for c in cells
+                             if (c.column, c.column_key) == col and c.published)
+                if len(pub) > 1:
+                    g0, v0 = pub[0]
+                    eff.plot([g for g, _ in pub], [v / v0 / (g / g0) * 100 for g, v in pub], "--",
+                             color=line.get_color(), alpha=0.6)
         ticks = sorted({g for g, _ in rows})
         eff.set_xscale("log", base=2)
         eff.set_xticks(ticks, [str(t) for t in ticks])
@@ -422,7 +452,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         eff.axhline(100, color="grey", linestyle=":", linewidth=1)
         eff.set_ylabel("scaling efficiency (% of linear)")
         eff.set_xlabel("workers" if cpu else "GPUs")
-        eff.set_title("Scaling efficiency of the reproduced figures", fontsize=10)
+        eff.set_title("Scaling efficiency: reproduced (solid), published (dashed)", fontsize=10)
         eff.grid(True, alpha=0.3)
         if eff.lines[1:]:
             eff.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
