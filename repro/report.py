@@ -182,11 +182,20 @@ def _tables(group: Sequence[TableResult], text: Any, width: int | None) -> list[
 
     if width is None:
         return [render([h for _, heads in frameworks for h in heads]), ""]
-    out, chunk = [], []
-    for _, heads in frameworks:
-        for h in heads:  # a framework's columns together while they fit, else one by one
-            trial = render([*chunk, h])
-            if chunk and max(map(_visible_len, trial.splitlines())) > width:
+    def fits(heads: list[str]) -> bool:
+        return max(map(_visible_len, render(heads).splitlines())) <= width
+
+    out: list[str] = []
+    chunk: list[str] = []
+    for _, heads in frameworks:  # whole frameworks side by side while they fit; a wide one column by column
+        if fits([*chunk, *heads]):
+            chunk += heads
+            continue
+        if chunk:
+            out += [render(chunk), ""]
+            chunk = []
+        for h in heads:
+            if chunk and not fits([*chunk, h]):
                 out += [render(chunk), ""]
                 chunk = []
             chunk.append(h)
@@ -200,8 +209,8 @@ def _visible_len(line: str) -> int:
 def _scaling_text(c: CellResult) -> str:
     if c.speedup is None:
         return ""
-    pub = f"published {c.published_speedup}, " if c.published_speedup else ""
-    return f"{pub}reproduced {c.speedup:.2f} ({c.efficiency:.0%} of linear)"
+    pub = f"; published x{c.published_speedup}" if c.published_speedup else ""
+    return f"x{c.speedup:.2f} ({c.efficiency:.0%} of linear{pub})"
 
 
 def _notes(group: Sequence[TableResult]) -> list[str]:
