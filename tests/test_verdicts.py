@@ -262,3 +262,16 @@ def test_cpu_targets_count_workers(tmp_path: Path) -> None:
     assert table[0].startswith("| workers ") and table[2].startswith("| 1 worker (1 node) ")
     assert not any("GPU" in ln for ln in table)
     assert records([got])[0]["device"] == "CPU"
+
+
+def test_html_of_a_sealed_run_shows_its_environment_against_the_publication(tmp_path: Path) -> None:
+    from test_provenance import make_run
+
+    run = make_run(tmp_path, driver_on_last="470.82.01")
+    code, page = report(str(run.path), "--format", "html")
+    assert code == 0, page[-2000:]
+    assert "<h2>Environment and deviations from the published hardware</h2>" in page
+    env = page.split("<h2>Environment")[1]
+    assert "<td class=l>gpu_model</td><td class=l>ok</td>" in env
+    assert "<td class=l>driver</td><td class=l>drift</td>" in env  # one node's driver differs
+    assert "href='cells/1n1g-fp32-bs256/r1/0-node0.log'" in page
