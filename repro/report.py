@@ -30,6 +30,7 @@ from repro.verdict import (
     NEW_RUN,
     NO_LOG,
     NOT_DERIVABLE,
+    REDERIVATION,
     REPRODUCED,
     SLOWER,
     exit_code,
@@ -505,14 +506,15 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
         recs = records(group)
         heads = ["target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict", "reason", "log"]
         rows = []
-        for rec in recs:
+        for rec, c in zip(recs, (c for r in group for c in r.cells)):
             interval = (f"{rec['interval_low']:.2f} .. {rec['interval_high']:.2f}"
                         if rec["interval_low"] is not None else "")
             unit = "worker" if rec["device"] == "CPU" else "GPU"
             log = rec["log"]
             delta = "" if rec["delta_pct"] is None else f"{rec['delta_pct']:+.2f}"
-            link = f"<a href='{e(log)}'>{e(log)}</a>" if log else ""
-            reproduced = _fmt(rec["reproduced"], 2) if rec["reproduced"] is not None else ""
+            link = f"<a href='{e(log)}'>{e(Path(log).name)}</a>" if log else ""
+            digits = 2 if rec["kind"] != REDERIVATION or c.published is None else len(c.published.partition(".")[2]) + 1
+            reproduced = _fmt(rec["reproduced"], digits) if rec["reproduced"] is not None else ""
             published = "" if rec["published"] is None else rec["published"]
             rows.append(
                 f"<tr style='background:{HTML_COLOUR.get(rec['verdict'], '#fff')}'>"
