@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,9 @@ def _paint(text: str, verdict: str, colour: bool) -> str:
 
 def cell_text(c: CellResult, colour: bool = False) -> str:
     verdict = _paint(c.verdict, c.verdict, colour)
-    spread = f" ±{(c.high - c.low) / 2 / c.reproduced:.1%}" if c.low is not None and c.high is not None and c.reproduced else ""
+    spread = ""
+    if c.low is not None and c.high is not None and c.reproduced:
+        spread = f" ±{(c.high - c.low) / 2 / c.reproduced:.1%}"
     if c.published is None:
         if c.reproduced is None:
             return f"— ({verdict})" if c.verdict != NO_LOG else "—"
@@ -159,7 +161,7 @@ def _grid(group: Sequence[TableResult], text: Any) -> tuple[list[str], list[tupl
         for c in r.cells:
             label = row_label(c, cpu)
             rows[(c.gpus, c.nodes)] = label
-            fw = c.column if several or r.table else c.column
+            fw = c.column
             head = f"{fw} {c.column_key}" if several else c.column_key
             frameworks.setdefault(fw, [])
             if head not in frameworks[fw]:
@@ -381,7 +383,8 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         x, labels, pos = 0.0, [], []
         for col in cols:
             for gpus, nodes in rows:
-                c = next((c for c in cells if (c.column, c.column_key) == col and (c.gpus, c.nodes) == (gpus, nodes)), None)
+                c = next((c for c in cells if (c.column, c.column_key) == col and (c.gpus, c.nodes) == (gpus, nodes)),
+                         None)
                 if c is None:
                     continue
                 top = max(v for v in (float(c.published) if c.published else None, c.reproduced) if v is not None) \
@@ -395,7 +398,8 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                         err = [[max(c.reproduced - c.low, 0)], [max(c.high - c.reproduced, 0)]]
                     ax.bar(x + 0.2, c.reproduced, 0.4, color=colour, yerr=err, capsize=3, ecolor="black")
                 if c.verdict not in GOOD:
-                    ax.annotate("missing (no log)" if c.verdict == NO_LOG else c.verdict, (x + 0.2, top or 1), xytext=(0, 4), textcoords="offset points",
+                    ax.annotate("missing (no log)" if c.verdict == NO_LOG else c.verdict, (x + 0.2, top or 1),
+                                xytext=(0, 4), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7, rotation=90,
                                 color="#c53030" if c.verdict in BAD else "#975a16")
                 if c.delta_pct is not None and c.published:
@@ -494,17 +498,20 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
         t = group[0].table
         if t:
             cite = t.cite
-            url = f"{cite['repository']}/blob/{cite['commit']}/{cite['path']}" if "github.com" in cite["repository"] else ""
+            url = (f"{cite['repository']}/blob/{cite['commit']}/{cite['path']}"
+                   if "github.com" in cite["repository"] else "")
             parts.append(f"<h1>{e(t.id)}: {e(cite['title'])}</h1><p>Published in "
                          + (f"<a href='{e(url)}'>{e(cite['repository'])}</a>" if url else e(cite["repository"]))
-                         + f" @ <code>{e(cite['commit'][:12])}</code> <code>{e(cite['path'])}</code> ({e(t.unit)}).</p>")
+                         + f" @ <code>{e(cite['commit'][:12])}</code> <code>{e(cite['path'])}</code>"
+                         + f" ({e(t.unit)}).</p>")
             parts.append(f"<p>{e(_kind_text(group))}</p>")
         else:
             parts.append(f"<h1>{e(group[0].manifest.id)}: {e(group[0].manifest.title)}</h1>"
                          "<p>Measured only: this target reproduces no publication.</p>")
         parts.append("<ul>" + "".join(f"<li><code>{e(protocol_text(r))}</code></li>" for r in group) + "</ul>")
         recs = records(group)
-        heads = ["target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict", "reason", "log"]
+        heads = ["target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict", "reason",
+                 "log"]
         rows = []
         for rec, c in zip(recs, (c for r in group for c in r.cells)):
             interval = (f"{rec['interval_low']:.2f} .. {rec['interval_high']:.2f}"

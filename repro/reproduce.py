@@ -35,7 +35,6 @@ from repro.verdict import (
 if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and need not load YAML
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 
-__all__ = ["DEVIATES", "MATCH", "MEASURED", "NO_LOG", "NOT_DERIVABLE"]  # the verdicts, defined in repro.verdict
 
 
 @dataclass
