@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and ne
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 
 
-
 @dataclass
 class CellResult:
     target: str
