@@ -2,9 +2,10 @@
 
 For each published cell: parse its log(s) with the manifest's parser, measure each
 log with the cell's protocol, aggregate repeats as the publication did, and give a
-verdict. The verdict never rounds a number into a match: a published figure that
-lies outside every record of its log cannot be derived from that log, whatever the
-tolerance says.
+verdict. With the publication's own logs that is a re-derivation, and the verdict never
+rounds a number into a match: a published figure that lies outside every record of its
+log cannot be derived from that log, whatever the tolerance says. With other logs (a run
+directory, your own) it is a new run, judged by its repeats' own variance (repro.verdict).
 """
 
 from __future__ import annotations
