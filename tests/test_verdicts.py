@@ -53,13 +53,12 @@ IPS = re.compile(rb"(_ips : )(\d+\.\d+)")
 
 
 def scaled_run(root: Path, factor: float, noise: float, repeats: int = 5, seed: int = 17,
-               factors: list[float] | None = None) -> RunDir:
+               factors: list[float] | None = None, target: str = TARGET) -> RunDir:
     """A run directory whose rank-0 logs are the published logs, scaled by ``factor`` x (1 + N(0, noise))
     in each repeat (or by the given ``factors``, one per repeat)."""
     rng = random.Random(seed)
     factors = factors or [factor * (1 + rng.gauss(0, noise)) for _ in range(repeats)]
     repeats = len(factors)
-    target = TARGET
     m = find_target(target)
     m = dataclasses.replace(m, matrix={**m.matrix, "repeats": repeats})
     run = RunDir.create(root, m, Hosts((Node("node0", "10.0.0.1", user="root"),)))
@@ -275,3 +274,19 @@ def test_html_of_a_sealed_run_shows_its_environment_against_the_publication(tmp_
     assert "<td class=l>gpu_model</td><td class=l>ok</td>" in env
     assert "<td class=l>driver</td><td class=l>drift</td>" in env  # one node's driver differs
     assert "href='cells/1n1g-fp32-bs256/r1/0-node0.log'" in page
+
+
+def test_a_declared_run_tolerance_and_its_reason_are_used(tmp_path: Path) -> None:
+    text = (REPO / "manifests" / f"{TARGET}.yaml").read_text(encoding="utf-8")
+    declared = ('    unit: images/s\n    run_tolerance: {pct: 5, reason: "this site accepts 5 % slower nodes"}\n')
+    assert text.count("    unit: images/s\n") == 1
+    path = tmp_path / f"{TARGET}.yaml"
+    path.write_text(text.replace("    unit: images/s\n", declared), encoding="utf-8")
+    run = scaled_run(tmp_path / "runs", 0.97, 0.003, target=str(path))
+    got = records([reproduce_run(run.path)])
+    assert {(r["verdict"], r["tolerance_pct"], r["tolerance_reason"]) for r in got} == {
+        (REPRODUCED, 5.0, "this site accepts 5 % slower nodes")}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("    unit: images/s\n", "    unit: images/s\n    run_tolerance: {pct: 5}\n"))
+    with pytest.raises(UsageError, match="run_tolerance"):
+        find_target(str(bad))
