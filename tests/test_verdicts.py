@@ -290,3 +290,21 @@ def test_a_declared_run_tolerance_and_its_reason_are_used(tmp_path: Path) -> Non
     bad.write_text(text.replace("    unit: images/s\n", "    unit: images/s\n    run_tolerance: {pct: 5}\n"))
     with pytest.raises(UsageError, match="run_tolerance"):
         find_target(str(bad))
+
+
+def test_the_end_of_up_writes_the_html_and_gives_the_verdicts(tmp_path: Path) -> None:
+    from test_provenance import make_run
+
+    from repro.provenance import load_record
+    from repro.up import UpResult, finish
+
+    run = make_run(tmp_path)
+    result = UpResult(run, find_target(TARGET), record=load_record(run.file("provenance.json")), done=6)
+    text = finish(result)
+    assert result.verdicts == [REPRODUCED] * 6 and exit_code(result.verdicts) == 0
+    table = text.split(f"\nrun {run.path}")[0]  # the closing lines name paths, as long as they are
+    assert "| GPUs " in table and max(map(len, table.splitlines())) <= 120
+    assert f"report {run.file('report.html')}" in text
+    page = run.file("report.html").read_text()
+    assert "src='data:image/png;base64," in page and "<td class=l>gpu_model</td><td class=l>ok</td>" in page
+    assert "report.html" in run.file("SHA256SUMS").read_text()
