@@ -475,9 +475,6 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
     plt.close(fig)
 
 
-plot_scaling = plot_report  # the name `repro up` and older callers use
-
-
 # ------------------------------------------------------------------ HTML
 HTML_STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#1a202c}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from repro.manifest import find_target
-from repro.report import RENDERERS, plot_scaling
+from repro.report import RENDERERS, plot_report
 from repro.reproduce import MATCH, NO_LOG, NOT_DERIVABLE, is_exact, reproduce_table, resolve_tables
 from repro.verdict import NEW_RUN, REPRODUCED
 
@@ -129,7 +129,7 @@ def test_is_exact_rounds_the_decimal_figure_half_up() -> None:
 
 def test_plot_is_a_png(tmp_path: Path) -> None:
     out = tmp_path / "scaling.png"
-    plot_scaling(table("perf-2.5-v100"), out)
+    plot_report(table("perf-2.5-v100"), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
 
 
