@@ -338,7 +338,8 @@ def result_checks(run: RunDir, record: Mapping[str, Any]) -> list[Check]:
 
     try:
         now = {_cell_id(c.__dict__): c.reproduced for c in reproduce_run(run.path).cells}
-        saved = {_cell_id(c): c.get("reproduced") for c in json.loads(run.file("report.json").read_text())["cells"]}
+        doc = json.loads(run.file("report.json").read_text())
+        saved = {_cell_id(c): c.get("reproduced") for c in (doc["cells"] if isinstance(doc, dict) else doc)}
     except (ReproError, OSError, ValueError, KeyError) as e:
         return out + [Check("results", "report.json", TAMPERED, detail=f"cannot be re-derived: {e}")]
     differ = sorted(k for k in set(now) | set(saved) if not _close(now.get(k), saved.get(k)))

@@ -19,6 +19,7 @@ import click
 
 from repro import __version__
 from repro.errors import InputError, ReproError, UsageError
+from repro.verdict import EXIT_HELP, FAIL_ON
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -199,7 +200,7 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
     return None
 
 
-@cli.command()
+@cli.command(epilog=EXIT_HELP)
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--published", "table_id", help="which published table of the target (default: its first)")
 @click.option("--from-logs", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -207,33 +208,63 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
                    "each log goes to the cell its content fits")
 @click.option("--map", "maps", multiple=True, metavar="CELL=FILE",
               help="use FILE for CELL ([TARGET/]NnMg-PRECISION-bsB, as the report's detail names it); repeatable")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write a scaling chart (PNG)")
+@click.option("--format", "fmt", type=click.Choice(["text", "md", "csv", "json", "junit", "html"]), default="text",
+              show_default=True, help="text fits 120 columns (colour on a terminal); md is full width; csv and json "
+              "are tidy records; junit is one testcase per cell; html is one self-contained page")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write the chart (PNG)")
+@click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
 @reports_errors
 def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, maps: tuple[str, ...], fmt: str,
-           plot: Path | None) -> None:
-    """Re-derive published tables from raw logs, side by side with the published figures.
+           plot: Path | None, fail_on: str | None) -> None:
+    """Compare published tables with logs: re-derivation from the publication's own logs, or a new run
+    (your logs, a run directory) judged with its repeats' own variance.
 
     TARGETS are target ids, or the id of a published table several targets share
     (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
     from repro.archive import is_run_path, opened_run
-    from repro.report import RENDERERS, plot_scaling
+    from repro.report import RENDERERS, plot_report, render_html, render_junit, render_text
     from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
     from repro.userlogs import parse_maps, scan_logs
+    from repro.verdict import exit_code, parse_fail_on
 
+    failing = parse_fail_on(fail_on)
     mapped = parse_maps(maps)
+    environment: list[Any] = []
     if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
         with opened_run(Path(targets[0])) as run:
             results = [reproduce_run(run.path, table_id, source=targets[0])]
+            if fmt == "html":
+                environment = _run_environment(run, results[0].manifest)
     else:
         tree = scan_logs(from_logs) if from_logs else None  # read once for every table
         results = [reproduce_table(m, t, tree, mapped) for m, t in resolve_tables(targets, table_id)]
-    click.echo(RENDERERS[fmt](results), nl=False)
+    if fmt == "text":
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(results, colour=colour), nl=False, color=colour)
+    elif fmt == "junit":
+        click.echo(render_junit(results, failing), nl=False)
+    elif fmt == "html":
+        click.echo(render_html(results, environment=environment, fail_on=failing), nl=False)
+    else:
+        click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
-        plot_scaling(results, plot)
+        plot_report(results, plot)
         click.echo(f"plot written to {plot}", err=True)
+    sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
+
+
+def _run_environment(run: Any, manifest: Any) -> list[Any]:
+    """A run's environment against its publication's, from its provenance record (none: empty)."""
+    from repro.audit import environment_checks
+    from repro.errors import ProvenanceError
+    from repro.provenance import load_record
+
+    try:
+        return environment_checks(load_record(run.file("provenance.json")), manifest)
+    except ProvenanceError:
+        return []
 
 
 def image_options(fn: F) -> F:
@@ -443,19 +474,24 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
+@click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
 @image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
-       synthetic: bool, allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
-       push: str | None) -> None:
+       synthetic: bool, fail_on: str | None, allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None,
+       wheels: Path | None, push: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
+    It ends with `repro report`'s exit status for the run's table (5 when a repeat failed).
     """
     from repro.images import BuildOptions, ImagesOptions
     from repro.progress import make_progress
     from repro.up import Interrupted, UpOptions, finish, up as run_up
+    from repro.verdict import exit_code, parse_fail_on
+
+    failing = parse_fail_on(fail_on)
 
     images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,
                            build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
@@ -473,9 +509,11 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
         sys.exit(130)
     finally:
         progress.close()
-    click.echo(finish(result), nl=False)
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    click.echo(finish(result, colour=colour), nl=False, color=colour)
     if result.failed:
         sys.exit(5)
+    sys.exit(exit_code(result.verdicts, failing))
 
 
 def main() -> None:

@@ -81,7 +81,7 @@ def side_from_run(run: RunDir) -> Side:
     unit = manifest.published[0].unit if manifest.published else ""
     try:
         report = json.loads(run.file("report.json").read_text(encoding="utf-8"))
-        results = {_cell(c): c.get("reproduced") for c in report["cells"]}
+        results = {_cell(c): c.get("reproduced") for c in (report["cells"] if isinstance(report, dict) else report)}
     except (OSError, ValueError, KeyError):
         if manifest.published:
             from repro.reproduce import reproduce_run

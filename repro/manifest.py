@@ -100,6 +100,7 @@ class PublishedTable:
     cells: tuple[PublishedCell, ...]
     column: str | None = None
     logs_dir: Path | None = None
+    run_tolerance: Mapping[str, Any] | None = None  # a new run's tolerance: {pct, reason}
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,8 @@ def _build(doc: YamlDoc) -> Manifest:
             for c in t["cells"]
         )
         tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"], tolerance_pct=t["tolerance_pct"],
-                                     cells=cells, column=t.get("column"), logs_dir=logs_dir))
+                                     cells=cells, column=t.get("column"), logs_dir=logs_dir,
+                                     run_tolerance=t.get("run_tolerance")))
     return Manifest(
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
         sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],

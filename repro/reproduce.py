@@ -2,13 +2,15 @@
 
 For each published cell: parse its log(s) with the manifest's parser, measure each
 log with the cell's protocol, aggregate repeats as the publication did, and give a
-verdict. The verdict never rounds a number into a match: a published figure that
-lies outside every record of its log cannot be derived from that log, whatever the
-tolerance says.
+verdict. With the publication's own logs that is a re-derivation, and the verdict never
+rounds a number into a match: a published figure that lies outside every record of its
+log cannot be derived from that log, whatever the tolerance says. With other logs (a run
+directory, your own) it is a new run, judged by its repeats' own variance (repro.verdict).
 """
 
 from __future__ import annotations
 
+import filecmp
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
@@ -20,12 +22,21 @@ from repro.errors import ReproError
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.parsers import PARSERS, ParseResult, Series, parse_file
 from repro.userlogs import LogTree, cell_logs, mapped_for, scan_logs
+from repro.verdict import (
+    DEVIATES,
+    MATCH,
+    MEASURED,
+    NEW_RUN,
+    NO_LOG,
+    NOT_DERIVABLE,
+    REDERIVATION,
+    estimate,
+    judge_new_run,
+    run_tolerance,
+)
 
 if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and need not load YAML
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
-
-MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
-MEASURED = "measured"  # a target that reproduces no publication
 
 
 @dataclass
@@ -50,6 +61,12 @@ class CellResult:
     speedup: float | None = None
     efficiency: float | None = None
     label: str | None = None
+    kind: str = REDERIVATION  # or NEW_RUN: see repro.verdict
+    low: float | None = None  # a new run's interval (repro.verdict.INTERVAL)
+    high: float | None = None
+    spread_pct: float | None = None  # sample standard deviation of the repeats, % of the figure
+    tolerance_pct: float | None = None
+    tolerance_reason: str = ""
 
     @property
     def column_key(self) -> str:
@@ -106,17 +123,39 @@ def _floor(result: ParseResult) -> int:
     return PARSERS.get(result.parser).min_records if result.parser else 1
 
 
-def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCell, logs: Sequence[Path]) -> CellResult:
+def _are_published_logs(logs: Sequence[Path], published: Sequence[Path]) -> bool:
+    """Whether ``logs`` are the publication's own logs of a cell: the same files, or copies of them
+    byte for byte (a tree of the publisher's logs given to --from-logs is still a re-derivation)."""
+    logs, published = [Path(p) for p in logs], [Path(p) for p in published]
+    if logs == published:
+        return True
+    if len(logs) != len(published):
+        return False
+    try:
+        return all(a.stat().st_size == b.stat().st_size and filecmp.cmp(a, b, shallow=False)
+                   for a, b in zip(logs, published))
+    except OSError:
+        return False
+
+
+def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCell, logs: Sequence[Path],
+                   kind: str | None = None) -> CellResult:
+    """Judge one published cell on ``logs``: a re-derivation when they are the publication's own logs
+    (or byte-identical copies), otherwise (or when ``kind`` says so: a run) a new run."""
     r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
                    cell.batch_size, cell.value, published_speedup=cell.speedup, label=cell.label,
                    logs=[str(p) for p in logs])
+    r.kind = kind or (REDERIVATION if _are_published_logs(logs, cell.logs) else NEW_RUN)
     if not logs:
         r.detail = "; ".join(filter(None, [cell.note, _published_repeats_check(manifest, cell)]))
         return r
     low, high, issues = _measure_logs(manifest, cell, logs, r)
     if r.reproduced is None:
         return r
-    _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    if r.kind == REDERIVATION:
+        _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+    else:  # your logs, not the publication's: judged with their own variance
+        _judge_new_run(r, cell, run_tolerance(table.run_tolerance))
     if issues:
         r.detail = "; ".join([r.detail, *issues]).strip("; ")
     return r
@@ -125,11 +164,13 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
 def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellResult:
     """A matrix cell of a target that reproduces no publication: the measured figure only."""
     r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
-                   logs=[str(p) for p in logs])
+                   logs=[str(p) for p in logs], kind=NEW_RUN)
     if logs:
         _, _, issues = _measure_logs(manifest, cell, logs, r)
         if r.reproduced is not None:
             r.verdict, r.detail = MEASURED, "; ".join(issues)
+            est = estimate(r.reproduced, r.repeats)
+            r.low, r.high, r.spread_pct = est.low, est.high, est.spread_pct
     return r
 
 
@@ -179,6 +220,7 @@ def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
 def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool) -> None:
     assert r.reproduced is not None
     pub = float(cell.value)
+    r.tolerance_pct, r.tolerance_reason = cell.tolerance_pct, "re-derivation: the published figure from its own log"
     r.delta_pct = (r.reproduced - pub) / pub * 100
     r.exact = is_exact(r.reproduced, cell.value)
     half_ulp = 0.5 * 10 ** -cell.decimals
@@ -192,6 +234,17 @@ def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | 
     else:
         r.verdict = DEVIATES
         r.detail = f"{r.delta_pct:+.2f}% is outside the {cell.tolerance_pct}% tolerance"
+
+
+def _judge_new_run(r: CellResult, cell: PublishedCell, tolerance: tuple[float, str]) -> None:
+    assert r.reproduced is not None
+    pub = float(cell.value)
+    est = estimate(r.reproduced, r.repeats)
+    r.kind, r.low, r.high, r.spread_pct = NEW_RUN, est.low, est.high, est.spread_pct
+    r.tolerance_pct, r.tolerance_reason = tolerance
+    r.delta_pct = (r.reproduced - pub) / pub * 100
+    r.exact = is_exact(r.reproduced, cell.value)
+    r.verdict, r.detail = judge_new_run(est, pub, r.tolerance_pct)
 
 
 def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
@@ -252,7 +305,8 @@ def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | N
         cells = [measure_cell(manifest, c, logs_of(c.key)) for c in manifest.cells() if c.key in state]
     else:
         cells = [reproduce_cell(manifest, table, pc, logs_of(Cell(pc.nodes, pc.gpus // pc.nodes, pc.precision,
-                                                                   pc.batch_size).key)) for pc in table.cells]
+                                                                   pc.batch_size).key), NEW_RUN)
+                 for pc in table.cells]
     for c in cells:
         c.logs = [Path(p).relative_to(run.path).as_posix() for p in c.logs]
     _add_scaling(manifest, cells)

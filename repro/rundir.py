@@ -7,7 +7,8 @@
       hosts.yaml                           the inventory it ran on
       state.json                           per cell and repeat: pending | running | done | failed (+ why)
       cells/<cell-key>/r<k>/<rank>-<node>.log   one log per node, cell and repeat (k from 1, rank 0 first)
-      report.md  report.csv  report.json   the table re-derived from the rank-0 logs
+      report.md  report.csv  report.json   the table compared from the rank-0 logs
+      report.png  report.html              its chart, and one self-contained page with both
       provenance.json                      what ran where (schema repro/schemas/provenance.v1.json)
       provenance.intoto.json               the same as an in-toto Statement (SLSA Provenance v1)
       SHA256SUMS                           ``sha256sum -c`` format, every file but itself

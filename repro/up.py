@@ -67,6 +67,7 @@ class UpResult:
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     cell_seconds: float = 0.0
+    verdicts: list[str] = field(default_factory=list)  # one per cell of the run's table, once finished
 
 
 def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, Hosts, RunDir | None]:
@@ -291,27 +292,36 @@ def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeRes
                                    exit_code=r.exit_code, workdir=result.manifest.launch.workdir, log=r.log)
 
 
-def finish(result: UpResult) -> str:
+def finish(result: UpResult, *, colour: bool = False) -> str:
     """Parse the run's logs with the manifest's protocol, write the reports into the run
-    directory, and return the table with a closing summary for the CLI to print."""
-    from repro.report import RENDERERS, plot_scaling
+    directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
+    and return the table with a closing summary for the CLI to print."""
+    from repro.audit import environment_checks
+    from repro.report import RENDERERS, plot_report, render_html, render_text
     from repro.reproduce import reproduce_run
 
     from repro import archive
 
     run = result.run
     table = reproduce_run(run.path)
+    result.verdicts = [c.verdict for c in table.cells]
     for fmt, render in RENDERERS.items():
         run.write_text(f"report.{fmt}", render([table]))
-    plot_scaling([table], run.file("report.png"))
+    plot_report([table], run.file("report.png"))
+    try:  # the environment against the publication's, as far as the record has it
+        environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
+    except (KeyError, TypeError, ValueError):
+        environment = []
+    run.write_text("report.html", render_html([table], environment=environment))
     _seal(result, ignore)
     packed = archive.create(run)
     overhead = result.seconds - result.cell_seconds
     summary = (f"\nrun {run.path}: {result.done} repeat(s) done, {len(result.failed)} failed"
                + (f" ({', '.join(result.failed)})" if result.failed else "")
                + f"; {result.seconds:.0f} s in all, {result.cell_seconds:.0f} s in cells\n")
+    summary += f"report {run.file('report.html')}\n"
     summary += f"archive {packed} (check it with: repro audit {packed})\n"
     if result.failed:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
-    return RENDERERS["md"]([table]) + summary
+    return render_text([table], colour=colour) + summary

@@ -88,8 +88,8 @@ def test_report_and_audit_from_archive_anywhere(archive: Path, tmp_path: Path) -
     shutil.copy(checksum_file(archive), checksum_file(moved))
     res = CliRunner().invoke(cli, ["report", str(moved), "--format", "json"])
     assert res.exit_code == 0, res.output
-    cells = json.loads(res.output)["cells"]
-    assert len(cells) == 6 and {c["verdict"] for c in cells} == {"match"}
+    cells = json.loads(res.output)
+    assert len(cells) == 6 and {c["verdict"] for c in cells} == {"reproduced"}
     code, out = audit_exit(moved)
     assert code == 0, out
     assert not list(tmp_path.glob("elsewhere/*/"))  # nothing unpacked beside it
@@ -145,7 +145,7 @@ def test_resealed_checksums_still_caught(run: RunDir) -> None:
 def test_edited_report_with_consistent_digests_is_caught(run: RunDir) -> None:
     """Even with every digest recomputed, report.json must still follow from the logs."""
     report = json.loads(run.file("report.json").read_text())
-    report["cells"][0]["reproduced"] *= 1.10
+    report[0]["reproduced"] *= 1.10
     run.write_json("report.json", report)
     record = provenance.load_record(run.file("provenance.json"))
     record["results"]["report.json"] = hashlib.sha256(run.file("report.json").read_bytes()).hexdigest()

@@ -230,16 +230,18 @@ def test_run_rederives_the_published_table(sealed: RunDir) -> None:
     m = find_target(TARGET)
     from_run = reproduce_run(sealed.path)
     bundled = reproduce_table(m, m.table())
-    assert [(c.reproduced, c.verdict) for c in from_run.cells] == [(c.reproduced, c.verdict) for c in bundled.cells]
-    assert all(c.verdict == "match" for c in from_run.cells)
+    assert [c.reproduced for c in from_run.cells] == [c.reproduced for c in bundled.cells]
+    assert all(c.verdict == "match" for c in bundled.cells)  # re-derived from the publication's own logs
+    # the same logs in a run directory are a new run of one repeat each: reproduced, no spread known
+    assert all(c.verdict == "reproduced" and "no spread known" in c.detail for c in from_run.cells)
     assert from_run.cells[0].logs == ["cells/1n1g-fp32-bs256/r1/0-node0.log"]
 
 
 def test_cli_report_reads_a_run_directory(sealed: RunDir) -> None:
     res = CliRunner().invoke(cli, ["report", str(sealed.path), "--format", "json"])
     assert res.exit_code == 0, res.output
-    assert [c["reproduced"] for c in json.loads(res.output)["cells"]] == \
-        [c["reproduced"] for c in json.loads(sealed.file("report.json").read_text())["cells"]]
+    assert [c["reproduced"] for c in json.loads(res.output)] == \
+        [c["reproduced"] for c in json.loads(sealed.file("report.json").read_text())]
 
 
 def test_audit_of_a_faithful_run_is_clean(sealed: RunDir) -> None:

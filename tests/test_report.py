@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from repro.manifest import find_target
-from repro.report import RENDERERS, plot_scaling
+from repro.report import RENDERERS, plot_report
 from repro.reproduce import MATCH, NO_LOG, NOT_DERIVABLE, is_exact, reproduce_table, resolve_tables
+from repro.verdict import NEW_RUN, REPRODUCED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,13 +91,15 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
     m = find_target("ngc-tf1-rn50-v100-2.3")
     t = m.table()
     one, short = t.cells[0], t.cells[1]
-    shutil.copy(one.logs[0], tmp_path / one.logs[0].name)
+    # your own log of that cell (one more line than the publication's): a new run, not a re-derivation
+    (tmp_path / one.logs[0].name).write_bytes(one.logs[0].read_bytes() + b"\n")
     # a run cut off after its first displayed records: fewer than the protocol skips
     lines = short.logs[0].read_text(encoding="utf-8").splitlines(keepends=True)
     first = next(i for i, ln in enumerate(lines) if "total_ips" in ln)
     (tmp_path / short.logs[0].name).write_text("".join(lines[: first + 3]), encoding="utf-8")
     got = {(c.gpus, c.precision): c for c in reproduce_table(m, t, tmp_path).cells}
-    assert got[(one.gpus, one.precision)].verdict == MATCH
+    copied = got[(one.gpus, one.precision)]  # your log, not the publication's: a new run of one repeat
+    assert (copied.kind, copied.verdict) == (NEW_RUN, REPRODUCED) and "no spread known (1 repeat)" in copied.detail
     cut = got[(short.gpus, short.precision)]
     assert cut.verdict == NOT_DERIVABLE and cut.reproduced is None
     assert "insufficient records: found 3, need 6" in cut.detail
@@ -106,14 +109,14 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
 
 def test_json_csv_and_markdown_forms() -> None:
     results = table("paddle-rn50-v100-2.3")
-    doc = json.loads(RENDERERS["json"](results))
-    assert doc["table"] == "perf-2.3-v100" and doc["unit"] == "images/s"
-    first = doc["cells"][0]
-    for key in ("nodes", "gpus", "precision", "batch_size", "published", "reproduced", "delta_pct", "verdict"):
-        assert key in first
-    assert {(c["gpus"], c["published_text"]) for c in doc["cells"]} >= {(1, "389.12"), (32, "39972.131")}
+    recs = json.loads(RENDERERS["json"](results))
+    assert {r["table"] for r in recs} == {"perf-2.3-v100"} and {r["unit"] for r in recs} == {"images/s"}
+    assert {(c["gpus"], c["published"]) for c in recs} >= {(1, 389.12), (32, 39972.131)}
+    assert recs[0]["log"].startswith("logs/published/")  # relative, never a local absolute path
     csv = RENDERERS["csv"](results).splitlines()
-    assert csv[0].startswith("nodes,gpus,precision,batch_size,published,reproduced,delta_pct,verdict")
+    assert csv[0] == ("table,target,framework,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
+                      "interval_low,interval_high,repeats,spread_pct,delta_pct,verdict,reason,unit,tolerance_pct,"
+                      "tolerance_reason,published_speedup,speedup,efficiency,log")
     assert len(csv) == 7
     md = RENDERERS["md"](results)
     assert "| 1 GPU (1 node)    | 389.12 → 389.118 (exact) match" in md
@@ -127,7 +130,7 @@ def test_is_exact_rounds_the_decimal_figure_half_up() -> None:
 
 def test_plot_is_a_png(tmp_path: Path) -> None:
     out = tmp_path / "scaling.png"
-    plot_scaling(table("perf-2.5-v100"), out)
+    plot_report(table("perf-2.5-v100"), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
 
 
@@ -138,7 +141,7 @@ def repro(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_report_and_parse() -> None:
     proc = repro("report", "perf-2.3-v100", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert all(c["verdict"] == "match" for c in json.loads(proc.stdout)["cells"])
+    assert all(c["verdict"] == "match" for c in json.loads(proc.stdout))
     bad = repro("report", "no-such-table")
     assert bad.returncode == 2 and "unknown target or published table 'no-such-table'" in bad.stderr
     mx = repro("parse", "logs/published/PaddlePaddle-Perf@9881d04/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/"

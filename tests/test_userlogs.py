@@ -17,6 +17,7 @@ import pytest
 from parsers_helpers import P_C1AD, PUBLISHED
 
 from repro.reproduce import MATCH, NO_LOG, reproduce_table, resolve_tables
+from repro.verdict import REPRODUCED
 from repro.userlogs import cell_key, parse_maps, scan_logs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,9 @@ def test_paddle_logs_are_told_apart_by_content_alone(scrambled_tree: Path) -> No
     assert figures == {(1, "fp32"): "908.246", (8, "fp32"): "4388.648", (1, "fp16"): "2602.554",
                        (8, "fp16"): "17598.478"}
     one = a100[("paddle-rn50-a100", 1, "fp32")]
-    assert one.verdict == MATCH and "NUL/control byte" not in one.detail  # read as text, figure intact
+    # read as text, figure intact: a match once the manifest lists these logs as the publication's, until then a
+    # new run within the run tolerance
+    assert one.verdict in (MATCH, REPRODUCED) and "NUL/control byte" not in one.detail
 
 
 def test_logs_that_only_a_file_name_could_tell_apart_are_reported_not_chosen(scrambled_tree: Path) -> None:
@@ -123,8 +126,8 @@ def test_cli_from_logs_and_map(scrambled_tree: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = [sys.executable, "-m", "repro", "report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
     proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "Verdict: 3 match" in proc.stdout
+    assert "Verdict: 3 match, 2 no log, 1 not derivable of 6 cells." in proc.stdout
+    assert proc.returncode == 7, proc.stderr  # the not-derivable 1-GPU fp16 cell fails the gate
     bad = subprocess.run([*run, "--map", "nonsense"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert bad.returncode == 2 and "expected CELL=FILE" in bad.stderr and "Traceback" not in bad.stderr
 

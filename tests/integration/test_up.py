@@ -86,10 +86,11 @@ def test_full_matrix_runs_and_prints_the_table(cluster, target, locked, env, tmp
         for k in (1, 2, 3):
             logs = sorted(p.name for p in (run / "cells" / key / f"r{k}").glob("*.log"))
             assert logs == (["0-rc-node1.log"] if key.startswith("1n") else ["0-rc-node1.log", "1-rc-node2.log"])
-    assert "| 1 GPU (1 node)" in proc.stdout and "| 2 GPUs (2 nodes)" in proc.stdout
+    assert "| 1 worker (1 node)" in proc.stdout and "| 2 workers (2 nodes)" in proc.stdout
     assert "(median of 3)" in proc.stdout and "Verdict: 2 measured of 2 cells." in proc.stdout
     report = json.loads((run / "report.json").read_text())
-    assert all(c["reproduced"] > 0 and len(c["repeats"]) == 3 for c in report["cells"])
+    assert all(c["reproduced"] > 0 and c["repeats"] == 3 and c["device"] == "CPU" for c in report)
+    assert "<img alt='published vs reproduced' src='data:image/png;base64," in (run / "report.html").read_text()
     assert (run / "report.md").is_file() and (run / "report.csv").is_file() and (run / "report.png").is_file()
     assert containers_of(cluster, run.name) == []
     # the per-rank checksums prove data parallelism kept the two replicas identical
