@@ -175,13 +175,12 @@ class CellRun:
 
     def __init__(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                  clients: Mapping[str, docker.DockerClient], on_event: Callable[[Event], None] | None = None,
-                 infiniband: Mapping[str, bool] | None = None, image: str | None = None,
+                 image: str | None = None,
                  log_writer: Callable[[int, str], LogSink] | None = None) -> None:
         self.manifest, self.cell, self.run_id = manifest, cell, run_id
         self.plans = plan_cell(manifest, cell, hosts)
         self.clients = clients
         self.on_event = on_event or (lambda e: None)
-        self.infiniband = infiniband or {}
         self.image = image or self.plans[0].image
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
@@ -196,9 +195,6 @@ class CellRun:
         node = plan.command.node
         opts = _sdk_options(plan.container)
         opts["labels"] = {**opts["labels"], "repro.run": self.run_id}
-        if self.infiniband.get(node.name):
-            opts["devices"] = [*opts.get("devices", []), "/dev/infiniband:/dev/infiniband"]
-            opts["cap_add"] = sorted({*opts.get("cap_add", []), "IPC_LOCK"})
         name = f"repro-{self.run_id}-{self.cell.key}-rank{plan.command.rank}"
         client = self.clients[node.name]
         try:
@@ -361,11 +357,10 @@ class CellRun:
 
 def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                 clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
-                on_event: Callable[[Event], None] | None = None, infiniband: Mapping[str, bool] | None = None,
-                image: str | None = None, log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
+                on_event: Callable[[Event], None] | None = None, image: str | None = None, log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
     """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed."""
     run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
-                  infiniband=infiniband, image=image, log_writer=log_writer)
+                  image=image, log_writer=log_writer)
     try:
         run.create()
         results = run.run(timeout_s or manifest.launch.timeout_s)

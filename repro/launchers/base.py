@@ -11,10 +11,15 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from repro.hosts import Node
-from repro.manifest import Cell, Launch
+from repro.manifest import Cell, Launch, Manifest
+
+#: How a target's containers reach the HCAs: the image's own MOFED user space (NGC), the pinned
+#: MLNX_OFED bundle installed by the kit, or the distribution's rdma-core.
+RDMA_STRATEGIES = ("image", "mlnx-ofed", "inbox")
+IB_DEVICE_DIR = "/dev/infiniband"
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,34 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
         else:
             out.append(tok.format_map(values))
     return tuple(out)
+
+
+def rdma_strategy(manifest: Manifest) -> str | None:
+    """The target's RDMA strategy (one of RDMA_STRATEGIES), or None when it uses no RDMA.
+
+    Read from ``rdma.strategy`` where the manifest has it, else from the older ``ofed.kind``.
+    """
+    rdma = getattr(manifest, "rdma", None)
+    if rdma is not None:
+        return str(rdma.strategy)
+    kind = (getattr(manifest, "ofed", None) or {}).get("kind", "none")
+    return {"mlnx": "mlnx-ofed", "inbox": "inbox"}.get(kind)
+
+
+def pinned_mofed_version(manifest: Manifest) -> str | None:
+    """The MLNX_OFED version a ``mlnx-ofed`` target installs into its image."""
+    rdma = getattr(manifest, "rdma", None)
+    if rdma is not None:
+        return getattr(rdma, "version", None)
+    return (getattr(manifest, "ofed", None) or {}).get("version")
+
+
+def rdma_container_options(manifest: Manifest, cell: Cell) -> dict[str, Any]:
+    """What a multi-node cell of an RDMA target adds to its containers: the HCAs' device nodes, the
+    right to pin memory for them and no limit on how much (verbs registers every buffer it sends)."""
+    if cell.nodes < 2 or rdma_strategy(manifest) is None:
+        return {}
+    return {"devices": [f"{IB_DEVICE_DIR}:{IB_DEVICE_DIR}"], "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1}}
 
 
 class Launcher(abc.ABC):
