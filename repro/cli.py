@@ -388,14 +388,17 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import assess, compare, render_preflight, run_preflight, to_json
+    from repro.preflight import assess, compare, render_preflight, run_preflight, site_checks, to_json
 
-    expect = find_target(target).expect if target else {}
+    manifest = find_target(target) if target else None
     hosts = load_hosts(hosts_file)
     reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
-    deviations = compare(reports, expect, len(hosts.nodes))
-    click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
-    assess(reports, deviations, strict=strict)
+    deviations = compare(reports, manifest.expect if manifest else {}, len(hosts.nodes))
+    more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
+    deviations += more
+    click.echo(to_json(reports, deviations, blocking) if fmt == "json" else
+               render_preflight(reports, deviations, blocking), nl=fmt == "json")
+    assess(reports, deviations, strict=strict, blocking=blocking)
 
 
 @cli.command()
