@@ -504,7 +504,7 @@ def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, st
            blocking: Sequence[str] = ()) -> None:
     """Raise PreflightFailed (exit 3) for problems (``blocking``: the site's, such as a missing interface),
     and for deviations under ``strict``; else return."""
-    bad = problems(reports) + list(blocking)
+    bad = {line.partition(":")[0] for line in [*problems(reports), *blocking]}  # each line names its node first
     if bad:
         raise PreflightFailed(f"{len(bad)} of {len(reports)} node(s) cannot run a target",
                               hint="see the notes under the table")

@@ -125,6 +125,7 @@ def test_ifname_syntax(var: str, spec: str, used: list[str]) -> None:
 
 
 def node(name: str, interfaces: tuple[str, ...] | None, **probes: Probe) -> NodeReport:
+    probes = {"gpus": Probe(()), "infiniband": Probe(()), "disk": Probe(2**30), "clock": Probe(0.001), **probes}
     return NodeReport(name, "10.0.0.1", Probe(0.1), docker=Probe("24.0"),
                       interfaces=Probe(interfaces) if interfaces is not None else Probe(reason="interfaces: gone"),
                       **probes)
@@ -333,3 +334,17 @@ def test_ib_on_every_node_is_no_finding(tmp_path: Path, monkeypatch: pytest.Monk
     ok, state, result = run_repeat(tmp_path, monkeypatch, logs, strict=True)
     assert ok and state["status"] == "done" and result.record["findings"] == []
     assert findings_section(result.record) == ""
+
+
+def test_missing_interfaces_stop_preflight_whatever_the_flags() -> None:
+    from repro.errors import EnvironmentUnavailable
+    from repro.preflight import assess, render_preflight
+
+    reports = [node("a", ("ens1", "lo")), node("b", ("eth0", "lo"))]
+    blocking = interface_problems(reports, [{"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "eth0"}])
+    assert [b.split(":")[0] for b in blocking] == ["a", "a"]
+    with pytest.raises(EnvironmentUnavailable, match=r"^1 of 2 node\(s\) cannot run a target$"):
+        assess(reports, [], strict=False, blocking=blocking)
+    assess(reports, [], strict=False)  # the same nodes with no interface named: nothing stops them
+    text = render_preflight(reports, [], blocking)
+    assert text.endswith("\nproblems:\n" + "".join(f"  {b}\n" for b in blocking))
