@@ -412,7 +412,8 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("logs"), show_default=True,
               help="where run directories go")
 @click.option("--json-logs", is_flag=True, help="progress as JSON lines on stderr")
-@click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
+@click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run; a multi-node "
+              "repeat whose NCCL used sockets where InfiniBand was expected fails")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @image_options
 @reports_errors

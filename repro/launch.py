@@ -420,8 +420,11 @@ class CellRun:
 
 def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                 clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
-                on_event: Callable[[Event], None] | None = None, image: str | None = None, log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed."""
+                on_event: Callable[[Event], None] | None = None, image: str | None = None,
+                log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
+    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed.
+
+    A multi-node cell of an RDMA target first checks that RDMA works in its containers (``check_rdma``)."""
     run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
                   image=image, log_writer=log_writer)
     try:

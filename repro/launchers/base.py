@@ -16,9 +16,6 @@ from typing import Any, ClassVar
 from repro.hosts import Node
 from repro.manifest import Cell, Launch, Manifest
 
-#: How a target's containers reach the HCAs: the image's own MOFED user space (NGC), the pinned
-#: MLNX_OFED bundle installed by the kit, or the distribution's rdma-core.
-RDMA_STRATEGIES = ("image", "mlnx-ofed", "inbox")
 IB_DEVICE_DIR = "/dev/infiniband"
 
 
@@ -63,9 +60,10 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
 
 
 def rdma_strategy(manifest: Manifest) -> str | None:
-    """The target's RDMA strategy (one of RDMA_STRATEGIES), or None when it uses no RDMA.
-
-    Read from ``rdma.strategy`` where the manifest has it, else from the older ``ofed.kind``.
+    """How the target's containers reach the HCAs, or None when it uses no RDMA: ``image`` (the image's own
+    MOFED user space, as NGC images ship it), ``mlnx-ofed`` (the pinned MLNX_OFED bundle the kit installs) or
+    ``inbox`` (the distribution's rdma-core). Read from ``rdma.strategy`` where the manifest has it, else
+    from the older ``ofed.kind``.
     """
     rdma = getattr(manifest, "rdma", None)
     if rdma is not None:
