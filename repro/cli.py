@@ -7,7 +7,6 @@ everything it calls raises ReproError subclasses that carry their own exit code.
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import os
 import signal
@@ -128,18 +127,21 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.argument("target")
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) -> None:
-    """Dry run: image, container options and exact command for every cell and node."""
-    from repro.hosts import load_hosts
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool) -> None:
+    """Dry run: image, container options and exact command for every cell and node (without --hosts:
+    placeholder nodes and dataset path, said so)."""
     from repro.manifest import find_target
-    from repro.plan import render_plan, select_cells
+    from repro.manifest import synthetic as synthetic_variant
+    from repro.plan import plan_hosts, render_plan, select_cells
 
     m = find_target(target)
+    m = synthetic_variant(m) if synthetic else m
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
-    click.echo(render_plan(m, load_hosts(hosts_file), cells), nl=False)
+    click.echo(render_plan(m, plan_hosts(m, cells, hosts_file), cells), nl=False)
 
 
 @cli.command()
@@ -149,9 +151,10 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...]) ->
 @click.option("--from-iteration", type=click.IntRange(min=0), help="keep records from iteration K on")
 @click.option("--window", type=click.IntRange(min=1), help="then keep at most N records")
 @click.option("--aggregate", type=click.Choice(["mean", "median", "harmonic", "summary"]), default="mean", show_default=True)
-@click.option("--gpus", type=click.IntRange(min=1), help="GPU count; multiplies per-GPU figures (PaddleClas rank-0 logs)")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              help="json: one object for one log, a list of them for several")
+@click.option("--gpus", type=click.IntRange(min=1),
+              help="GPU count of the run; multiplies per-GPU figures (PaddleClas rank-0 logs)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl"]), default="text",
+              help="json: a list with one object a log; jsonl: one object a line")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="worker processes for several logs (default: one per CPU this process may use)")
 @reports_errors
@@ -159,61 +162,32 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
           window: int | None, aggregate: str, gpus: int | None, fmt: str, jobs: int | None) -> None:
     """Apply one measurement protocol to each log file given."""
     from repro.report import render_parse_text
-    from repro.reproduce import parse_and_measure, parse_logs
+    from repro.reproduce import parse_logs
 
     if skip_records is not None and from_iteration is not None:
         raise UsageError("give --skip-records or --from-iteration, not both")
-    # The command makes no reference cycles (what it builds is freed as it goes, log by log); the
-    # cyclic collector would only walk the runs of long logs again and again (3% of the time).
-    gc.disable()
     protocol = {"skip_records": skip_records, "from_iteration": from_iteration, "window": window,
                 "aggregate": aggregate, "gpus": gpus}
-    if len(logs) == 1:  # errors as before: exit 2 with the parser's message
-        out = parse_and_measure(logs[0], parser_name, **protocol)
-        click.echo(_parse_json(out) if fmt == "json" else render_parse_text(out))
-        if problem := _no_figure(logs[0], out):
-            raise UsageError(problem)
-        return
-    failed = []  # each log's result is printed as it comes (a JSON list item by item): memory stays flat
+    failed = []  # each log's result is printed as it comes: memory stays flat
     found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)
     for i, (log, out) in enumerate(zip(logs, found)):
         if problem := _no_figure(log, out):
             failed.append(problem)
         if fmt == "text":
-            click.echo(f"{log}: error: {out['error']}" if "error" in out else render_parse_text(out))
+            if "error" not in out:
+                click.echo(render_parse_text(out))
+            elif len(logs) > 1:
+                click.echo(f"{log}: error: {out['error']}")
+        elif fmt == "jsonl":
+            click.echo(json.dumps(out))
         else:
-            click.echo(("[\n" if i == 0 else ",\n") + _parse_json(out), nl=False)
+            click.echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
     if fmt == "json":
         click.echo("\n]")
+    if len(logs) == 1 and failed:
+        raise UsageError(failed[0])
     if failed:
         raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
-
-
-def _parse_json(out: dict[str, Any]) -> str:
-    """One log's ``repro parse`` result as JSON, a key a line and a list item (a run, an issue) a
-    line. ``json.dumps`` with ``indent`` encodes in Python, four times slower than its C encoder:
-    40 ms for a log of 4400 runs, an eighth of the time to parse it."""
-
-    def value(v: object) -> str:
-        if not isinstance(v, list) or not v:
-            return json.dumps(v)
-        if _flat_rows(v):  # one call of the C encoder, cut between the rows
-            items = ["{" + row + "}" for row in json.dumps(v)[2:-2].split("}, {")]
-        else:
-            items = list(map(json.dumps, v))
-        return "[\n" + ",\n".join(f"    {item}" for item in items) + "\n  ]"
-
-    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {value(v)}" for k, v in out.items()) + "\n}"
-
-
-def _flat_rows(items: list[Any]) -> bool:
-    """Are these dicts with numbers (or None) for values and no brace in a key? Then "}, {"
-    occurs in their JSON only between two of them."""
-    return (
-        all(type(x) is dict for x in items)
-        and {type(v) for x in items for v in x.values()} <= {int, float, bool, type(None)}
-        and not any("}" in k for k in {k for x in items for k in x})
-    )
 
 
 def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
@@ -229,11 +203,15 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--published", "table_id", help="which published table of the target (default: its first)")
 @click.option("--from-logs", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="a directory of your logs (or a repro up run directory) instead of the bundled published logs")
+              help="a directory of your logs (or a repro up run directory) instead of the bundled published logs; "
+                   "each log goes to the cell its content fits")
+@click.option("--map", "maps", multiple=True, metavar="CELL=FILE",
+              help="use FILE for CELL ([TARGET/]NnMg-PRECISION-bsB, as the report's detail names it); repeatable")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write a scaling chart (PNG)")
 @reports_errors
-def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, fmt: str, plot: Path | None) -> None:
+def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, maps: tuple[str, ...], fmt: str,
+           plot: Path | None) -> None:
     """Re-derive published tables from raw logs, side by side with the published figures.
 
     TARGETS are target ids, or the id of a published table several targets share
@@ -243,12 +221,15 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     from repro.archive import is_run_path, opened_run
     from repro.report import RENDERERS, plot_scaling
     from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
+    from repro.userlogs import parse_maps, scan_logs
 
-    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs:
+    mapped = parse_maps(maps)
+    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
         with opened_run(Path(targets[0])) as run:
             results = [reproduce_run(run.path, table_id, source=targets[0])]
     else:
-        results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
+        tree = scan_logs(from_logs) if from_logs else None  # read once for every table
+        results = [reproduce_table(m, t, tree, mapped) for m, t in resolve_tables(targets, table_id)]
     click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
         plot_scaling(results, plot)
@@ -268,6 +249,21 @@ def image_options(fn: F) -> F:
     ]):
         fn = option(fn)
     return fn
+
+
+def _mirror(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from repro.images.source import parse_mirror
+
+    try:
+        return tuple(parse_mirror(v) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+git_mirror_option = click.option(
+    "--git-mirror", multiple=True, metavar="PREFIX=URL", callback=_mirror,
+    help="read source repositories starting with PREFIX from URL instead (a local mirror directory or an internal "
+         "server), e.g. https://github.com/=/srv/git/; repeatable")
 
 
 def _image_events(verbose: bool) -> Callable[[Any], None]:
@@ -294,6 +290,7 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
 @click.option("--build", "mode", flag_value="build", help="build even when a current image is present")
 @image_options
 @click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED tarball directory")
+@git_mirror_option
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), help="build contexts and logs")
 @click.option("--no-cache", is_flag=True, help="build without the engine's layer cache")
 @click.option("--dry-run", is_flag=True, help="print the Dockerfiles a build would run; do nothing")
@@ -301,7 +298,8 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
 @reports_errors
 def images(target: str, hosts_file: Path | None, mode: str | None, push: str | None, allow_unpinned: bool,
            update_lock: bool, ca_bundle: Path | None, wheels: Path | None, ofed_cache: Path | None,
-           work_dir: Path | None, no_cache: bool, dry_run: bool, verbose: bool) -> None:
+           git_mirror: tuple[tuple[str, str], ...], work_dir: Path | None, no_cache: bool, dry_run: bool,
+           verbose: bool) -> None:
     """Pull or build TARGET's image exactly as pinned and put it on every node."""
     from repro.hosts import load_hosts
     from repro.images import BuildOptions, ImagesOptions, dry_run_text, prepare
@@ -311,7 +309,8 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
     if dry_run:
         click.echo(dry_run_text(m), nl=False)
         return
-    build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache)
+    build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache,
+                         git_mirrors=git_mirror)
     opts = ImagesOptions(mode=mode or "auto", push=push, allow_unpinned=allow_unpinned, update_lock=update_lock,
                          build=build)
     r = prepare(m, load_hosts(hosts_file), opts, progress=_image_events(verbose))
@@ -325,6 +324,30 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
     for n in r.nodes:
         click.echo(f"node {n.node} {n.how} {n.image_id}")
     click.echo(f"lock {r.lock_path} ({'written' if r.lock_written else 'unchanged'}); {r.seconds:.1f} s")
+
+
+@cli.command("check")
+@click.argument("targets", nargs=-1, required=True)
+@git_mirror_option
+@click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED bundle directory")
+@reports_errors
+def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None) -> None:
+    """Check TARGETs' recipes against their sources before a build (one line per failed check)."""
+    from repro.check import CheckOptions, check_target
+    from repro.manifest import find_target
+
+    manifests = [find_target(t) for t in targets]
+    opts = CheckOptions(git_mirrors=git_mirror, ofed_cache=ofed_cache)
+    failed = 0
+    for m in manifests:
+        result = check_target(m, opts)
+        for f in result.failures:
+            click.echo(f"FAIL {f}")
+        if not result.failures:
+            click.echo(f"ok   {m.id}: " + "; ".join(result.passed or ("nothing to check",)))
+        failed += len(result.failures)
+    if failed:
+        sys.exit(1)
 
 
 @cli.command("lock")
@@ -342,6 +365,8 @@ def lock_command(target: str, update: bool) -> None:
     for name, src in pins.sources.items():
         branch = f" (branch {src['branch']} -> {src['branch_commit']})" if "branch_commit" in src else ""
         click.echo(f"{name} {src['repository']} @ {src['commit']}{branch}")
+    for name, sha in pins.files.items():
+        click.echo(f"file {name} sha256 {sha}")
     click.echo(f"lock {'written' if written else 'unchanged'}: {path}")
 
 
@@ -385,19 +410,26 @@ def diff(a: str, b: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @reports_errors
 def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
-    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware."""
+    """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware
+    and check that TARGET's dataset is where the hosts file says, in its format."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import assess, compare, render_preflight, run_preflight, site_checks, to_json
+    from repro.preflight import (assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks,
+                                 to_json)
 
     manifest = find_target(target) if target else None
+    expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys)
-    deviations = compare(reports, manifest.expect if manifest else {}, len(hosts.nodes))
+    dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
+    deviations = compare(reports, expect, len(hosts.nodes))
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
     deviations += more
     click.echo(to_json(reports, deviations, blocking) if fmt == "json" else
                render_preflight(reports, deviations, blocking), nl=fmt == "json")
+    if manifest and manifest.dataset_format and dataset is None:
+        click.echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
+                   f"which `repro up {manifest.id}` needs (`data: {{{manifest.dataset_format}: /path}}`)", err=True)
     assess(reports, deviations, strict=strict, blocking=blocking)
 
 
@@ -415,11 +447,13 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run; a multi-node "
               "repeat whose NCCL used sockets where InfiniBand was expected fails")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
 @image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
-       allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None, push: str | None) -> None:
+       synthetic: bool, allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
+       push: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -432,7 +466,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                            build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
     opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
                      resume=resume, fail_fast=fail_fast, out=out, strict=strict,
-                     accept_new_host_keys=accept_new_host_keys, images=images)
+                     accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images)
     progress = make_progress(json_lines=json_logs)
     try:
         result = run_up(target, opts, progress)

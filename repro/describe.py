@@ -8,6 +8,19 @@ from repro.manifest import Manifest
 from repro.plan import image_reference
 
 
+def rdma_summary(m: Manifest) -> str:
+    r = m.rdma
+    if r is None:
+        return "none"
+    if r.strategy == "image":
+        return "image (the base image's own MOFED user space; nothing installed)"
+    if r.strategy == "inbox":
+        return "inbox (the distribution's rdma-core)"
+    os_ = m.image.get("build", {}).get("base", {}).get("os", "?")
+    return (f"mlnx-ofed {r.version} for {os_}, user space only, mlnxofedinstall {' '.join(r.flags)}; sha256 "
+            + (r.sha256 or "recorded by repro lock"))
+
+
 def describe_manifest(m: Manifest) -> str:
     lines = [f"{m.id}: {m.title}", f"  file: {m.path}", f"  sha256: {m.sha256}",
              f"  framework: {m.framework}, model: {m.model}"]
@@ -18,11 +31,16 @@ def describe_manifest(m: Manifest) -> str:
         b = m.image["build"]
         base = b["base"]["ref"] + (f"@{b['base']['digest']}" if b["base"]["digest"] else " (base not pinned)")
         lines.append(f"  image: built from dockerfiles/{b['dockerfile']} as {b['tag']}, FROM {base}")
+        if b["base"].get("os") or b["base"].get("published"):
+            lines.append(f"    base OS {b['base'].get('os', '(not declared)')}, tag published "
+                         f"{b['base'].get('published', '(not recorded)')}")
+        if b.get("env"):
+            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in b["env"].items()))
     if m.source:
         lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
-        lines += [f"    patch {p['file']}: {p['why']}" for p in m.source.get("patches", [])]
-    ofed = m.ofed
-    lines.append("  ofed: " + (f"mlnx {ofed['version']} ({ofed['distro']}, user space only)" if ofed["kind"] == "mlnx" else ofed["kind"]))
+        for p in m.source.get("patches", []):
+            lines += [f"    patch {p['file']}: {p['why']}", f"      {p['old']!r} -> {p['new']!r}"]
+    lines.append(f"  rdma: {rdma_summary(m)}")
     lines.append(f"  launch ({m.launch.kind}): {shlex.join(m.launch.command)}")
     for prec, toks in m.launch.precision_args.items():
         lines.append(f"    {{precision_args}} for {prec}: {shlex.join(toks) or '(none)'}")

@@ -8,7 +8,7 @@ With no file, the target runs on this machine alone.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +32,27 @@ class Node:
 class Hosts:
     nodes: tuple[Node, ...]
     path: Path | None = None
-    data: str | None = None
+    data: str | Mapping[str, str] | None = None  # one directory, or one per dataset format
     env: Mapping[str, str] = field(default_factory=dict)
+    placeholder: bool = False  # made up for a dry run without a hosts file
+
+    def data_dir(self, fmt: str) -> str | None:
+        """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any format."""
+        if isinstance(self.data, str):
+            return self.data
+        return (self.data or {}).get(fmt)
+
+    def need_data_dir(self, fmt: str, target: str) -> str:
+        """``data_dir``, or a clear error saying what to add to which file."""
+        found = self.data_dir(fmt)
+        if found is None:
+            where = str(self.path) if self.path else "the local machine (no --hosts file)"
+            have = f" (it has {', '.join(sorted(self.data))})" if isinstance(self.data, Mapping) else ""
+            raise InputError([Problem(where, None, "data", f"{target} reads dataset format {fmt}, and the "
+                                      f"inventory names no directory for it{have}",
+                                      f"add `data: {{{fmt}: /path/on/every/node}}` to the hosts file"
+                                      + ("" if self.path else " and give it with --hosts FILE"))])
+        return found
 
     def take(self, n: int) -> tuple[Node, ...]:
         """The first ``n`` nodes, in rank order."""
@@ -50,6 +69,12 @@ def _short(where: str, need: int, have: int) -> Problem:
 
 def local_hosts() -> Hosts:
     return Hosts((Node(name=socket.gethostname(), address="127.0.0.1", local=True),))
+
+
+def placeholder_hosts(nodes: int, formats: Sequence[str] = ()) -> Hosts:
+    """Stand-ins for a dry run without a hosts file: node1..nodeN and /path/to/FORMAT, marked as such."""
+    return Hosts(tuple(Node(name=f"node{i}", address=f"node{i}") for i in range(1, nodes + 1)),
+                 data={f: f"/path/to/{f}" for f in formats}, placeholder=True)
 
 
 def load_hosts(path: Path | None) -> Hosts:

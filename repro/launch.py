@@ -1,9 +1,10 @@
 """Launch one cell on all its nodes: one container per node, started together.
 
 Containers are created on every node first (nothing runs yet), per-run files are
-copied in (the MPI hostfile and keys), then they are started as close together as
-threads allow. Each container's output streams to its own log file as it is produced:
-the engine buffers container output, so a slow reader never blocks the workload.
+copied in (the MPI hostfile, keys, sshd configuration and session environment), then
+they are started as close together as threads allow. Each container's output streams
+to its own log file as it is produced: the engine buffers container output, so a slow
+reader never blocks the workload.
 The first container to fail, a node that drops, or the deadline stops the cell on
 every node, and every container this call created is removed on every path out,
 Ctrl-C included. The result is one record per node.
@@ -32,7 +33,7 @@ from docker.types import DeviceRequest, Ulimit
 from repro.errors import EnvironmentUnavailable, RunFailed
 from repro.hosts import Hosts
 from repro.launchers.base import IB_DEVICE_DIR, rdma_container_options, rdma_strategy
-from repro.launchers.mpi import MPI_DIR
+from repro.launchers.mpi import MPI_DIR, SESSION_ENV, session_environment
 from repro.manifest import Cell, Manifest
 from repro.plan import NodePlan, plan_cell
 
@@ -237,6 +238,8 @@ class CellRun:
         self.containers[node.name] = container
         self.results[node.name].container = container.id[:12]
         extra = {path: (text.encode(), 0o644) for path, text in plan.command.files.items()}
+        if plan.command.role == "mpi-sshd":  # the sessions of this sshd get the container's environment
+            extra[SESSION_ENV] = (session_environment(container.attrs["Config"]["Env"] or []).encode(), 0o600)
         if files or extra:
             container.put_archive("/", _tar({**files, **extra}))
 
@@ -361,8 +364,9 @@ class CellRun:
         workers = [p.command.node.name for p in self.plans if p.command.role != "mpi-head"]
         heads = [p.command.node.name for p in self.plans if p.command.role == "mpi-head"]
         if heads:
-            self._start(workers)
-            self._wait_ready(workers)
+            if workers:  # a one-node mpi cell has only its head
+                self._start(workers)
+                self._wait_ready(workers)
             self._start(heads)
         else:
             self._start(workers)

@@ -33,15 +33,18 @@ BranchResolver = Callable[[str, str], str]
 
 @dataclass(frozen=True)
 class Pins:
-    """What a run uses: image role -> (ref, digest), and the source commit."""
+    """What a run uses: image role -> (ref, digest), the source commit, and downloaded files' sha256."""
 
     images: Mapping[str, Ref] = field(default_factory=dict)
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: file name -> sha256 hex of what the build downloads (the MLNX_OFED bundle), as `repro lock` found it
+    files: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self, manifest: Manifest) -> dict[str, Any]:
         return {"lock_version": LOCK_VERSION, "target": manifest.id, "manifest": manifest.path.name,
                 "images": {k: {"ref": r.tagged, "digest": r.digest} for k, r in sorted(self.images.items())},
                 "sources": {k: dict(v) for k, v in sorted(self.sources.items())},
+                **({"files": dict(sorted(self.files.items()))} if self.files else {}),
                 "resolved_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
@@ -70,7 +73,7 @@ def read_lock(path: Path) -> Pins | None:
         images = {k: parse_ref(v["ref"], v["digest"]) for k, v in data.get("images", {}).items()}
     except (KeyError, TypeError, UsageError) as e:
         raise UsageError(f"{path}: bad images entry: {e}") from e
-    return Pins(images, {k: dict(v) for k, v in data.get("sources", {}).items()})
+    return Pins(images, {k: dict(v) for k, v in data.get("sources", {}).items()}, dict(data.get("files", {})))
 
 
 def write_lock(path: Path, manifest: Manifest, pins: Pins) -> None:
@@ -98,6 +101,9 @@ def differences(locked: Pins, resolved: Pins) -> list[str]:
         if "branch_commit" in b_src and a_src.get("branch_commit") != b_src["branch_commit"]:
             out.append(f"source branch {b_src.get('branch')}: lock has {a_src.get('branch_commit')}, "
                        f"resolved {b_src['branch_commit']}")
+    for name in sorted(set(locked.files) & set(resolved.files)):
+        if locked.files[name] != resolved.files[name]:
+            out.append(f"file {name}: lock has sha256 {locked.files[name]}, found {resolved.files[name]}")
     return out
 
 
@@ -114,7 +120,7 @@ def _sources(manifest: Manifest, branch: BranchResolver | None) -> dict[str, dic
 
 
 def resolve_all(manifest: Manifest, tag: TagResolver, branch: BranchResolver | None,
-                warn: Callable[[str], None] = log.warning) -> Pins:
+                warn: Callable[[str], None] = log.warning, files: Mapping[str, str] | None = None) -> Pins:
     """``repro lock``: ask the registries and repositories now; a digest the manifest pins wins."""
     images = {}
     for role, ref in image_refs(manifest).items():
@@ -122,7 +128,7 @@ def resolve_all(manifest: Manifest, tag: TagResolver, branch: BranchResolver | N
         if ref.digest and ref.digest != current:
             warn(f"{ref.tagged} now points to {current}; the manifest pins {ref.digest}, which is kept")
         images[role] = ref if ref.digest else ref.with_digest(current)
-    return Pins(images, _sources(manifest, branch))
+    return Pins(images, _sources(manifest, branch), dict(files or {}))
 
 
 def pins_for_run(manifest: Manifest, locked: Pins | None, tag: TagResolver, *, allow_unpinned: bool) -> Pins:
@@ -140,7 +146,7 @@ def pins_for_run(manifest: Manifest, locked: Pins | None, tag: TagResolver, *, a
             raise UsageError(f"{manifest.id}: {role} image {ref.tagged} is a tag without a digest",
                              hint="pin it: `repro lock TARGET` (or pass --allow-unpinned to use what the tag "
                                   "points to now and record it)")
-    return Pins(images, _sources(manifest, None))
+    return Pins(images, _sources(manifest, None), dict(locked.files) if locked else {})
 
 
 def check(manifest: Manifest, resolved: Pins, *, update: bool, allow_create: bool = False) -> tuple[Path, bool]:
@@ -173,4 +179,4 @@ def _keep_branches(locked: Pins, resolved: Pins) -> Pins:
         old = locked.sources.get(name, {})
         keep = {k: old[k] for k in ("branch", "branch_commit") if k in old and "branch_commit" not in entry}
         sources[name] = {**entry, **keep}
-    return Pins(resolved.images, sources)
+    return Pins(resolved.images, sources, {**locked.files, **resolved.files})

@@ -38,6 +38,8 @@ PLACEHOLDERS = {
     "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
     "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
 }
+#: The first note of a target's synthetic-data variant begins so.
+SYNTHETIC_NOTE = "Synthetic data (--synthetic)"
 #: Placeholders that expand to several tokens and so must stand alone as one token.
 SPLICED = ("precision_args", "cell_args")
 
@@ -142,6 +144,17 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Rdma:
+    """How the image reaches InfiniBand: ``strategy`` is image, mlnx-ofed or inbox (see the schema)."""
+
+    strategy: str
+    version: str | None = None
+    sha256: str = ""
+    flags: tuple[str, ...] = ()
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     id: str
     title: str
@@ -151,7 +164,6 @@ class Manifest:
     sha256: str
     data: Mapping[str, Any]
     image: Mapping[str, Any]
-    ofed: Mapping[str, Any]
     launch: Launch
     matrix: Mapping[str, Any]
     measure: Measure
@@ -159,6 +171,18 @@ class Manifest:
     source: Mapping[str, Any] | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    rdma: Rdma | None = None
+    dataset: Mapping[str, Any] | None = None
+
+    @property
+    def dataset_format(self) -> str | None:
+        """The dataset format the workload reads; None when it reads none (synthetic data)."""
+        return self.dataset["format"] if self.dataset else None
+
+    @property
+    def synthetic_data(self) -> str | None:
+        """What the synthetic-data variant of a target (``synthetic``) says about its data."""
+        return next((n for n in self.notes if n.startswith(SYNTHETIC_NOTE)), None)
 
     @property
     def repeats(self) -> int:
@@ -196,7 +220,7 @@ def load_manifest(path: Path) -> Manifest:
     doc = read_yaml(path)
     problems = validate(doc, "manifest.v1")
     if not problems:
-        problems = _check_meaning(doc)
+        problems = _check_meaning(doc) + _check_dataset(doc)
     if problems:
         raise InputError(problems)
     return _build(doc)
@@ -256,6 +280,13 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
         if multi and name not in used:
             out.append(doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
                                    f"pass {{{name}}} to the framework's launcher so each node knows its place"))
+    strategy = d.get("rdma", {}).get("strategy")
+    if strategy in ("mlnx-ofed", "inbox") and "registry" in d["image"]:
+        out.append(doc.problem(["rdma", "strategy"], f"strategy {strategy} installs into an image the kit builds, "
+                               "but image.registry is used as pulled", "use strategy image, or build it (image.build)"))
+    elif strategy == "mlnx-ofed" and not d["image"]["build"]["base"].get("os"):
+        out.append(doc.problem(["rdma", "strategy"], "strategy mlnx-ofed needs the base image's OS",
+                               "declare it as image.build.base.os, e.g. ubuntu18.04 (the bundle is built for it)"))
     if d["measure"]["parser"] not in PARSERS.names():
         out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
                                f"available parsers: {', '.join(PARSERS.names())}"))
@@ -317,10 +348,70 @@ def _build(doc: YamlDoc) -> Manifest:
                                      cells=cells, column=t.get("column"), logs_dir=logs_dir))
     return Manifest(
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
-        sha256=canonical_sha256(d), data=d, image=d["image"], ofed=d["ofed"], launch=launch, matrix=d["matrix"],
+        sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],
         measure=measure, published=tuple(tables), source=d.get("source"), expect=d.get("expect", {}),
-        notes=tuple(d.get("notes", ())),
+        notes=tuple(d.get("notes", ())), dataset=d.get("dataset"),
+        rdma=Rdma(**{**d["rdma"], "flags": tuple(d["rdma"].get("flags", ()))}) if "rdma" in d else None,
     )
+
+
+def _find_run(tokens: list[str], run: list[str]) -> list[int]:
+    """Where the token run ``run`` starts in ``tokens``."""
+    return [i for i in range(len(tokens) - len(run) + 1) if tokens[i:i + len(run)] == run]
+
+
+def _data_mount(mount: Mapping[str, Any]) -> bool:
+    return mount.get("source") == "{data}"
+
+
+def _check_dataset(doc: YamlDoc) -> list[Problem]:
+    d = doc.data
+    mounts = d["launch"].get("container", {}).get("mounts", [])
+    mounted = [i for i, m in enumerate(mounts) if _data_mount(m)]
+    out: list[Problem] = []
+    if mounted and "dataset" not in d:
+        out.append(doc.problem(["launch", "container", "mounts", mounted[0]],
+                               "mounts the dataset ({data}) but the manifest names no dataset format",
+                               "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
+                               "imagenet-tfrecord, imagenet-recordio"))
+    if "dataset" in d and not mounted:
+        out.append(doc.problem(["dataset"], "a dataset format is named but no launch.container.mounts entry has "
+                               "source {data}", "mount it: {source: \"{data}\", target: /where/the/workload/reads}"))
+    command = list(d["launch"]["command"])
+    for i, r in enumerate(d.get("dataset", {}).get("synthetic", {}).get("replace", [])):
+        found = len(_find_run(command, r["old"]))
+        if found != 1:
+            out.append(doc.problem(["dataset", "synthetic", "replace", i, "old"],
+                                   f"{r['old']} occurs {found} times in launch.command; it must occur exactly once",
+                                   "give a run of launch.command tokens that appears once"))
+    return out
+
+
+def synthetic(manifest: Manifest) -> Manifest:
+    """The target on synthetic data, as its manifest declares: command tokens replaced, no dataset mount.
+
+    The variant's document (what a run directory records) says so in its first note.
+    """
+    spec = (manifest.dataset or {}).get("synthetic")
+    if spec is None:
+        why = f"it reads {manifest.dataset_format}" if manifest.dataset else "it reads no dataset"
+        raise UsageError(f"{manifest.id} declares no synthetic-data run ({why})",
+                         hint="run it without --synthetic" if not manifest.dataset else
+                         f"give the hosts file `data: {{{manifest.dataset_format}: /path}}`, or declare "
+                         "dataset.synthetic in the manifest")
+    doc = json.loads(json.dumps(manifest.data))
+    command = doc["launch"]["command"]
+    for r in spec["replace"]:
+        (i,) = _find_run(command, r["old"])
+        command[i:i + len(r["old"])] = r["new"]
+    container = doc["launch"].get("container", {})
+    container["mounts"] = [m for m in container.get("mounts", []) if not _data_mount(m)]
+    if not container["mounts"]:
+        del container["mounts"]
+    del doc["dataset"]
+    doc["notes"] = [f"{SYNTHETIC_NOTE}, not the publication's {manifest.dataset_format}: {spec['why']}",
+                    *doc.get("notes", [])]
+    return _build(YamlDoc(manifest.path, None, doc))
 
 
 def manifest_files(dirs: Iterable[Path] | None = None) -> list[Path]:

@@ -9,7 +9,7 @@ Python's own ``round`` gives different last digits on several published numbers.
 
 ``measure`` itself needs no numpy (parsing a log should not pay for importing it): its rounding
 reproduces numpy's exactly (scale by 10**n, round half to even, scale back; the tests compare
-the two), and sums are ``math.fsum``'s (natively for a value column). ``aggregate_repeats``
+the two), and sums are ``math.fsum``'s. ``aggregate_repeats``
 calls numpy as DLPerf did.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.parsers.base import Series, exact_sum
+from repro.parsers.model import Series
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
 SCALES = ("global", "per_gpu")
@@ -97,8 +97,10 @@ class Measurement:
     issues: list[str] = field(default_factory=list)
 
 
-def measure(series: Series, protocol: Protocol, gpus: int | None = None) -> Measurement:
-    """Apply ``protocol`` to one run. ``gpus`` (the cell's GPU count) wins over ``series.gpus``."""
+def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: int = 1) -> Measurement:
+    """Apply ``protocol`` to one run. ``gpus`` (the cell's GPU count) wins over ``series.gpus``;
+    ``floor`` is the fewest records a figure of the log's format may come from (its parser's
+    ``min_records``), whatever the protocol allows."""
     issues: list[str] = []
     count = gpus if gpus is not None else series.gpus
     factor: float | None = 1.0
@@ -124,6 +126,8 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None) -> Meas
         raw = None
         if used < protocol.min_records:
             issues.append(f"insufficient records: found {len(values)}, need {need}")
+        elif used < floor:
+            issues.append(f"too few records for a figure: {used} used, a log of this format needs at least {floor}")
         else:
             raw = _aggregate(chosen, protocol.aggregate, issues)
     value = None
@@ -182,7 +186,7 @@ def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[fl
 
 def _aggregate(values: Sequence[float], how: str, issues: list[str]) -> float | None:
     if how == "mean":
-        return exact_sum(values) / len(values)
+        return math.fsum(values) / len(values)
     if how == "median":
         return float(statistics.median(values))
     if any(v <= 0 for v in values):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
-from repro.hosts import Hosts, Node
+from repro.hosts import Hosts, Node, load_hosts, local_hosts, placeholder_hosts
 from repro.launchers import LAUNCHERS, NodeCommand
 from repro.launchers.base import rdma_container_options
 from repro.manifest import Cell, Manifest
@@ -74,8 +75,38 @@ def plan_cell(manifest: Manifest, cell: Cell, hosts: Hosts) -> list[NodePlan]:
     nodes: Sequence[Node] = hosts.take(cell.nodes)
     launcher = LAUNCHERS.get(manifest.launch.kind)()
     image = image_reference(manifest)
-    return [NodePlan(cell, cmd, image, container_options(manifest, cell, cmd, hosts.data))
+    fmt = manifest.dataset_format
+    data_dir = hosts.need_data_dir(fmt, manifest.id) if fmt else None
+    return [NodePlan(cell, cmd, image, container_options(manifest, cell, cmd, data_dir))
             for cmd in launcher.render(manifest.launch, cell, nodes, manifest.launch.env_for(cell, hosts.env))]
+
+
+def plan_hosts(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None) -> Hosts:
+    """The inventory a dry run shows: the hosts file's; without one, this machine when every cell fits
+    on one node (as ``repro up`` would run it), else placeholder nodes; a placeholder dataset path either way."""
+    if hosts_file is not None:
+        return load_hosts(hosts_file)
+    formats = [manifest.dataset_format] if manifest.dataset_format else []
+    need = max(c.nodes for c in cells)
+    stand_in = placeholder_hosts(need, formats)
+    return replace(stand_in, nodes=local_hosts().nodes) if need == 1 else stand_in
+
+
+def _inventory_lines(manifest: Manifest, hosts: Hosts) -> list[str]:
+    lines = []
+    if hosts.placeholder and hosts.nodes[0].local:
+        lines.append("nodes: this machine (no --hosts file)")
+    elif hosts.placeholder:
+        lines.append(f"nodes: placeholders node1..node{len(hosts.nodes)} (no --hosts file); "
+                     "--hosts FILE shows the real names and addresses")
+    fmt = manifest.dataset_format
+    if fmt:
+        where = hosts.data_dir(fmt)
+        lines.append(f"dataset: {fmt} at {where}" + (" (a placeholder: the hosts file's `data:` names it)"
+                                                      if hosts.placeholder else " on every node"))
+    elif manifest.synthetic_data:
+        lines.append(f"dataset: none: {manifest.synthetic_data}")
+    return lines
 
 
 def select_cells(manifest: Manifest, filters: Sequence[Mapping[str, Any]] = ()) -> list[Cell]:
@@ -105,7 +136,8 @@ def docker_run_flags(opts: Mapping[str, Any]) -> list[str]:
 def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
     """The human-readable plan: exact-text tested, printed by ``repro plan``."""
     lines = [f"target {manifest.id}: {manifest.title}",
-             f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats"]
+             f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats",
+             *_inventory_lines(manifest, hosts)]
     for cell in cells:
         plans = plan_cell(manifest, cell, hosts)
         lines += ["", f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "

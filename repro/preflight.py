@@ -37,7 +37,8 @@ from typing import Any
 from tabulate import tabulate
 
 from repro.errors import EnvironmentUnavailable
-from repro.hosts import Node
+from repro.hosts import Hosts, Node
+from repro.manifest import Manifest
 from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class NodeReport:
     clock: Probe = field(default_factory=Probe)
     rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
     interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
+    dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
 
     @property
     def reachable(self) -> bool:
@@ -209,10 +211,50 @@ s netifs; ls /sys/class/net 2>&1; e
 """
 
 
-def probe_script(node: Node) -> str:
+def probe_script(node: Node, dataset: Dataset | None = None) -> str:
     """The one shell script run per node; inventory values enter it shell-quoted only."""
     local_engine = int(node.docker_host is None or node.docker_host.startswith("unix://"))
-    return _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine)
+    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine)
+    return script + dataset_section(dataset) if dataset else script
+
+
+# ---------------------------------------------------------------- the dataset
+
+Dataset = tuple[str, str]  # (format, directory on every node)
+
+
+def dataset_to_check(manifest: Manifest, hosts: Hosts, *, required: bool = True) -> Dataset | None:
+    """The target's dataset format and the inventory's directory for it; None when it reads none, or
+    (not ``required``) when the inventory names no directory for it."""
+    fmt = manifest.dataset_format
+    if not fmt or (not required and hosts.data_dir(fmt) is None):
+        return None
+    return fmt, hosts.need_data_dir(fmt, manifest.id)
+
+
+def dataset_section(dataset: Dataset) -> str:
+    """The probe script's section that checks the directory looks like its format."""
+    from repro.datasets import check_script
+
+    return f"s dataset; {check_script(*dataset)}; e\n"
+
+
+def dataset_probe(sec: Mapping[str, tuple[str, int]], dataset: Dataset | None) -> Probe:
+    """What the dataset section found: a summary, or what is wrong and how to fix it."""
+    from repro.datasets import FORMATS, MISSING_FIX
+
+    if dataset is None:
+        return Probe()
+    fmt, path = dataset
+    where = f"{fmt} at {path}"
+    if "dataset" not in sec:
+        return Probe(reason=f"dataset {where}: no output from the probe", detail=where)
+    text, rc = sec["dataset"]
+    lines = text.strip().splitlines() or [f"exit status {rc}"]
+    if rc != 0:
+        fix = MISSING_FIX.format(fmt=fmt) if rc == 2 else FORMATS[fmt].fix
+        return Probe(reason=f"dataset {where}: {lines[-1][:300]}; fix: {fix}", detail=where)
+    return Probe(lines[-1], detail=where)
 
 
 class _FirstLine:
@@ -229,7 +271,7 @@ class _FirstLine:
         pass
 
 
-def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S) -> NodeReport:
+def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Dataset | None = None) -> NodeReport:
     """Every probe on one node over one command on its open session; failures land in the reasons.
 
     The clock offset is taken NTP-style: the remote ``date`` is the script's first line,
@@ -242,13 +284,15 @@ def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S) -> NodeRepo
     ssh = Probe(detail="local") if session.connect_s is None else \
         Probe(round(rtt * 1000, 1), detail=f"connect {session.connect_s * 1000:.0f} ms")
     first = _FirstLine()
-    r = session.run(probe_script(node), hide="err", out_stream=first, warn=True, timeout=timeout, in_stream=False)
+    r = session.run(probe_script(node, dataset), hide="err", out_stream=first, warn=True, timeout=timeout, in_stream=False)
     head, _, rest = r.stdout.partition("\n")
     try:
         clock = Probe(float(head) - (first.at or time.time()) + rtt / 2, detail="remote date - arrival + rtt/2")
     except ValueError:
         clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
-    return NodeReport(node.name, node.address, ssh, clock=clock, **_from_sections(parse_sections(rest)))
+    sections = parse_sections(rest)
+    return NodeReport(node.name, node.address, ssh, clock=clock, dataset=dataset_probe(sections, dataset),
+                      **_from_sections(sections))
 
 
 def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
@@ -279,9 +323,10 @@ def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
 
 
 def run_preflight(nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
-                  timeout: float = DEFAULT_TIMEOUT_S) -> list[NodeReport]:
-    """Probe every node in parallel; a node that cannot be reached gets a row with only its SSH error."""
-    results = run_on_all(nodes, lambda s: probe_node(s, timeout), timeout=timeout,
+                  timeout: float = DEFAULT_TIMEOUT_S, dataset: Dataset | None = None) -> list[NodeReport]:
+    """Probe every node in parallel; a node that cannot be reached gets a row with only its SSH error.
+    ``dataset``: also check on every node that the directory looks like that format."""
+    results = run_on_all(nodes, lambda s: probe_node(s, timeout, dataset), timeout=timeout,
                          accept_new_host_keys=accept_new_host_keys)
     return [r if isinstance(r := results[n.name], NodeReport) else
             NodeReport(n.name, n.address, Probe(reason=str(r) + (f"; hint: {r.hint}" if r.hint else ""))) for n in nodes]
@@ -496,8 +541,9 @@ def site_checks(reports: Sequence[NodeReport], manifest: Any, site_env: Mapping[
 
 
 def problems(reports: Sequence[NodeReport]) -> list[str]:
-    """What stops a run outright: nodes not reached, engines not answering."""
-    return [f"{r.node}: {r.ssh.reason or r.docker.reason}" for r in reports if r.ssh.reason or r.docker.reason]
+    """What stops a run outright: nodes not reached, engines not answering, a dataset not there."""
+    return [f"{r.node}: {r.ssh.reason or r.docker.reason or r.dataset.reason}" for r in reports
+            if r.ssh.reason or r.docker.reason or r.dataset.reason]
 
 
 class PreflightFailed(EnvironmentUnavailable):
@@ -555,6 +601,9 @@ def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviati
              for p in (r.gpus, r.infiniband, r.disk, r.clock) if p.reason]
     if notes:
         out += ["", "probes that failed:", *notes]
+    checked = [r for r in reports if r.dataset.value is not None]
+    if checked:
+        out += ["", f"dataset {checked[0].dataset.detail}:", *(f"  {r.node}: {r.dataset.value}" for r in checked)]
     if deviations:
         out += ["", "deviations from the target's expected hardware:", *(f"  {d}" for d in deviations)]
     return "\n".join(out) + "\n"

@@ -59,10 +59,12 @@ def dataset_identity(manifest: Manifest, hosts: Hosts, digest: Mapping[str, str]
     """What data the run read: the hosts file's data directory when the manifest mounts it."""
     mounts = manifest.launch.container.get("mounts", [])
     if not any("{data}" in str(m.get("source", "")) for m in mounts):
-        return {"uri": "repro:none", "digest": {}, "note": "the manifest mounts no dataset (synthetic data)"}
-    if not hosts.data:
+        return {"uri": "repro:none", "digest": {},
+                "note": manifest.synthetic_data or "the manifest mounts no dataset (synthetic data)"}
+    where = hosts.data_dir(manifest.dataset_format) if manifest.dataset_format else None
+    if not where:
         return {"uri": "repro:unspecified", "digest": {}, "note": "the hosts file names no data directory"}
-    return {"uri": f"file://{hosts.data}", "digest": dict(digest or {}),
+    return {"uri": f"file://{where}", "digest": dict(digest or {}), "format": manifest.dataset_format,
             "note": "" if digest else "the directory's content was not hashed"}
 
 

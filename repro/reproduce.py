@@ -9,8 +9,8 @@ tolerance says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 from pathlib import Path
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from repro.errors import ReproError
 from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
-from repro.parsers import ParseResult, Series, parse_file
+from repro.parsers import PARSERS, ParseResult, Series, parse_file
+from repro.userlogs import LogTree, cell_logs, mapped_for, scan_logs
 
 if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and need not load YAML
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
@@ -86,13 +87,23 @@ def _contradictions(result: ParseResult, cell: Cell | PublishedCell) -> list[str
 
 
 def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> tuple[Measurement, ParseResult]:
-    result = parse_file(path, manifest.measure.parser)
+    try:
+        result = parse_file(path, manifest.measure.parser)
+    except ReproError as e:  # this cell has no figure; the rest of the table goes on
+        return Measurement(cell.gpus, None, 0, None, None, [e.message]), ParseResult("", [], {}, [], 0)
+    if result.refused:
+        return Measurement(cell.gpus, None, 0, None, None, [f"{path.name}: {result.refused}"]), result
     protocol = Protocol.from_dict(manifest.measure.protocol_for(cell))
     series = _series_for(result, cell.gpus)
     if series is None:
         found = ", ".join(str(s.gpus) for s in result.series) or "none"
         return Measurement(cell.gpus, None, 0, None, None, [f"no run with {cell.gpus} GPUs in the log (found: {found})"]), result
-    return measure(series, protocol, gpus=cell.gpus), result
+    return measure(series, protocol, gpus=cell.gpus, floor=_floor(result)), result
+
+
+def _floor(result: ParseResult) -> int:
+    """The fewest records a figure of this log's format may come from."""
+    return PARSERS.get(result.parser).min_records if result.parser else 1
 
 
 def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCell, logs: Sequence[Path]) -> CellResult:
@@ -196,23 +207,25 @@ def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
         r.efficiency = r.reproduced / base.reproduced / (r.gpus / base.gpus)
 
 
-def find_user_logs(root: Path, cell: PublishedCell) -> list[Path]:
-    """The user's copies of a cell's logs under ``root``, matched by file name."""
-    out = []
-    for published in cell.logs:
-        hits = sorted(root.rglob(published.name))
-        if hits:
-            out.append(hits[0])
-    return out
-
-
-def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | None = None) -> TableResult:
+def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,
+                    maps: Mapping[str, list[Path]] | None = None) -> TableResult:
+    """Re-derive one table from the bundled logs, or from the logs of a tree (matched to the cells by
+    content, see :mod:`repro.userlogs`) and the logs ``maps`` names for cells (``--map``)."""
+    tree = scan_logs(from_logs) if isinstance(from_logs, Path) else from_logs
     cells = []
     for cell in table.cells:
-        logs = find_user_logs(from_logs, cell) if from_logs else list(cell.logs)
-        cells.append(reproduce_cell(manifest, table, cell, logs))
+        mapped = mapped_for(maps or {}, manifest, cell)
+        if tree is None and not mapped:
+            cells.append(reproduce_cell(manifest, table, cell, list(cell.logs)))
+            continue
+        found = cell_logs(tree or LogTree(Path(".")), manifest, cell, mapped)
+        r = reproduce_cell(manifest, table, cell, found.logs)
+        if found.detail:
+            r.detail = "; ".join(filter(None, [found.detail, r.detail]))
+        cells.append(r)
     _add_scaling(manifest, cells)
-    return TableResult(manifest, table, cells, str(from_logs) if from_logs else "bundled published logs")
+    source = str(tree.root) if tree is not None else "bundled published logs"
+    return TableResult(manifest, table, cells, source + (" and --map" if maps else ""))
 
 
 def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | None = None) -> TableResult:
@@ -283,18 +296,21 @@ def resolve_tables(names: Sequence[str], table_id: str | None = None) -> list[tu
 
 
 def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None, **protocol: object) -> dict:
-    """``repro parse``: one protocol applied to every run found in one log."""
+    """``repro parse``: one protocol applied to every run found in one log. Per-GPU figures
+    (PaddleClas rank-0 logs) are multiplied by ``gpus``, or by the GPU count the log states."""
     result = parse_file(log, parser)
     proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
     out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
            "facts": result.facts, "results": [], "issues": list(result.issues)}
     several = len(result.series) > 1
     for s in result.series:
-        m = measure(s, proto, gpus=gpus if gpus is not None else s.gpus)
-        out["results"].append({"gpus": gpus if gpus is not None else s.gpus, "throughput": m.value,
-                               "records_used": m.records_used, "records": len(s.values), "summary": s.summary})
-        if m.issues:
-            out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in m.issues]
+        count = gpus if gpus is not None else s.gpus
+        m = measure(s, replace(proto, scale="per_gpu") if s.per_gpu else proto, gpus=count, floor=_floor(result))
+        value = None if result.refused else m.value
+        out["results"].append({"gpus": count, "throughput": value, "records_used": m.records_used,
+                               "records": len(s.values), "summary": s.summary})
+        issues = [i + " (give it with --gpus N)" if i.startswith("per-GPU values") else i for i in m.issues]
+        out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in issues]
     return out
 
 

@@ -150,6 +150,9 @@ def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) ->
         allowed = sorted(_allowed_keys(schema_name, schema))
         extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
         key = extra[0] if extra else ""
+        if key == "ofed" and not path:
+            return doc.problem_at_key([key], "unknown key 'ofed'", "it is now `rdma: {strategy: image | mlnx-ofed | "
+                                      "inbox}`; leave it out for a target without RDMA (was kind: none)")
         return doc.problem_at_key([*path, key], f"unknown key {key!r}",
                                   f"allowed keys here: {', '.join(allowed)}" if allowed else None)
     if v == "required":
@@ -194,8 +197,9 @@ def _resolve(schema_name: str, ref: str) -> dict[str, Any]:
 
 
 def _required_hint(schema: dict[str, Any], key: str) -> str | None:
-    if key in ("version", "distro") and "if" in schema:
-        return "MLNX_OFED is pinned by version and distro, e.g. version: 4.9-0.1.7.0, distro: ubuntu18.04"
+    if key in ("version", "sha256", "flags") and "if" in schema:
+        return ("rdma strategy mlnx-ofed pins version, sha256 (\"\" until verified: `repro lock` records it) and the "
+                "publisher's installer flags, e.g. version: 5.0-2.1.8.0, sha256: \"\", flags: [--user-space-only]")
     sub = schema.get("properties", {}).get(key, {})
     if isinstance(sub, dict) and "$ref" in sub and sub["$ref"].endswith("/digest"):
         return "write digest: \"\" and run `repro lock TARGET` to fill it"
@@ -203,8 +207,8 @@ def _required_hint(schema: dict[str, Any], key: str) -> str | None:
 
 
 def _not_message(err: jsonschema.ValidationError) -> str:
-    keys = [k for k in ("log", "logs", "version", "distro", "url") if k in err.instance]
+    keys = [k for k in ("log", "logs", "version", "sha256", "flags", "url") if k in err.instance]
     if {"log", "logs"} <= set(keys):
         return "give either 'log' or 'logs', not both"
-    return f"{' and '.join(repr(k) for k in keys)} {'is' if len(keys) == 1 else 'are'} only for ofed kind 'mlnx'"
+    return f"{' and '.join(repr(k) for k in keys)} {'is' if len(keys) == 1 else 'are'} only for rdma strategy 'mlnx-ofed'"
 

@@ -27,7 +27,7 @@ from repro.images import ImagesOptions, check_pins, prepare
 from repro.images.engine import node_client
 from repro.images.events import Event, Progress, ignore
 from repro.launch import CellFailed, NodeResult, launch_cell
-from repro.manifest import Cell, Manifest, find_target
+from repro.manifest import Cell, Manifest, find_target, synthetic
 from repro.parsers import PARSERS
 from repro.plan import select_cells
 from repro.rundir import DONE, FAILED, PENDING, RUNNING, RunDir
@@ -54,6 +54,7 @@ class UpOptions:
     strict: bool = False
     accept_new_host_keys: bool = False
     skip_preflight: bool = False
+    synthetic: bool = False  # the synthetic-data run the manifest declares (dataset.synthetic)
     images: ImagesOptions = field(default_factory=ImagesOptions)
 
 
@@ -72,11 +73,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
     if opts.resume is None:
         if not target:
             raise UsageError("give a TARGET, or --resume RUN_DIR")
-        return find_target(target), load_hosts(opts.hosts_file), None
+        manifest = find_target(target)
+        return synthetic(manifest) if opts.synthetic else manifest, load_hosts(opts.hosts_file), None
     run = RunDir.open(opts.resume)
     manifest = run.load_manifest()
     if target and target != manifest.id:
         raise UsageError(f"{opts.resume} is a run of {manifest.id}, not {target}")
+    if opts.synthetic and not manifest.synthetic_data:
+        raise UsageError(f"{opts.resume} is a run on the dataset, not on synthetic data",
+                         hint="resume it without --synthetic")
     recorded = run.file("hosts.yaml")
     if opts.hosts_file is None and "<redacted>" in recorded.read_text(encoding="utf-8"):
         raise UsageError(f"{recorded} has its secret values redacted, so it cannot be run again",
@@ -87,10 +92,11 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
                progress: Progress) -> list[Any]:
     """Check every node first; returns the nodes' reports."""
-    from repro.preflight import assess, compare, render_preflight, run_preflight, site_checks
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
 
     progress(Event("step", f"preflight of {len(hosts.nodes)} node(s)"))
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys)
+    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
+                            dataset=dataset_to_check(manifest, hosts))
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
     more, blocking = site_checks(reports, manifest, hosts.env, cells)
     deviations += more
@@ -154,6 +160,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     cells = select_cells(manifest, opts.cells)
     if not cells:
         raise UsageError(f"no cell of {manifest.id} matches the --cells filter")
+    if manifest.synthetic_data:
+        progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
     used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
     progress(Event("step", "checking the pins against the lock file"))

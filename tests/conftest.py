@@ -1,7 +1,6 @@
 """Shared test setup.
 
-Tests that need a real component (Docker engine, the SSH test cluster, the native log
-scanner) carry a marker.
+Tests that need a real component (Docker engine, the SSH test cluster) carry a marker.
 Where the component is missing they are skipped with the reason locally, but they FAIL
 when ``CI`` is set or ``REPRO_REQUIRE`` names the component: a CI lane that is meant to
 have Docker can never go green by skipping.
@@ -54,17 +53,7 @@ def _ssh_reason() -> str | None:
     return None
 
 
-def _native_reason() -> str | None:
-    from repro.parsers import base
-
-    if base.ENGINE.startswith("native"):
-        return None
-    if base.Scanner is None:
-        return "the native log scanner is not built (a C compiler and libpcre2-dev at install)"
-    return f"the parse engine is {base.ENGINE} (REPRO_PARSE_ENGINE)"
-
-
-_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "native": _native_reason}
+_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -77,10 +77,19 @@ def test_show_dlperf_text() -> None:
         "  framework: pytorch, model: resnet50v1.5",
         "  image: built from dockerfiles/requirements as repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca, "
         "FROM nvcr.io/nvidia/pytorch:20.03-py3 (base not pinned)",
+        "    base OS ubuntu18.04, tag published 2020-03 (NGC monthly release 20.03; the push date was not read from "
+        "the registry here)",
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
         "-> /workspace/DeepLearningExamples",
         "    patch PyTorch/Classification/ConvNets/main.py: DLPerf README requires this edit for multi-node runs",
-        "  ofed: mlnx 4.9-0.1.7.0 (ubuntu18.04, user space only)",
+        "      '        torch.cuda.set_device(args.gpu)\\n' -> '        torch.cuda.set_device(args.gpu)\\n"
+        "        args.gpu = torch.cuda.device_count()\\n'",
+        "    patch PyTorch/Classification/ConvNets/requirements.txt: GitHub no longer serves the git:// protocol; "
+        "the same commit of dllogger over https",
+        "      'git+git://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger' -> "
+        "'git+https://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger'",
+        "  rdma: mlnx-ofed 4.9-0.1.7.0 for ubuntu18.04, user space only, mlnxofedinstall --user-space-only "
+        "--without-fw-update --all --force --without-neohost-backend; sha256 recorded by repro lock",
         "    {precision_args} for fp32: (none)",
         "    {precision_args} for amp: --amp --dynamic-loss-scale",
         "    env: NCCL_DEBUG=INFO",
@@ -179,27 +188,3 @@ def test_missing_hosts_file() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == "error: tests/data/good/no-such-hosts.yaml: no such file\n"
-
-
-def test_parse_json_puts_a_key_and_each_run_on_a_line() -> None:
-    from repro.cli import _parse_json
-
-    out = {"parser": "ngc-tf1", "facts": {"amp": True}, "results": [{"gpus": 1, "throughput": 1173.5},
-           {"gpus": None, "throughput": None}], "issues": [], "odd": [{"a": "}, {"}, {"b}, {": 1}]}
-    text = _parse_json(out)
-    assert text == (
-        '{\n'
-        '  "parser": "ngc-tf1",\n'
-        '  "facts": {"amp": true},\n'
-        '  "results": [\n'
-        '    {"gpus": 1, "throughput": 1173.5},\n'
-        '    {"gpus": null, "throughput": null}\n'
-        '  ],\n'
-        '  "issues": [],\n'
-        '  "odd": [\n'
-        '    {"a": "}, {"},\n'
-        '    {"b}, {": 1}\n'
-        '  ]\n'
-        '}'
-    )
-    assert json.loads(text) == out

@@ -19,19 +19,19 @@ import pytest
 from repro import paths
 from repro.errors import BuildError, ProvenanceError, UsageError
 from repro.images import build, lock_target  # noqa: F401 - the package imports cleanly
-from repro.images.ofed import describe, parse_probe, render_ofed_layer, versions_label
+from repro.images.rdma import bundle_name, describe, parse_probe, render_rdma_layer, versions_label
 from repro.images.refs import Ref, parse_ref, retag
 from repro.images.registry import classify
 from repro.images.render import render_build, render_dockerfile
 from repro.images.source import apply_patches
 from repro.lock import Pins, check, differences, lock_path, pins_for_run, read_lock, resolve_all
-from repro.manifest import find_target, load_manifest, manifest_files
+from repro.manifest import Manifest, Rdma, find_target, load_manifest, manifest_files
 
 RENDERED = Path(__file__).resolve().parent / "data" / "images-rendered"
 D = "sha256:" + "d" * 64
 E = "sha256:" + "e" * 64
-SEEDS = ["ngc-pytorch-rn50-v100", "ngc-tf1-rn50-v100", "ngc-mxnet-rn50-v100", "paddle-rn50-v100",
-         "dlperf-ngc-pytorch-rn50-v100", "dlperf-tf2-rn50-v100", "tf-cnn-rn50-p100-real"]
+#: every seed GPU target (the *-cpu targets check a cluster and are built by the integration tests)
+SEEDS = sorted(p.stem for p in manifest_files() if not p.stem.endswith("-cpu"))
 
 
 def pinned_base(target: str) -> Ref:
@@ -51,7 +51,6 @@ def test_every_shipped_build_names_an_existing_dockerfile() -> None:
 def test_ngc_pytorch_renders_exactly() -> None:
     text = render_build(find_target("ngc-pytorch-rn50-v100"), pinned_base("ngc-pytorch-rn50-v100"))
     body = text.split("sees the CA bundle; the final stage copies the wheels it built, never the bundle.\n", 1)[1]
-    ofed = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64"
     assert text.startswith("# dockerfiles/requirements/Dockerfile for ngc-pytorch-rn50-v100\n")
     assert body == f"""ARG BASE=nvcr.io/nvidia/pytorch@{D}
 
@@ -76,19 +75,7 @@ RUN pip install --no-cache-dir --no-index --find-links /tmp/wheelhouse -r /tmp/w
 COPY source/ /workspace/DeepLearningExamples/
 WORKDIR /workspace/DeepLearningExamples/PyTorch/Classification/ConvNets
 
-# then the OFED layer (mlnx)
-# repro OFED layer: MLNX_OFED 5.0-2.1.8.0 for ubuntu18.04, user space only (the host keeps its kernel driver)
-FROM <the image built above>
-RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bison chrpath debhelper dpatch \
-ethtool flex gfortran graphviz kmod libelf1 libltdl-dev libmnl0 lsb-release lsof pciutils perl swig tcl tk \\
- && rm -rf /var/lib/apt/lists/*
-COPY {ofed}.tgz /tmp/{ofed}.tgz
-RUN cd /tmp \\
- && tar -xf {ofed}.tgz \\
- && ./{ofed}/mlnxofedinstall --user-space-only --without-fw-update --force \\
- && rm -rf /tmp/{ofed} /tmp/{ofed}.tgz \\
- && mkdir -p /etc/libibverbs.d
+# RDMA: strategy image: the base image's own MOFED user space is used; nothing is installed
 """
 
 
@@ -102,6 +89,34 @@ def test_seed_targets_render_as_recorded(target: str) -> None:
     assert text == golden.read_text(encoding="utf-8")
 
 
+#: NGC bases that DLPerf found without a working MOFED user space and reinstalled MLNX_OFED 4.9 into
+REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100"}
+
+
+@pytest.mark.parametrize("target", SEEDS)
+def test_every_seed_build_is_consistent_with_its_base(target: str) -> None:
+    m = find_target(target)
+    base = m.image["build"]["base"]
+    text = render_build(m, pinned_base(target))
+    os_ = base["os"]
+    assert re.fullmatch(r"ubuntu\d\d\.04", os_) and base["published"], "every seed declares its base OS and tag date"
+    named = re.search(r"ubuntu\d\d\.04", base["ref"])
+    assert named is None or named.group(0) == os_
+    bundles = re.findall(r"MLNX_OFED_LINUX-[0-9.-]+?-([a-z]+[0-9.]+)-x86_64", text)
+    assert all(b == os_ for b in bundles), "an MLNX_OFED bundle is always built for the base's OS"
+    strategy = m.rdma.strategy if m.rdma else None
+    assert ("mlnxofedinstall" in text) == (strategy == "mlnx-ofed")
+    needs_apt = strategy in ("mlnx-ofed", "inbox") or m.launch.kind == "mpi"   # the mpi launcher's sshd layer
+    assert ("apt-get" in text) == needs_apt, "nothing is apt-installed otherwise"
+    if base["ref"].startswith("nvcr.io/") and target not in REINSTALLED_ON_NGC:
+        assert strategy in (None, "image"), "NGC images bring their own MOFED user space"
+    if strategy == "image":
+        assert ("# RDMA: strategy image: the base image's own MOFED user space is used; nothing is installed\n"
+                "\n" + ("# then the mpi layer" if m.launch.kind == "mpi" else "")) in text + "\n"
+    multi_node = max(m.matrix["nodes"]) > 1
+    assert (m.rdma is not None) == multi_node, "a multi-node target says how it reaches InfiniBand"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in paths.dockerfiles_dir().iterdir()
                                         if (p / "Dockerfile").is_file() and p.name != "cpu-frameworks"))
 def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
@@ -110,6 +125,16 @@ def test_the_ca_bundle_never_reaches_the_last_stage(name: str) -> None:
     assert "repro-ca.crt" not in last_stage and "repro-build-ca.crt" not in last_stage
     assert text.splitlines()[0].startswith(f"# repro image {name}:")
     assert re.search(r"^ARG BASE$", text, re.M), "the base comes from the kit, pinned, never a default"
+
+
+def test_only_mpi_targets_get_the_sshd_layer_and_it_is_part_of_their_identity(monkeypatch) -> None:
+    mpi, torch = find_target("mpi-rn50-cpu"), find_target("torch-rn50-cpu")
+    assert "# then the mpi layer" in render_build(mpi, pinned_base("mpi-rn50-cpu"))
+    assert "# then the mpi layer" not in render_build(torch, pinned_base("torch-rn50-cpu"))
+    before = build.build_inputs_sha256(mpi), build.build_inputs_sha256(torch)
+    monkeypatch.setattr(build, "render_sshd_layer", lambda base: f"FROM {base}\nRUN true\n")
+    assert build.build_inputs_sha256(mpi) != before[0], "a changed layer must rebuild the image"
+    assert build.build_inputs_sha256(torch) == before[1]
 
 
 def test_render_dockerfile_follows_arg_scoping() -> None:
@@ -142,11 +167,25 @@ def test_label_step_is_one_instruction_with_quoted_values() -> None:
         b'FROM sha256:abc\nLABEL "a"="x y" "b"="say \\"hi\\""\n')
 
 
-# --- OFED --------------------------------------------------------------------------------------------
+# --- RDMA ------------------------------------------------------------------------------------------
+
+def with_rdma(target: str, rdma: dict | None, os_: str | None = None) -> Manifest:
+    """A seed manifest with another rdma section (and base OS), as load_manifest would build it."""
+    m = find_target(target)
+    data = json.loads(json.dumps(m.data))
+    data.pop("rdma", None)
+    if rdma is not None:
+        data["rdma"] = rdma
+    if os_ is not None:
+        data["image"]["build"]["base"]["os"] = os_
+    return type(m)(**{**m.__dict__, "data": data, "image": data["image"],
+                      "rdma": Rdma(**{**rdma, "flags": tuple(rdma.get("flags", ()))}) if rdma else None})
+
 
 def test_inbox_layer_exact() -> None:
-    assert render_ofed_layer({"kind": "inbox"}, "sha256:abc") == (
-        "# repro OFED layer: inbox (the distribution's rdma-core user space)\n"
+    m = with_rdma("paddle-rn50-v100", {"strategy": "inbox"})
+    assert render_rdma_layer(m, "sha256:abc") == (
+        "# repro RDMA layer: inbox (the distribution's rdma-core user space)\n"
         "FROM sha256:abc\n"
         "RUN apt-get update \\\n"
         " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
@@ -155,12 +194,51 @@ def test_inbox_layer_exact() -> None:
         " && mkdir -p /etc/libibverbs.d\n")
 
 
-def test_ofed_none_has_no_layer_and_labels() -> None:
-    with pytest.raises(UsageError):
-        render_ofed_layer({"kind": "none"}, "x")
-    mlnx = {"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}
-    assert describe(mlnx) == "mlnx 4.9-0.1.7.0 ubuntu18.04"
+def test_mlnx_ofed_layer_takes_the_distro_from_the_base_os_and_the_publishers_flags() -> None:
+    m = find_target("paddle-rn50-v100")
+    name = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu16.04-x86_64"
+    assert bundle_name(m) == name and describe(m) == "mlnx-ofed 5.0-2.1.8.0 ubuntu16.04"
+    assert render_rdma_layer(m, "sha256:abc").splitlines()[2:4] == [
+        "RUN . /etc/os-release \\",
+        ' && test "$ID$VERSION_ID" = ubuntu16.04 || { echo "the base image is $ID$VERSION_ID, image.build.base.os '
+        'says ubuntu16.04" >&2; exit 1; }']
+    assert render_rdma_layer(m, "sha256:abc").splitlines()[-6:-1] == [
+        f"COPY {name}.tgz /tmp/{name}.tgz",
+        "RUN cd /tmp \\",
+        f" && tar -xf {name}.tgz \\",
+        f" && ./{name}/mlnxofedinstall --user-space-only --force --without-neohost-backend \\",
+        f" && rm -rf /tmp/{name} /tmp/{name}.tgz \\",
+    ]
+
+
+def test_image_strategy_and_no_rdma_have_no_layer() -> None:
+    for m in (find_target("ngc-tf1-rn50-v100"), find_target("tf-cnn-rn50-p100-real")):
+        with pytest.raises(UsageError, match="installs nothing"):
+            render_rdma_layer(m, "x")
+    assert describe(find_target("ngc-tf1-rn50-v100")) == "image"
+    assert describe(find_target("tf-cnn-rn50-p100-real")) == "none"
     assert versions_label({"b": "2", "a": "1"}) == "a=1 b=2"
+
+
+def test_mlnx_ofed_without_a_base_os_is_refused() -> None:
+    m = with_rdma("paddle-rn50-v100", {"strategy": "mlnx-ofed", "version": "5.0-2.1.8.0", "sha256": "",
+                                       "flags": ["--force"]})
+    data = json.loads(json.dumps(m.data))
+    del data["image"]["build"]["base"]["os"]
+    m = type(m)(**{**m.__dict__, "data": data, "image": data["image"]})
+    with pytest.raises(UsageError, match="needs the base image's OS") as err:
+        bundle_name(m)
+    assert "image.build.base.os: ubuntu18.04" in (err.value.hint or "")
+
+
+def test_rdma_accessor_is_the_strategy_or_none() -> None:
+    seen = {f.stem: load_manifest(f).rdma for f in manifest_files()}
+    assert {k: v.strategy for k, v in seen.items() if v} == {
+        "dlperf-ngc-pytorch-rn50-v100": "mlnx-ofed", "dlperf-tf2-rn50-v100": "mlnx-ofed",
+        "ngc-pytorch-rn50-v100": "image", "ngc-pytorch-rn50-v100-2.3": "image",
+        "ngc-tf1-rn50-v100": "image", "ngc-tf1-rn50-v100-2.3": "image",
+        "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed"}
+    assert seen["torch-rn50-cpu"] is None and seen["ngc-mxnet-rn50-v100"] is None
 
 
 INBOX_OK = ("Failed to get IB devices list: Function not implemented\nrepro:ibv_devinfo_exit=255\nrepro:versions\n"
@@ -173,7 +251,7 @@ def test_probe_accepts_a_host_without_hca_and_reads_versions() -> None:
     assert parse_probe("inbox", INBOX_OK.replace("Failed to get IB devices list: Function not implemented",
                                                  "No IB devices found"))["perftest"] == "4.5+0.17-1"
     with_hca = "hca_id: mlx5_0\nrepro:ibv_devinfo_exit=0\nrepro:versions\nMLNX_OFED_LINUX-4.9-0.1.7.0:\n"
-    assert parse_probe("mlnx", with_hca) == {"ofed_info": "MLNX_OFED_LINUX-4.9-0.1.7.0"}
+    assert parse_probe("mlnx-ofed", with_hca) == {"ofed_info": "MLNX_OFED_LINUX-4.9-0.1.7.0"}
 
 
 @pytest.mark.parametrize("output, message", [
@@ -186,7 +264,7 @@ def test_probe_failures_are_build_errors(output: str, message: str) -> None:
     with pytest.raises(BuildError, match=message):
         parse_probe("inbox", output)
     with pytest.raises(BuildError, match="did not name an MLNX_OFED version"):
-        parse_probe("mlnx", "No IB devices found\nrepro:ibv_devinfo_exit=255\nrepro:versions\n"
+        parse_probe("mlnx-ofed", "No IB devices found\nrepro:ibv_devinfo_exit=255\nrepro:versions\n"
                             "sh: ofed_info: not found\n")
 
 
@@ -289,6 +367,33 @@ def test_a_manifest_digest_wins_over_a_moved_tag(tagged_manifest) -> None:
     assert pins.images["base"].digest == D and E in warnings[0]
 
 
+def test_lock_records_the_mlnx_bundle_sha256_and_the_build_and_dry_run_use_it(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.images import bundle_files, dry_run_text
+
+    src = find_target("paddle-rn50-v100").path
+    shutil.copyfile(src, tmp_path / src.name)
+    m = load_manifest(tmp_path / src.name)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    name = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu16.04-x86_64"
+    sha = bundle(cache / f"{name}.tgz", top=name)
+    monkeypatch.setenv("REPRO_OFED_CACHE", str(cache))
+    assert build.expected_bundle_sha256(m) == ""
+    assert f"{name}.tgz must have sha256 <not recorded: run repro lock" in dry_run_text(m)
+    files = bundle_files(m)
+    assert files == {name: sha}
+    path, written = check(m, resolve_all(m, lambda r: D, None, files=files), update=False, allow_create=True)
+    assert written and json.loads(path.read_text())["files"] == {name: sha}
+    assert build.expected_bundle_sha256(m) == sha
+    assert f"{name}.tgz must have sha256 {sha} (recorded by repro lock)\n" in dry_run_text(m)
+    # a run carries the lock's record; a changed bundle is a difference naming both values
+    assert pins_for_run(m, read_lock(path), lambda r: D, allow_unpinned=False).files == {name: sha}
+    locked = read_lock(path)
+    assert differences(locked, Pins(locked.images, locked.sources, {name: "f" * 64})) == [
+        f"file {name}: lock has sha256 {sha}, found {'f' * 64}"]
+
+
 # --- patches and build failures ----------------------------------------------------------------------
 
 def test_patches_must_match_exactly_once(tmp_path: Path) -> None:
@@ -314,39 +419,70 @@ def test_a_failed_build_names_its_step_and_last_lines(tmp_path: Path) -> None:
     assert err.exit_code == 4
 
 
-# --- MLNX_OFED tarball staging -----------------------------------------------------------------------
+# --- MLNX_OFED bundle staging ------------------------------------------------------------------------
 
-MLNX = {"kind": "mlnx", "version": "4.9-0.1.7.0", "distro": "ubuntu18.04"}
 MLNX_NAME = "MLNX_OFED_LINUX-4.9-0.1.7.0-ubuntu18.04-x86_64"
 
 
-def test_mlnx_tarball_comes_from_the_cache(tmp_path: Path) -> None:
-    from repro.images.ofed import stage_mlnx
+def bundle(path: Path, top: str = MLNX_NAME) -> str:
+    """A small tar archive laid out like an MLNX_OFED bundle (one top directory); its sha256 hex."""
+    import hashlib
+    import io
+    import tarfile
 
+    with tarfile.open(path, "w:gz") as tar:
+        data = b"#!/bin/sh\n"
+        info = tarfile.TarInfo(f"{top}/mlnxofedinstall")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_mlnx_bundle_from_the_cache_is_verified_before_it_enters_the_context(tmp_path: Path) -> None:
+    from repro.images.rdma import stage_bundle
+
+    m = find_target("dlperf-ngc-pytorch-rn50-v100")
     cache, context = tmp_path / "cache", tmp_path / "ctx"
     cache.mkdir()
     context.mkdir()
-    (cache / f"{MLNX_NAME}.tar").write_bytes(b"not really a tarball")
-    digest = stage_mlnx(MLNX, context, cache)
-    assert (context / f"{MLNX_NAME}.tgz").read_bytes() == b"not really a tarball"
-    assert digest == "sha256:" + __import__("hashlib").sha256(b"not really a tarball").hexdigest()
+    sha = bundle(cache / f"{MLNX_NAME}.tar")
+    assert stage_bundle(m, context, sha, cache) == f"sha256:{sha}"
+    assert (context / f"{MLNX_NAME}.tgz").read_bytes() == (cache / f"{MLNX_NAME}.tar").read_bytes()
+    with pytest.raises(BuildError, match=f"sha256 {sha}, but {'0' * 64} was recorded"):
+        stage_bundle(m, context, "0" * 64, cache)
+    with pytest.raises(BuildError, match="no checksum to verify") as err:
+        stage_bundle(m, context, "", cache)
+    assert "repro lock" in (err.value.hint or "")
 
 
-def test_mlnx_tarball_is_downloaded_into_the_cache_once(tmp_path: Path) -> None:
+def test_mlnx_bundle_for_another_distro_is_refused(tmp_path: Path) -> None:
+    from repro.images.rdma import stage_bundle
+
+    m = find_target("dlperf-ngc-pytorch-rn50-v100")
+    (tmp_path / "ctx").mkdir()
+    sha = bundle(tmp_path / f"{MLNX_NAME}.tgz", top="MLNX_OFED_LINUX-4.9-0.1.7.0-ubuntu16.04-x86_64")
+    with pytest.raises(BuildError, match="the bundle is for ubuntu16.04, the base image is ubuntu18.04"):
+        stage_bundle(m, tmp_path / "ctx", sha, tmp_path)
+
+
+def test_mlnx_bundle_is_downloaded_into_the_cache_once(tmp_path: Path) -> None:
     from repro.errors import EnvironmentUnavailable
-    from repro.images.ofed import stage_mlnx
+    from repro.images.rdma import stage_bundle
 
     served = tmp_path / "served.tgz"
-    served.write_bytes(b"payload")
+    sha = bundle(served)
+    base = find_target("dlperf-ngc-pytorch-rn50-v100").data["rdma"]
+    m = with_rdma("dlperf-ngc-pytorch-rn50-v100", {**base, "url": served.as_uri()})
     cache, context = tmp_path / "cache", tmp_path / "ctx"
     context.mkdir()
     events: list[object] = []
-    stage_mlnx({**MLNX, "url": served.as_uri()}, context, cache, events.append)
-    assert (cache / f"{MLNX_NAME}.tgz").read_bytes() == b"payload" and len(events) == 1
+    stage_bundle(m, context, sha, cache, events.append)
+    assert (cache / f"{MLNX_NAME}.tgz").read_bytes() == served.read_bytes() and len(events) == 1
     served.unlink()
-    stage_mlnx({**MLNX, "url": served.as_uri()}, context, cache, events.append)   # cached: no download
+    stage_bundle(m, context, sha, cache, events.append)   # cached: no download
     assert len(events) == 1
+    other = with_rdma("dlperf-ngc-pytorch-rn50-v100", {**base, "version": "5.0-2.1.8.0", "url": served.as_uri()})
     with pytest.raises(EnvironmentUnavailable, match="cannot download MLNX_OFED") as err:
-        stage_mlnx({**MLNX, "version": "5.0-2.1.8.0", "url": served.as_uri()}, context, cache)
+        stage_bundle(other, context, sha, cache)
     assert "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64.tgz" in (err.value.hint or "")
     assert not list(cache.glob("*.part"))

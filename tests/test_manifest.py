@@ -181,7 +181,8 @@ def test_sha256_is_stable_across_loads() -> None:
 def test_sha256_ignores_comments_and_layout(tmp_path: Path) -> None:
     text = (GOOD / "minimal.yaml").read_text(encoding="utf-8")
     f = tmp_path / "m.yaml"
-    f.write_text("# a new comment\n" + text.replace("ofed: {kind: none}", "ofed:\n  kind: none  # inline"))
+    assert "\nframework: pytorch\n" in text
+    f.write_text("# a new comment\n" + text.replace("\nframework: pytorch\n", "\nframework:   pytorch  # inline\n"))
     assert load_manifest(f).sha256 == load_manifest(GOOD / "minimal.yaml").sha256
 
 

@@ -32,7 +32,7 @@ from parsers_helpers import (
 from repro.errors import ParseError, UnknownPlugin
 from repro.measure import Protocol, measure
 from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
-from repro.parsers.base import clean_block, clean_text, params_of
+from repro.parsers.base import params_of
 
 
 def series_of(result: ParseResult, gpus: int) -> Series:
@@ -158,7 +158,7 @@ def test_facts_mxnet_amp_logs_are_pure_fp16() -> None:
 
 
 def test_facts_tf1_runs_had_dali_off_and_xla_on() -> None:
-    paths = [p for p in PUBLISHED.glob("*/ngc-tf1/**/*.txt") if "gpu32" not in p.name]
+    paths = [p for p in PUBLISHED.glob("*/ngc-tf1/**/*.txt") if "gpu32" not in p.name and "A100" not in str(p)]
     assert len(paths) == 8
     for path in paths:
         facts = parse_file(path).facts
@@ -580,23 +580,6 @@ def test_tags_spliced_into_lines_are_removed(path: Path, timestamp: bool, tmp_pa
     assert lines == [[r.line for r in s.records] for s in base.series]
 
 
-@pytest.mark.parametrize("variant", ["mpi-tags", "mpi-timestamped-tags", "crlf+tags+junk", "spliced"])
-@pytest.mark.parametrize("path", representative_logs(), ids=lambda p: str(p.relative_to(PUBLISHED)))
-def test_tags_left_in_place_read_as_removed(
-    path: Path, variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Built-in parsers leave tags that open their lines in place (mpi_tags_in_place); the result
-    is the one of a parse that removes every tag first, line numbers and issues included."""
-    make = VARIANTS.get(variant) or (lambda d: spliced_tags(d, seed=3, every=50))
-    p = tmp_path / path.name
-    p.write_bytes(make(path.read_bytes()))
-    got = parse_file(p)
-    cls = PARSERS.get(got.parser)
-    assert cls.mpi_tags_in_place  # type: ignore[attr-defined]
-    monkeypatch.setattr(cls, "mpi_tags_in_place", False)
-    assert full(got) == full(parse_file(p))
-
-
 def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
     """Rules that read from a line start or across a newline allow a tag there (MPI_PREFIX)."""
     text = (
@@ -615,37 +598,6 @@ def test_tf_cnn_benchmarks_timestamped_tags_in_place() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # records are kept as columns; Series.records is a list-like view
-
-
-def test_records_view_behaves_like_the_list_it_replaces() -> None:
-    path = PUBLISHED / P_9881 / "ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/tf_gpu8_amp_bs256.txt"
-    s = parse_file(path).series[0]
-    recs = list(s.records)
-    assert len(s.records) == len(recs) == 30
-    assert s.records == recs and recs == list(s.records) and s.records != recs[:-1]
-    assert s.records[0] == recs[0] and s.records[-1] == recs[-1] and s.records[5:8] == recs[5:8]
-    assert s.records[::10] == recs[::10]
-    with pytest.raises(IndexError):
-        s.records[30]
-    assert list(s.values) == [r.value for r in recs]
-    assert s.iterations == [r.iteration for r in recs] == list(range(200, 500, 10))
-    assert s.epochs == [r.epoch for r in recs] and s.lines == [r.line for r in recs]
-    copy = Series(s.gpus, recs, s.summary, s.per_gpu)
-    assert copy == s and copy.records == s.records
-    extra = Record(1.5, 501, 3, 10_000)
-    s.records.append(extra)
-    assert s.records[-1] == extra and len(s.records) == 31 and copy != s
-
-
-def test_series_keeps_what_does_not_fit_an_int64_column() -> None:
-    recs = [Record(1.0), Record(2.5, 2**70, 3, 7), Record(3.0, None, -1, 8), Record(4, 5, None, 2**64)]
-    s = Series(gpus=2, records=recs)
-    assert list(s.records) == recs and s.iterations == [None, 2**70, None, 5]
-    assert s.epochs == [None, 3, -1, None]
-    s.records.append(Record(5.0, 6, 0, 9))
-    assert list(s.records) == recs + [Record(5.0, 6, 0, 9)]
-    m = measure(s, Protocol(from_iteration=5))
-    assert m.records_used == 3 and m.value == pytest.approx((2.5 + 4 + 5.0) / 3)
 
 
 def test_iteration_numbers_past_int64_are_read_exactly() -> None:
@@ -672,28 +624,6 @@ def test_run_boundaries_split_a_block_of_records() -> None:
         assert s.records[0].line == one.records[0].line + k * len(text.splitlines())
         late = Protocol(from_iteration=300)
         assert measure(s, late).value == measure(one, late).value
-
-
-@pytest.mark.parametrize(
-    "make",
-    [
-        crlf,
-        mpi_tagged,
-        lambda d: mpi_tagged(d, timestamp=True),
-        lambda d: spliced_tags(d, seed=5),
-        lambda d: crlf(spliced_tags(d, seed=6, timestamp=True)),
-    ],
-    ids=["crlf", "tags", "timestamped", "spliced", "crlf+spliced-timestamped"],
-)
-def test_clean_block_is_clean_text_on_bytes(make) -> None:  # type: ignore[no-untyped-def]
-    out = bytearray(b"left over from a longer block before" * 4096)  # one buffer for every block
-    for path in representative_logs()[::5]:
-        data = make(path.read_bytes())
-        want = clean_text(data.decode("utf-8", "replace")).encode()
-        assert clean_block(data) == want
-        assert clean_block(data, out=out) == want
-        inner = bytearray(data)  # the buffer is the block itself: the removal reads ahead of its writes
-        assert clean_block(inner, out=inner) == want
 
 
 def _params_by_split(text: str) -> dict[str, str]:
@@ -739,73 +669,6 @@ def test_config_dump_across_a_block_boundary_keeps_its_facts(before: int, tmp_pa
     assert any("contradicting batch_size: 256" in i and "128" in i for i in whole.issues), whole.issues
     lines = PARSERS.get("paddleclas")().parse(path.read_text().splitlines(keepends=True))
     assert full(lines) == full(whole)
-
-
-@pytest.mark.parametrize("seekable", [True, False])
-def test_blocks_are_whole_lines_of_the_file(seekable: bool, tmp_path: Path) -> None:
-    """Blocks hold whole lines, every byte once, in order; a line longer than a block is a block
-    of its own; the last block keeps a missing final newline missing; a stream that cannot seek
-    gives the same blocks."""
-    import io
-
-    from repro.parsers import _blocks
-    from repro.parsers.base import BLOCK_BYTES
-
-    lines = [b"x" * (i % 97) + b"\n" for i in range(40_000)]
-    lines[5000] = b"y" * (BLOCK_BYTES + 10) + b"\n"
-    data = b"".join(lines) + b"last line, no newline"
-
-    class Stream(io.RawIOBase):  # a pipe: reads, but cannot seek
-        def __init__(self) -> None:
-            self._f = io.BytesIO(data)
-
-        def readable(self) -> bool:
-            return True
-
-        def readinto(self, b) -> int:  # type: ignore[no-untyped-def,override]
-            with memoryview(b) as view:  # short reads, as a pipe gives
-                return self._f.readinto(view[:40_000])
-
-    raw = io.BufferedReader(io.BytesIO(data) if seekable else Stream())  # type: ignore[arg-type]
-    blocks = [bytes(b) for b in _blocks(raw)]  # each block is the reader's buffer, refilled
-    assert b"".join(blocks) == data
-    assert all(b.endswith(b"\n") for b in blocks[:-1]) and blocks[-1].endswith(b"no newline")
-    assert max(map(len, blocks)) == BLOCK_BYTES + 11 and len(blocks) > 3
-    assert sum(len(b) > BLOCK_BYTES for b in blocks) == 1
-    if not seekable:
-        assert blocks == [bytes(b) for b in _blocks(io.BufferedReader(io.BytesIO(data)))]
-
-
-@pytest.mark.parametrize("ending", [b"\n", b"  an indented last line without a newline"])
-def test_blocks_take_the_lines_that_continue_them(ending: bytes) -> None:
-    """With ``continues``, a block never ends before a line that pattern matches (unless it has
-    taken ``BLOCK_BYTES`` more already), wherever its end falls in a run of such lines; every byte
-    still comes once, in order, and the last line without a newline joins its section."""
-    import io
-    import itertools
-    import random
-    import re
-
-    from repro.parsers import _blocks
-    from repro.parsers.base import BLOCK_BYTES
-
-    rng = random.Random(3)
-    lines: list[bytes] = []
-    for n in range(40_000):  # sections now and then: a header, then indented lines
-        if n == 20_000:  # one section longer than a block
-            lines += [b"section\n"] + [b"  long section %d : value\n" % i for i in range(120_000)]
-        elif rng.random() < 0.01:
-            lines += [b"section\n"] + [b"  key %d : value\n" % i for i in range(rng.randrange(3000))]
-        else:
-            lines.append(b"plain line %d\n" % rng.randrange(10**6))
-    data = b"".join(lines)[:-1] + ending
-    continues = re.compile(rb"  ")
-    blocks = [bytes(b) for b in _blocks(io.BufferedReader(io.BytesIO(data)), continues)]
-    assert b"".join(blocks) == data and len(blocks) > 5
-    assert all(b.endswith(b"\n") for b in blocks[:-1])
-    for block, after in itertools.pairwise(blocks):
-        assert not continues.match(after) or len(block) > BLOCK_BYTES, after[:40]
-    assert any(len(b) > 2 * BLOCK_BYTES - 100 for b in blocks)  # the long section hit the limit
 
 
 def test_contradicting_facts_are_kept_counted_and_never_repeated() -> None:

@@ -19,6 +19,7 @@ import pytest
 from repro.cli import parse_filter
 from repro.errors import InputError, UsageError
 from repro.hosts import load_hosts, local_hosts
+from repro.launchers.mpi import session_environment
 from repro.manifest import Cell, find_target, load_manifest
 from repro.plan import plan_cell, render_plan, select_cells
 
@@ -52,6 +53,7 @@ DLPERF_MAIN = ("./main.py --data-backend dali-cpu --raport-file raport.json -j8 
 DLPERF_4N_AMP = f"""\
 target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
 launcher torch, 1 cells x 5 repeats
+dataset: imagenet-jpeg at /datasets/imagenet on every node
 
 cell 4n8g-amp-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), amp, batch 256/GPU
   image: repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca
@@ -117,6 +119,7 @@ PADDLE_CMD = ("$ python -m paddle.distributed.launch --log_dir=./mylog --gpus=0,
 PADDLE_4N = f"""\
 target test-paddle-multinode: Perf 2.5 PaddleClas ResNet50 static graph, 4 nodes x 8 V100, FP32 bs256
 launcher paddle, 1 cells x 1 repeats
+dataset: imagenet-jpeg-list at /data/imagenet on every node
 
 cell 4n8g-fp32-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), fp32, batch 256/GPU
   image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04@sha256:{"ab" * 32}
@@ -157,9 +160,17 @@ MPI_SSH = ("'ssh -p 10000 -i /run/repro-mpi/id_ed25519 -o IdentitiesOnly=yes "
 
 
 def mpi_sshd(addr: str) -> str:
-    return (f"$ /usr/sbin/sshd -D -e -p 10000 -o ListenAddress={addr} -o HostKey=/run/repro-mpi/host_ed25519 "
-            "-o AuthorizedKeysFile=/run/repro-mpi/authorized_keys -o PasswordAuthentication=no "
-            "-o PermitRootLogin=prohibit-password -o StrictModes=no -o UsePAM=no")
+    return ("$ /usr/sbin/sshd -D -e -f /run/repro-mpi/sshd_config\n"
+            "    file /run/repro-mpi/sshd_config:\n"
+            "      Port 10000\n"
+            f"      ListenAddress {addr}\n"
+            "      HostKey /run/repro-mpi/host_ed25519\n"
+            "      AuthorizedKeysFile /run/repro-mpi/authorized_keys\n"
+            "      PasswordAuthentication no\n"
+            "      PermitRootLogin prohibit-password\n"
+            "      StrictModes no\n"
+            "      UsePAM no\n"
+            "      PermitUserEnvironment yes")
 
 
 MPI_4N_AMP = f"""\
@@ -206,8 +217,16 @@ def test_mpi_render_at_api_level() -> None:
     assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX"]
     assert head.command[-1] == "--results_dir=/tmp/result"  # fp32: {precision_args} adds nothing
     for o in others:
-        assert o.command[o.command.index("-p") + 1] == "10000"
+        assert o.command == ("/usr/sbin/sshd", "-D", "-e", "-f", "/run/repro-mpi/sshd_config")
+        assert "Port 10000\n" in o.files["/run/repro-mpi/sshd_config"]
         assert o.env == {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "INFO"}
+
+
+def test_mpi_session_environment_carries_the_container_env() -> None:
+    env = ["PATH=/usr/local/mpi/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/usr/local/mpi/lib", "OPAL_PREFIX=/usr/local/mpi",
+           "EMPTY=", "WITH_EQ=a=b c", "TWO_LINES=a\nb", "bad-name=x", "NO_EQUALS"]
+    assert session_environment(env) == ("PATH=/usr/local/mpi/bin:/usr/bin:/bin\nLD_LIBRARY_PATH=/usr/local/mpi/lib\n"
+                                        "OPAL_PREFIX=/usr/local/mpi\nEMPTY=\nWITH_EQ=a=b c\n")
 
 
 # --- plain: one node, this machine -------------------------------------------------------------------------
@@ -215,6 +234,7 @@ def test_mpi_render_at_api_level() -> None:
 PLAIN_LOCAL = """\
 target test-plain-paddle-1gpu: Perf 2.5 PaddleClas ResNet50 static graph, 1 V100, FP32 and AMP bs256
 launcher plain, 2 cells x 1 repeats
+nodes: this machine (no --hosts file)
 
 cell 1n1g-fp32-bs256: 1 node(s) x 1 GPU(s) = 1 GPU(s), fp32, batch 256/GPU
   image: paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04
@@ -314,10 +334,92 @@ def test_too_few_hosts_for_a_cell(tmp_path: Path) -> None:
     assert "hint: add nodes to the hosts file or filter the cells with --cells" in proc.stderr
 
 
-def test_data_mount_without_a_data_directory_is_reported() -> None:
+def test_a_hosts_file_without_the_targets_dataset_format_is_an_error(tmp_path: Path) -> None:
+    hosts = tmp_path / "site.yaml"
+    hosts.write_text("schema_version: 1\ndata: {imagenet-tfrecord: /data/tf}\nnodes:\n  - {address: 10.0.0.1}\n")
+    proc = repro("plan", DLPERF, "--hosts", str(hosts), "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: {hosts}: data: {DLPERF} reads dataset format imagenet-jpeg, and the inventory "
+                           "names no directory for it (it has imagenet-tfrecord)\n"
+                           "  hint: add `data: {imagenet-jpeg: /path/on/every/node}` to the hosts file\n")
+
+
+def test_a_hosts_file_maps_formats_to_directories(tmp_path: Path) -> None:
+    hosts = tmp_path / "site.yaml"
+    hosts.write_text("schema_version: 1\ndata: {imagenet-jpeg: /srv/jpeg, imagenet-tfrecord: /srv/tf}\n"
+                     "nodes:\n  - {address: 10.0.0.1}\n")
+    site = load_hosts(hosts)
+    cell = Cell(1, 1, "fp32", 256)
+    (torch,) = plan_cell(find_target("ngc-pytorch-rn50-v100"), cell, site)
+    (tf,) = plan_cell(find_target("ngc-tf1-rn50-v100"), cell, site)
+    assert torch.container["volumes"] == {"/srv/jpeg": {"bind": "/imagenet", "mode": "ro"}}
+    assert tf.container["volumes"] == {"/srv/tf": {"bind": "/data/tfrecords", "mode": "ro"}}
+
+
+# --- without --hosts: placeholder nodes and dataset path, said so -----------------------------------------
+
+NO_HOSTS_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
+                   "'--gpus=\"device=0,1,2,3,4,5,6,7\"' --device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK "
+                   "-v=/path/to/imagenet-jpeg:/data/imagenet:ro "
+                   "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
+NO_HOSTS_2N = f"""\
+target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
+launcher torch, 1 cells x 5 repeats
+nodes: placeholders node1..node2 (no --hosts file); --hosts FILE shows the real names and addresses
+dataset: imagenet-jpeg at /path/to/imagenet-jpeg (a placeholder: the hosts file's `data:` names it)
+
+cell 2n8g-amp-bs256: 2 node(s) x 8 GPU(s) = 16 GPU(s), amp, batch 256/GPU
+  image: repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca
+  rank 0 on node1 (node1) [worker]
+    {NO_HOSTS_DOCKER}
+    $ python ./multiproc.py --nnodes 2 --node_rank 0 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN.replace("8.192", "4.096")}
+  rank 1 on node2 (node2) [worker]
+    {NO_HOSTS_DOCKER}
+    $ python ./multiproc.py --nnodes 2 --node_rank 1 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN.replace("8.192", "4.096")}
+"""
+
+
+def test_plan_without_hosts_shows_placeholder_nodes_and_dataset() -> None:
+    proc = repro("plan", DLPERF, "--cells", "nodes=2,precision=amp")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == NO_HOSTS_2N
+
+
+def test_plan_without_hosts_on_one_node_is_this_machine() -> None:
     proc = repro("plan", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
-    assert "{data}" not in proc.stdout
-    assert proc.returncode == 2 and "data" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    head = proc.stdout.splitlines()[2:6]
+    assert head == ["nodes: this machine (no --hosts file)",
+                    "dataset: imagenet-jpeg at /path/to/imagenet-jpeg (a placeholder: the hosts file's `data:` names it)",
+                    "", "cell 1n1g-fp32-bs128: 1 node(s) x 1 GPU(s) = 1 GPU(s), fp32, batch 128/GPU"]
+    assert f"  rank 0 on {socket.gethostname()} (127.0.0.1) [worker]" in proc.stdout
+
+
+# --- --synthetic: only as the manifest declares it ----------------------------------------------------------
+
+def test_synthetic_replaces_the_declared_tokens_and_drops_the_dataset_mount() -> None:
+    proc = repro("plan", DLPERF, "--synthetic", "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[3] == ("dataset: none: Synthetic data (--synthetic), not the publication's imagenet-jpeg: main.py "
+                        "--data-backend syntetic (spelled so in DATA_BACKEND_CHOICES, image_classification/dataloaders.py "
+                        "at 5cc03ca) feeds random tensors to training and validation")
+    (docker,) = [ln for ln in lines if ln.startswith("    docker run")]
+    assert "-v=" not in docker
+    (cmd,) = [ln for ln in lines if ln.startswith("    $ ")]
+    assert "./main.py --data-backend syntetic --raport-file" in cmd
+
+
+@pytest.mark.parametrize(("target", "stderr"), [
+    ("paddle-rn50-v100", "error: paddle-rn50-v100 declares no synthetic-data run (it reads imagenet-jpeg-list)\n"
+                         "hint: give the hosts file `data: {imagenet-jpeg-list: /path}`, or declare dataset.synthetic "
+                         "in the manifest\n"),
+    ("torch-rn50-cpu", "error: torch-rn50-cpu declares no synthetic-data run (it reads no dataset)\n"
+                       "hint: run it without --synthetic\n"),
+])
+def test_synthetic_where_the_target_declares_none_is_refused(target: str, stderr: str) -> None:
+    proc = repro("plan", target, "--synthetic")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", stderr)
 
 
 def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from repro.hosts import Hosts, Node
 from repro.launch import NodeResult, rdma_check_problem
 from repro.launchers.base import rdma_container_options, rdma_strategy
-from repro.manifest import Cell, find_target, load_catalog, manifest_files
+from repro.manifest import Cell, Rdma, find_target, load_catalog, manifest_files
 from repro.plan import docker_run_flags, plan_cell
 from repro.preflight import (Deviation, NodeReport, Probe, _from_sections, compare_rdma, container_mofed,
                              ifname_matches, image_env, interface_problems, parse_ofed_info, site_checks, version_key)
@@ -28,11 +28,11 @@ NCCL_LOGS = DATA / "nccl"
 # --- which targets use RDMA, and what their containers get -------------------------------------------------
 
 
-def test_strategy_falls_back_to_the_ofed_field() -> None:
-    assert rdma_strategy(find_target("dlperf-ngc-pytorch-rn50-v100")) == "mlnx-ofed"  # ofed: {kind: mlnx}
-    assert rdma_strategy(find_target("torch-rn50-cpu")) is None  # ofed: {kind: none}
-    inbox = dataclasses.replace(find_target("torch-rn50-cpu"), ofed={"kind": "inbox"})
-    assert rdma_strategy(inbox) == "inbox"
+def test_strategy_is_the_manifests_rdma_field() -> None:
+    assert rdma_strategy(find_target("dlperf-ngc-pytorch-rn50-v100")) == "mlnx-ofed"
+    assert rdma_strategy(find_target("ngc-pytorch-rn50-v100")) == "image"
+    assert rdma_strategy(find_target("torch-rn50-cpu")) is None  # no rdma section
+    assert rdma_strategy(dataclasses.replace(find_target("torch-rn50-cpu"), rdma=Rdma("inbox"))) == "inbox"
 
 
 def four_hosts() -> Hosts:
@@ -187,15 +187,15 @@ def ngc_env() -> dict[str, str]:
 
 
 def test_the_containers_mofed_per_strategy() -> None:
-    mlnx = find_target("ngc-pytorch-rn50-v100")
-    assert container_mofed(mlnx) == "5.0-2.1.8.0"  # the pinned bundle
-    image = dataclasses.replace(mlnx, ofed={"kind": "none"})
-    assert container_mofed(image, ngc_env()) is None  # no RDMA strategy at all
-    assert ngc_env()["MOFED_VERSION"] == "4.6-1.0.1"
+    assert container_mofed(find_target("paddle-rn50-v100")) == "5.0-2.1.8.0"  # the pinned bundle
+    image = find_target("ngc-pytorch-rn50-v100")
+    assert container_mofed(image, ngc_env()) == "4.6-1.0.1"  # what the image declares
+    assert container_mofed(image, {}) is None
+    assert container_mofed(find_target("torch-rn50-cpu"), ngc_env()) is None  # no RDMA at all
 
 
-def test_host_mofed_older_than_the_containers_is_a_deviation(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = find_target("ngc-pytorch-rn50-v100")  # mlnx-ofed 5.0-2.1.8.0
+def test_host_mofed_older_than_the_containers_is_a_deviation() -> None:
+    m = find_target("paddle-rn50-v100")  # mlnx-ofed 5.0-2.1.8.0
     reports = [node("old", (), rdma_driver=Probe({"ofed": "4.9-0.1.7.0", "mlx5_core": "4.9-0.1.7"})),
                node("new", (), rdma_driver=Probe({"ofed": "25.01-0.6.0", "mlx5_core": "25.01-0.6.0"})),
                node("inbox", (), rdma_driver=Probe({"ofed": None, "mlx5_core": "inbox"})),
@@ -210,11 +210,11 @@ def test_host_mofed_older_than_the_containers_is_a_deviation(monkeypatch: pytest
     ]
     assert compare_rdma(reports, m, multi_node=False) == []
     # strategy image: the image's MOFED_VERSION (NGC 20.06: 4.6-1.0.1) against the host's
-    import repro.launchers.base as base
-    monkeypatch.setattr(base, "rdma_strategy", lambda manifest: "image")
-    assert compare_rdma(reports[:3], m, multi_node=True, image_env=ngc_env()) == []  # 4.9 and 25.01 >= 4.6
+    ngc = find_target("ngc-pytorch-rn50-v100")  # strategy image
+    assert compare_rdma(reports[:3], ngc, multi_node=True) == []  # before the image is known: nothing to compare
+    assert compare_rdma(reports[:3], ngc, multi_node=True, image_env=ngc_env()) == []  # 4.9 and 25.01 >= 4.6
     newer = {**ngc_env(), "MOFED_VERSION": "5.0-2.1.8.0"}
-    assert compare_rdma(reports[:3], m, multi_node=True, image_env=newer) == [
+    assert compare_rdma(reports[:3], ngc, multi_node=True, image_env=newer) == [
         Deviation("old", "mofed", ">= 5.0-2.1.8.0 (the containers' MOFED user space, image)", "4.9-0.1.7.0 on the host")]
 
 

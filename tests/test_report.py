@@ -144,7 +144,7 @@ def test_cli_report_and_parse() -> None:
     mx = repro("parse", "logs/published/PaddlePaddle-Perf@9881d04/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/"
                         "mxnet_gpu1_gpu8_amp_bs256.txt", "--skip-records", "1", "--aggregate", "harmonic", "--format", "json")
     assert mx.returncode == 0, mx.stderr
-    doc = json.loads(mx.stdout)
+    (doc,) = json.loads(mx.stdout)  # always a list, one object a log
     assert doc["parser"] == "ngc-mxnet" and doc["detected"] is True
     assert [(r["gpus"], f"{r['throughput']:.5g}") for r in doc["results"]] == [(1, "1359.4"), (8, "10494")]
 
@@ -161,7 +161,7 @@ def test_cli_parse_reads_several_logs_in_one_process(tmp_path: Path) -> None:
     mx = ("logs/published/PaddlePaddle-Perf@9881d04/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs/"
           "mxnet_gpu1_gpu8_amp_bs256.txt")
     tf = "logs/published/PaddlePaddle-Perf@c1ad14b/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs/V100_LOG/tf_gpu1_amp_bs256.txt"
-    one = [json.loads(repro("parse", log, "--format", "json").stdout) for log in (mx, tf)]
+    one = [doc for log in (mx, tf) for doc in json.loads(repro("parse", log, "--format", "json").stdout)]
     for jobs in ("1", "2"):  # one process for all, and two workers
         both = repro("parse", mx, tf, "--format", "json", "--jobs", jobs)
         assert both.returncode == 0, both.stderr

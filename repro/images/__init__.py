@@ -169,13 +169,30 @@ def lock_target(manifest: Manifest, *, update: bool = False, progress: Progress 
     """``repro lock``: resolve every tag and branch now and write (or check) the lock file."""
     local = client or connect()
     pins = lock.resolve_all(manifest, lambda ref: registry.resolve(local, ref), branch_commit,
-                            warn=lambda msg: progress(Event("warn", msg)))
+                            warn=lambda msg: progress(Event("warn", msg)), files=bundle_files(manifest, progress))
     path, written = lock.check(manifest, pins, update=update, allow_create=True)
     return path, pins, written
 
 
+def bundle_files(manifest: Manifest, progress: Progress = ignore, cache: Path | None = None) -> dict[str, str]:
+    """For rdma strategy mlnx-ofed: the bundle's name -> its sha256 (fetched into the cache when absent).
+
+    A manifest that pins rdma.sha256 must match it; one that cannot (sha256 "") gets the
+    value recorded in the lock file, and every later build checks the bundle against it.
+    """
+    if manifest.rdma is None or manifest.rdma.strategy != "mlnx-ofed":
+        return {}
+    from repro.images import rdma
+
+    path = rdma.fetch_bundle(manifest, cache, progress)
+    digest = rdma.verify_bundle(manifest, path, manifest.rdma.sha256 or rdma.file_sha256(path))
+    progress(Event("info", f"{path.name}: sha256 {digest}"))
+    return {rdma.bundle_name(manifest): digest}
+
+
 def dry_run_text(manifest: Manifest) -> str:
     """What ``repro images --dry-run`` prints: the pins as known without asking a registry, then the build."""
+    from repro.images import rdma
     from repro.images.render import render_build
 
     locked = lock.read_lock(lock.lock_path(manifest))
@@ -189,4 +206,6 @@ def dry_run_text(manifest: Manifest) -> str:
     base = lock.image_refs(manifest)["base"]
     if not base.digest and locked and "base" in locked.images:
         base = locked.images["base"]
-    return "\n".join(lines) + "\n" + render_build(manifest, base)
+    files = locked.files if locked else {}
+    sha = files.get(rdma.bundle_name(manifest), "") if manifest.rdma and manifest.rdma.strategy == "mlnx-ofed" else ""
+    return "\n".join(lines) + "\n" + render_build(manifest, base, bundle_sha256=sha)

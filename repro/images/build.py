@@ -1,6 +1,7 @@
-"""Build a target's image: pinned base, source at its commit, patches, OFED layer, labels.
+"""Build a target's image: pinned base, source at its commit, patches, upstream ENV, RDMA layer, sshd layer,
+labels.
 
-Nothing is tagged until every check passed: the build runs untagged, the OFED layer is
+Nothing is tagged until every check passed: the build runs untagged, the RDMA layer is
 built and probed, the CA bundle is proven absent, and only then does the manifest's tag
 move to the result. Whatever a failed build created is removed again.
 """
@@ -27,11 +28,13 @@ import docker
 
 from repro import __version__, paths
 from repro.errors import BuildError, ReproError, UsageError
-from repro.images import ofed as ofed_layer
+from repro import lock
+from repro.images import rdma as rdma_layer
 from repro.images.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
-from repro.images.source import prepare_source
+from repro.images.source import Mirrors, prepare_source
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class BuildOptions:
     wheels: Path | None = None            # *.whl files copied into the context's wheels/ (offline pip)
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     no_cache: bool = False
+    git_mirrors: Mirrors = ()             # (prefix, replacement) pairs for source URLs (--git-mirror)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Built:
     labels: Mapping[str, str]
     log: Path
     seconds: float
-    ofed_versions: Mapping[str, str] = field(default_factory=dict)
+    rdma_versions: Mapping[str, str] = field(default_factory=dict)
     #: untagged images of the build's earlier stages: the engine keeps them as build cache
     stages: tuple[str, ...] = ()
 
@@ -101,7 +105,7 @@ def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str) -> dict[
         "repro.manifest.sha256": manifest.sha256,
         "repro.build.sha256": build_inputs_sha256(manifest),
         "repro.dockerfile.sha256": dockerfile_sha,
-        "repro.ofed": ofed_layer.describe(manifest.ofed),
+        "repro.rdma": rdma_layer.describe(manifest),
         "repro.kit.version": __version__,
     }
 
@@ -112,9 +116,11 @@ TRACE_ONLY = ("repro.manifest.sha256", "repro.target")
 
 
 def build_inputs_sha256(manifest: Manifest) -> str:
-    """A digest of everything in a manifest that goes into its image: the build section, source, OFED."""
+    """A digest of everything in a manifest that goes into its image: the build section, source, RDMA."""
     inputs = {"build": manifest.data["image"]["build"], "source": manifest.data.get("source"),
-              "ofed": manifest.data["ofed"]}
+              "rdma": manifest.data.get("rdma")}
+    if manifest.launch.kind == "mpi":
+        inputs["sshd"] = render_sshd_layer("BASE")
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -147,10 +153,12 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
             image_id = run_build(client, logfile, progress, created, stages, path=str(context),
                                  buildargs=build_args(manifest, base), nocache=opts.no_cache)
             versions: dict[str, str] = {}
-            if manifest.ofed["kind"] != "none":
-                image_id, versions, extra = _ofed(client, manifest, image_id, scratch / "ofed", logfile, opts,
+            if rdma_layer.installs(manifest):
+                image_id, versions, extra = _rdma(client, manifest, image_id, scratch / "rdma", logfile, opts,
                                                   progress, created)
                 labels.update(extra)
+            if manifest.launch.kind == "mpi":
+                image_id = _sshd(client, image_id, scratch / "sshd", logfile, opts, progress, created)
             check_no_ca(client, image_id)
             progress(Event("step", "labelling"))
             image_id = run_build(client, logfile, progress, created, fileobj=io.BytesIO(label_step(image_id, labels)))
@@ -204,12 +212,21 @@ def _os_error(e: OSError, where: Path) -> BuildError:
     return BuildError(f"cannot prepare the build in {where}")
 
 
+def env_lines(manifest: Manifest) -> str:
+    """The ENV instructions that carry the upstream Dockerfile's ENV (image.build.env), appended last."""
+    env = manifest.image["build"].get("env", {})
+    return "".join(f"ENV {k}={json.dumps(v)}\n" for k, v in env.items())
+
+
 def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions, progress: Progress) -> Path:
     shutil.copytree(df_dir, context)
+    if env_lines(manifest):
+        with (context / "Dockerfile").open("a", encoding="utf-8") as f:
+            f.write(env_lines(manifest))
     if manifest.source:
         src = manifest.source
         progress(Event("step", f"fetching {src['repository']} at {src['commit']}"))
-        prepare_source(src, context / "source")
+        prepare_source(src, context / "source", opts.git_mirrors)
         if src.get("patches"):
             progress(Event("info", f"applied {len(src['patches'])} patch(es)"))
     else:
@@ -241,22 +258,42 @@ def build_args(manifest: Manifest, base: Ref) -> dict[str, str]:
     return {**args, **extra}
 
 
-def _ofed(client: docker.DockerClient, manifest: Manifest, image_id: str, context: Path, logfile: Path,
+def expected_bundle_sha256(manifest: Manifest) -> str:
+    """The sha256 the MLNX_OFED bundle must have: rdma.sha256, else what `repro lock` recorded."""
+    assert manifest.rdma is not None
+    if manifest.rdma.sha256:
+        return manifest.rdma.sha256
+    locked = lock.read_lock(lock.lock_path(manifest))
+    return locked.files.get(rdma_layer.bundle_name(manifest), "") if locked else ""
+
+
+def _rdma(client: docker.DockerClient, manifest: Manifest, image_id: str, context: Path, logfile: Path,
           opts: BuildOptions, progress: Progress, created: list[str]) -> tuple[str, dict[str, str], dict[str, str]]:
-    """Build and probe the OFED layer; its image, the versions found, and the labels to record."""
-    ofed = manifest.ofed
+    """Build and probe the RDMA layer; its image, the versions found, and the labels to record."""
+    rdma = manifest.rdma
+    assert rdma is not None
     context.mkdir()
-    (context / "Dockerfile").write_text(ofed_layer.render_ofed_layer(ofed, image_id), encoding="utf-8")
+    (context / "Dockerfile").write_text(rdma_layer.render_rdma_layer(manifest, image_id), encoding="utf-8")
     labels = {}
-    if ofed["kind"] == "mlnx":
-        labels["repro.ofed.tarball.sha256"] = ofed_layer.stage_mlnx(ofed, context, opts.ofed_cache, progress)
-    progress(Event("step", f"building the OFED layer ({ofed_layer.describe(ofed)})"))
+    if rdma.strategy == "mlnx-ofed":
+        labels["repro.rdma.bundle.sha256"] = rdma_layer.stage_bundle(
+            manifest, context, expected_bundle_sha256(manifest), opts.ofed_cache, progress)
+    progress(Event("step", f"building the RDMA layer ({rdma_layer.describe(manifest)})"))
     layered = run_build(client, logfile, progress, created, path=str(context), nocache=opts.no_cache)
-    progress(Event("step", "checking the OFED user space inside the image"))
-    versions = ofed_layer.verify(client, layered, ofed)
-    progress(Event("info", f"OFED: {ofed_layer.versions_label(versions)}"))
-    labels["repro.ofed.versions"] = ofed_layer.versions_label(versions)
+    progress(Event("step", "checking the RDMA user space inside the image"))
+    versions = rdma_layer.verify(client, layered, rdma)
+    progress(Event("info", f"RDMA: {rdma_layer.versions_label(versions)}"))
+    labels["repro.rdma.versions"] = rdma_layer.versions_label(versions)
     return layered, versions, labels
+
+
+def _sshd(client: docker.DockerClient, image_id: str, context: Path, logfile: Path, opts: BuildOptions,
+          progress: Progress, created: list[str]) -> str:
+    """Build the mpi launcher's sshd layer on ``image_id``; the resulting image."""
+    context.mkdir()
+    (context / "Dockerfile").write_text(render_sshd_layer(image_id), encoding="utf-8")
+    progress(Event("step", "building the mpi layer (sshd)"))
+    return run_build(client, logfile, progress, created, path=str(context), nocache=opts.no_cache)
 
 
 def run_build(client: docker.DockerClient, logfile: Path, progress: Progress, created: list[str],

@@ -10,16 +10,17 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from repro.images.build import BuildOptions, build_args, dockerfile_dir
-from repro.images.ofed import render_ofed_layer
+from repro.images import rdma as rdma_layer
+from repro.images.build import BuildOptions, build_args, dockerfile_dir, env_lines
 from repro.images.refs import Ref
+from repro.images.sshd import render_sshd_layer
 from repro.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
 _ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
 _FROM = re.compile(r"^FROM\s", re.I)
-#: Placeholder for the image the main Dockerfile produced, in the rendered OFED layer.
+#: Placeholder for the image the main Dockerfile produced, in the rendered RDMA layer.
 BUILT = "<the image built above>"
 
 
@@ -58,8 +59,12 @@ def render_dockerfile(text: str, args: Mapping[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None) -> str:
-    """Every Dockerfile the build of ``manifest`` runs, in order, rendered (the dry run)."""
+def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None, bundle_sha256: str = "") -> str:
+    """Every Dockerfile the build of ``manifest`` runs, in order, rendered (the dry run).
+
+    ``bundle_sha256`` is the checksum `repro lock` recorded for an MLNX_OFED bundle the
+    manifest does not pin itself.
+    """
     directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=dockerfiles))
     text = (directory / "Dockerfile").read_text(encoding="utf-8")
     args = build_args(manifest, base if base.digest else base.with_digest("sha256:" + "0" * 64))
@@ -67,7 +72,19 @@ def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None)
         args["BASE"] = f"{base.tagged}@<not pinned>"
     parts = [f"# dockerfiles/{directory.name}/Dockerfile for {manifest.id}",
              render_dockerfile(text, args).rstrip("\n")]
-    if manifest.ofed["kind"] != "none":
-        parts += ["", f"# then the OFED layer ({manifest.ofed['kind']})",
-                  render_ofed_layer(manifest.ofed, BUILT).rstrip("\n")]
+    if env_lines(manifest):
+        parts += ["# image.build.env: the upstream Dockerfile's ENV", env_lines(manifest).rstrip("\n")]
+    rdma = manifest.rdma
+    if rdma is not None and rdma.strategy == "image":
+        parts += ["", "# RDMA: strategy image: the base image's own MOFED user space is used; nothing is installed"]
+    elif rdma is not None:
+        parts += ["", f"# then the RDMA layer ({rdma_layer.describe(manifest)})",
+                  rdma_layer.render_rdma_layer(manifest, BUILT).rstrip("\n")]
+        if rdma.strategy == "mlnx-ofed":
+            sha = rdma.sha256 or bundle_sha256
+            parts.append(f"# {rdma_layer.bundle_name(manifest)}.tgz must have sha256 "
+                         + (f"{sha} ({'rdma.sha256' if rdma.sha256 else 'recorded by repro lock'})" if sha else
+                            "<not recorded: run repro lock; the build refuses an unverified bundle>"))
+    if manifest.launch.kind == "mpi":
+        parts += ["", "# then the mpi layer", render_sshd_layer(BUILT).rstrip("\n")]
     return "\n".join(parts) + "\n"

@@ -40,6 +40,26 @@ def git(args: Sequence[str], cwd: Path | None = None, timeout: int = GIT_TIMEOUT
     return done.stdout
 
 
+#: (prefix, replacement) pairs: a source URL that starts with a prefix is read from the replacement instead
+Mirrors = tuple[tuple[str, str], ...]
+
+
+def parse_mirror(text: str) -> tuple[str, str]:
+    """``PREFIX=URL`` (``--git-mirror``) as a pair; ValueError when it has no ``=``."""
+    prefix, sep, url = text.partition("=")
+    if not sep or not prefix or not url:
+        raise ValueError(f"{text!r} is not PREFIX=URL (e.g. https://github.com/=/srv/git/)")
+    return prefix, url
+
+
+def mirrored(repository: str, mirrors: Mirrors) -> str:
+    """``repository`` with the longest matching mirror prefix replaced (unchanged when none matches)."""
+    for prefix, url in sorted(mirrors, key=lambda m: -len(m[0])):
+        if repository.startswith(prefix):
+            return url + repository[len(prefix):]
+    return repository
+
+
 def repository_url(repository: str) -> str:
     """A local path becomes a file:// URL (git fetches by commit from either)."""
     return f"file://{repository}" if repository.startswith("/") else repository
@@ -76,18 +96,19 @@ def apply_patches(root: Path, patches: Sequence[Mapping[str, str]]) -> list[str]
         text = path.read_text(encoding="utf-8")
         count = text.count(p["old"])
         if count != 1:
-            raise BuildError(f"source.patches[{i}] ({p['file']}): the old text occurs {count} times, not once",
-                             hint=f"patch {p['why']!r} no longer matches this commit; fix `old` in the manifest")
+            raise BuildError(f"source.patches[{i}] ({p['file']}): the old text {p['old']!r} occurs {count} times, "
+                             "not once",
+                             hint=f"patch {p['why']!r} does not match this commit; fix `old` in the manifest")
         path.write_text(text.replace(p["old"], p["new"], 1), encoding="utf-8")
         applied.append(p["file"])
     return applied
 
 
-def prepare_source(source: Mapping[str, Any], dest: Path) -> dict[str, Any]:
+def prepare_source(source: Mapping[str, Any], dest: Path, mirrors: Mirrors = ()) -> dict[str, Any]:
     """The manifest's source at its commit, patched, without .git, in ``dest``; returns its stamp."""
     work = dest.with_name(dest.name + ".git-work")
     shutil.rmtree(work, ignore_errors=True)
-    fetch_commit(source["repository"], source["commit"], work)
+    fetch_commit(mirrored(source["repository"], mirrors), source["commit"], work)
     patches = list(source.get("patches", []))
     apply_patches(work, patches)
     shutil.rmtree(work / ".git")

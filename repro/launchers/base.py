@@ -60,24 +60,14 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
 
 
 def rdma_strategy(manifest: Manifest) -> str | None:
-    """How the target's containers reach the HCAs, or None when it uses no RDMA: ``image`` (the image's own
-    MOFED user space, as NGC images ship it), ``mlnx-ofed`` (the pinned MLNX_OFED bundle the kit installs) or
-    ``inbox`` (the distribution's rdma-core). Read from ``rdma.strategy`` where the manifest has it, else
-    from the older ``ofed.kind``.
-    """
-    rdma = getattr(manifest, "rdma", None)
-    if rdma is not None:
-        return str(rdma.strategy)
-    kind = (getattr(manifest, "ofed", None) or {}).get("kind", "none")
-    return {"mlnx": "mlnx-ofed", "inbox": "inbox"}.get(kind)
+    """How the target's containers reach the HCAs (the manifest's ``rdma.strategy``: ``image``, ``mlnx-ofed``
+    or ``inbox``), or None when it uses no RDMA."""
+    return manifest.rdma.strategy if manifest.rdma is not None else None
 
 
 def pinned_mofed_version(manifest: Manifest) -> str | None:
     """The MLNX_OFED version a ``mlnx-ofed`` target installs into its image."""
-    rdma = getattr(manifest, "rdma", None)
-    if rdma is not None:
-        return getattr(rdma, "version", None)
-    return (getattr(manifest, "ofed", None) or {}).get("version")
+    return manifest.rdma.version if manifest.rdma is not None else None
 
 
 def rdma_container_options(manifest: Manifest, cell: Cell) -> dict[str, Any]:

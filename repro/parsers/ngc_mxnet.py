@@ -31,8 +31,8 @@ from repro.parsers.base import (
 
 @PARSERS.register("ngc-mxnet")
 class NgcMxnet(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     record_hints = ("train.ips : ",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"PARAMETER [^\n]*\bkv_store : "),
         re.compile(r"Epoch: \d+ +(?:Iteration: \d+ +)?train\.loss : \S+ +train\.ips : "),

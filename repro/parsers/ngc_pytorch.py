@@ -20,8 +20,8 @@ _IPS = rf"[^\n]*train\.total_ips : (?P<value>{NUM}) (?:images|img)/s"
 
 @PARSERS.register("ngc-pytorch")
 class NgcPyTorch(PatternParser):
+    min_records = 10  # fewest records a figure may come from
     record_hints = ("train.total_ips",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"Iteration: \d+ [^\n]*train\.total_ips : {NUM} (?:images|img)/s"),
         re.compile(r"PARAMETER [^\n]*\bdata_backend : [^\n]*\bworld_size : \d+"),

@@ -17,8 +17,8 @@ from repro.parsers.base import NUM, Builder, PatternParser, Rule, params_of, to_
 
 @PARSERS.register("ngc-tf1")
 class NgcTf1(PatternParser):
+    min_records = 5  # fewest records a figure may come from
     record_hints = ("total_ips", "imgs_per_sec", "train_throughput")
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(r"\(\d+, \d+\) (?:total_ips|imgs_per_sec) : "),
         re.compile(r"\(\) train_throughput : "),

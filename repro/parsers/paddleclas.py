@@ -29,7 +29,7 @@ def _inside(depth: int) -> str:
 
 def _config_value(*path: str) -> str:
     """The value of the config key ``path[-1]`` inside the nested sections ``path[:-1]``."""
-    rx = rf"(?<={_CONFIG}){path[0]} : ?\n"
+    rx = rf"{_CONFIG}{path[0]} : ?\n"
     for depth, name in enumerate(path[1:], 1):
         rx += rf"{_inside(depth)}*?[^\n]*?{_CONFIG}{' ' * 4 * depth}{name} : "
         rx += r"(?P<value>[^\n]*)" if depth == len(path) - 1 else r"?\n"
@@ -38,11 +38,11 @@ def _config_value(*path: str) -> str:
 
 @PARSERS.register("paddleclas")
 class PaddleClas(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     per_gpu = True
     record_hints = ("ips: ",)
-    mpi_tags_in_place = True
     # an indented config line continues its section: a block never ends inside one
-    block_continues = re.compile(rf"[^\n]*?{_CONFIG}  ".encode())
+    block_continues = re.compile(rf"[^\n]*?{_CONFIG}  ")
     detect_any = (
         re.compile(r"ppcls INFO: "),
         re.compile(rf"\bips: {NUM} (?:samples|images)/s(?:ec)?\b"),
@@ -54,8 +54,8 @@ class PaddleClas(PatternParser):
         # dynamic engine: "[Train][Epoch 1/120][Iter: 10/5005]lr: ... ips: 852.06 samples/s, eta: ..."
         Rule(rf"\[Train\]\[Epoch (?P<epoch>\d+)/\d+\]\[Iter: (?P<iteration>\d+)/\d+\]{_IPS}", "record"),
         # facts from the config dump, each read where it sits: one match a run, not one a line
-        Rule(rf"(?<={_CONFIG})Arch : ?\n", "on_config"),  # every dump has a model
-        Rule(rf"(?<={_CONFIG})AMP : ?\n", "on_amp_section"),  # listed only when AMP is on
+        Rule(rf"{_CONFIG}Arch : ?\n", "on_config"),  # every dump has a model
+        Rule(rf"{_CONFIG}AMP : ?\n", "on_amp_section"),  # its values say whether AMP is on
         Rule(_config_value("DataLoader", "Train", "sampler", "batch_size"), "on_batch_size"),
         Rule(_config_value("AMP", "level"), "on_amp_level"),
         Rule(_config_value("Arch", "data_format"), "on_data_format"),
@@ -69,6 +69,7 @@ class PaddleClas(PatternParser):
         Rule(r" nnodes: (\d+)", "fact:nodes", to_int),
         Rule(r"Run Pod: \S+, replicas (\d+)", "on_replicas"),
         Rule(r"LAUNCH INFO [^\n]*? devices: (\d+(?:,\d+)*)\n", "on_devices"),
+        Rule(r"GPU Compute Capability: (\d+\.\d+)", "fact:compute_capability"),
     )
 
     def on_config(self, b: Builder, m: re.Match[str], line: int) -> None:
@@ -111,10 +112,12 @@ class PaddleClas(PatternParser):
             b.facts["gpus"] = per_node * (nodes if isinstance(nodes, int) else 1)
         if not b.scratch.get("config"):
             return
-        # The config dump lists an AMP section only when AMP is on; O2 is pure FP16 with FP32
-        # master weights, O1 the usual mixed precision.
+        # AMP is on where a switch says so (``use_amp``, ``use_pure_fp16``); older dumps have no
+        # switch and list an AMP section only when AMP is on. O2 is pure FP16 with FP32 master
+        # weights, O1 the usual mixed precision.
         level = b.facts.get("amp_level")
-        amp = bool(b.scratch.get("amp_section") or b.scratch.get("use_amp") or b.scratch.get("pure_fp16"))
+        switches = [b.scratch.get(k) for k in ("use_amp", "pure_fp16") if b.scratch.get(k) is not None]
+        amp = any(switches) if switches else bool(b.scratch.get("amp_section"))
         pure = level == "O2" or bool(b.scratch.get("pure_fp16"))
         b.facts["amp"] = amp
         b.facts["precision"] = "fp16" if amp and pure else "amp" if amp else "fp32"

@@ -20,8 +20,8 @@ _STEPS = r"between steps \d+ and (?P<iteration>\d+)(?=\s)"
 
 @PARSERS.register("tf2-keras")
 class Tf2Keras(PatternParser):
+    min_records = 3  # fewest records a figure may come from
     record_hints = ("examples/second",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"TimeHistory: {NUM} seconds, {NUM} examples/second"),
         re.compile(r"classifier_trainer\.py:\d+\] (?:Base params|Final model parameters|Overriding params)"),

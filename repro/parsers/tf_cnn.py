@@ -15,8 +15,8 @@ from repro.parsers.base import MPI_PREFIX, NUM, Builder, PatternParser, Rule, to
 
 @PARSERS.register("tf-cnn-benchmarks")
 class TfCnnBenchmarks(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     record_hints = ("images/sec: ",)
-    mpi_tags_in_place = True
     detect_any = (
         re.compile(rf"(?m)^\d+\timages/sec: {NUM} \+/- {NUM} \(jitter = {NUM}\)"),
         re.compile(rf"(?m)^total images/sec: {NUM}"),

@@ -145,14 +145,14 @@ def make_git_source(path: Path) -> GitSource:
     return GitSource(path, git(path, "rev-parse", "HEAD"))
 
 
-def write_manifest(directory: Path, cluster: dict, source: GitSource, *, name: str, tag: str, ofed: str = "none",
+def write_manifest(directory: Path, cluster: dict, source: GitSource, *, name: str, tag: str, rdma: str | None = None,
                    dockerfile: str = "cpu-smoke", base_ref: str | None = None, base_digest: str | None = None) -> Path:
     """The cpu-smoke test manifest, filled in, as ``directory/<name>.yaml``."""
     text = string.Template((MANIFESTS / "cpu-smoke.yaml").read_text(encoding="utf-8")).substitute(
         target=name, dockerfile=dockerfile, tag=tag, repository=str(source.path), commit=source.commit,
         base_ref=base_ref or cluster["base_image"],
         base_digest=cluster["base_digest"] if base_digest is None else base_digest,
-        ofed=f"{{kind: {ofed}}}")
+        rdma=f"rdma: {{strategy: {rdma}}}" if rdma else "")
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / f"{name}.yaml"
     out.write_text(text, encoding="utf-8")

@@ -100,8 +100,9 @@ def test_build_pins_commit_patches_and_labels(smoke: Smoke, cluster: dict, engin
     assert labels["org.opencontainers.image.source"] == str(smoke.source.path)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels["org.opencontainers.image.created"])
     assert labels["repro.manifest.sha256"] == smoke.manifest.sha256
-    assert labels["repro.ofed"] == "none"
+    assert labels["repro.rdma"] == "none"
     assert labels["org.opencontainers.image.base.digest"] == cluster["base_digest"]
+    assert "REPRO_SMOKE_UPSTREAM_ENV=carried" in engine.images.get(smoke.tag).attrs["Config"]["Env"]  # image.build.env
     out = helpers.run_in(engine, smoke.tag, ["sh", "-c", "python3 bench/run.py; cat .repro-source.json"], module_track)
     assert out.startswith("steps 3\n"), out            # the manifest's patch is in the image
     assert json.loads(out.split("\n", 1)[1])["commit"] == smoke.source.commit
@@ -246,17 +247,17 @@ def test_a_registry_image_is_pulled_by_its_digest_on_every_node(cluster: dict, e
 
 # --- OFED and the CA bundle --------------------------------------------------------------------------
 
-def test_inbox_ofed_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
+def test_inbox_rdma_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
                                                     track: Any, helpers: Any, tmp_path: Path) -> None:
     tag = track.image(f"repro-test/smoke-inbox-{track.run_id}:t")
     m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-inbox", tag=tag,
-                                             ofed="inbox"))
+                                             rdma="inbox"))
     r = prepare(m, local_hosts(), options(track, tmp_path / "work"), client=engine)
     forget_stages(track, r)
     labels = helpers.labels_of(engine, tag)
-    assert labels["repro.ofed"] == "inbox"
-    assert re.search(r"(^| )rdma-core=\d", labels["repro.ofed.versions"]) and r.built is not None
-    assert r.built.ofed_versions["perftest"]
+    assert labels["repro.rdma"] == "inbox"
+    assert re.search(r"(^| )rdma-core=\d", labels["repro.rdma.versions"]) and r.built is not None
+    assert r.built.rdma_versions["perftest"]
     out = helpers.run_in(engine, tag, ["sh", "-c", "command -v ibv_devinfo; ibv_devinfo; echo rc=$?"], track)
     assert out.startswith("/usr/bin/ibv_devinfo\n") and "error while loading" not in out
 
@@ -371,7 +372,7 @@ def test_a_failing_build_shows_its_step_and_last_lines_and_tags_nothing(
         prepare(m, local_hosts(), options(track, tmp_path / "work", dockerfiles=tmp_path / "dockerfiles"),
                 client=engine)
     text = str(err.value)
-    assert "build failed at step 3/3: RUN for i in" in text and "returned a non-zero code: 3" in text
+    assert "build failed at step 3/4: RUN for i in" in text and "returned a non-zero code: 3" in text
     assert "  | out 11\n" in text and "  | out 30\n" in text and "  | out 10\n" not in text
     assert not _has(engine, tag)
     assert {c.id for c in engine.containers.list(all=True)} - before == set()   # forcerm: no leftovers
@@ -386,7 +387,8 @@ def test_a_patch_that_no_longer_matches_stops_the_build(cluster: dict, engine: d
     tag = track.image(f"repro-test/smoke-patch-{track.run_id}:t")
     path = helpers.write_manifest(tmp_path / "m", cluster, source, name="smoke-patch", tag=tag)
     r = repro("images", str(path), "--work-dir", str(tmp_path / "work"), env={"DOCKER_HOST": cluster["docker_host"]})
-    assert r.returncode == 4 and "the old text occurs 0 times, not once" in r.stderr
+    assert r.returncode == 4   # the message names the file and the text
+    assert "source.patches[0] (bench/run.py): the old text 'STEPS = 10\\n' occurs 0 times, not once" in r.stderr
     assert not _has(engine, tag)
 
 

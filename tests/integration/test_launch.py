@@ -212,7 +212,9 @@ def test_rdma_cell_stops_before_training_when_the_container_sees_no_hca(hosts_fi
 
     from repro.errors import EnvironmentUnavailable
 
-    m = dataclasses.replace(echo(), ofed={"kind": "inbox"})
+    from repro.manifest import Rdma
+
+    m = dataclasses.replace(echo(), rdma=Rdma("inbox"))
     cell = cell_of(m, nodes=2, precision="fp32")
     first = load_hosts(hosts_file).nodes[0].name
     with pytest.raises(EnvironmentUnavailable) as err:

@@ -43,22 +43,18 @@ def test_the_images_mofed_version_against_the_hosts(cluster, engine, track) -> N
     lines = [ln.removeprefix("export ") for ln in (PREFLIGHT / "ngc-pytorch-20.06-env.txt").read_text().splitlines()]
     image = track.image(build(engine, cluster["base_image_local"], lines, f"repro-test/ngc-env:{track.run_id}",
                               track.labels))
-    m = find_target("ngc-pytorch-rn50-v100")
-    import repro.launchers.base as base
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(base, "rdma_strategy", lambda manifest: "image")  # as an NGC target that keeps the image's
-        events: list[Event] = []
-        reports = [report("old", "4.5-1.0.1.0"), report("new", "5.0-2.1.8.0")]
-        _image_mofed(m, m.cells(), reports, engine, image, UpOptions(), events.append)
-        assert [(e.kind, e.message) for e in events] == [("warn",
-            "old: mofed: expected >= 4.6-1.0.1 (the containers' MOFED user space, image), found 4.5-1.0.1.0 on the host")]
-        with pytest.raises(EnvironmentUnavailable, match=r"^1 node\(s\) with a MOFED older than the image's"):
-            _image_mofed(m, m.cells(), reports, engine, image, UpOptions(strict=True), events.append)
-        events.clear()
-        _image_mofed(m, [c for c in m.cells() if c.nodes == 1], reports, engine, image, UpOptions(strict=True),
-                     events.append)
-        assert events == []  # single-node cells only: no RDMA between nodes to check
+    m = find_target("ngc-pytorch-rn50-v100")  # rdma: {strategy: image}
+    events: list[Event] = []
+    reports = [report("old", "4.5-1.0.1.0"), report("new", "5.0-2.1.8.0")]
+    _image_mofed(m, m.cells(), reports, engine, image, UpOptions(), events.append)
+    assert [(e.kind, e.message) for e in events] == [("warn",
+        "old: mofed: expected >= 4.6-1.0.1 (the containers' MOFED user space, image), found 4.5-1.0.1.0 on the host")]
+    with pytest.raises(EnvironmentUnavailable, match=r"^1 node\(s\) with a MOFED older than the image's"):
+        _image_mofed(m, m.cells(), reports, engine, image, UpOptions(strict=True), events.append)
     events.clear()
-    _image_mofed(m, m.cells(), reports, engine, image, UpOptions(strict=True), events.append)
-    assert events == []  # the target's own strategy is mlnx-ofed: the image's MOFED_VERSION is not what it runs
+    _image_mofed(m, [c for c in m.cells() if c.nodes == 1], reports, engine, image, UpOptions(strict=True),
+                 events.append)
+    assert events == []  # single-node cells only: no RDMA between nodes to check
+    paddle = find_target("paddle-rn50-v100")  # mlnx-ofed: the image's MOFED_VERSION is not what it runs
+    _image_mofed(paddle, paddle.cells(), reports, engine, image, UpOptions(strict=True), events.append)
+    assert events == []

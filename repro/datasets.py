@@ -1,0 +1,99 @@
+"""Dataset formats: what each benchmark reads, and a shell check that a directory is one.
+
+A manifest names the format its workload reads (``dataset: {format: ...}``); a hosts file
+maps formats to directories on the nodes (``data: {FORMAT: /path}``). Preflight runs the
+format's check on every node inside its one probe script, so a wrong or half-copied dataset
+is found before a long run starts, with the fix in the message.
+
+The layouts follow the readers at the manifests' pinned commits: PaddleClas
+``ImageNetDataset`` (``image_root`` + ``cls_label_path`` lines ``path label``), the NVIDIA
+DeepLearningExamples PyTorch loaders (``<data>/train`` and ``<data>/val``, one folder per
+class, both opened even with ``--training-only``), TensorFlow's ``<data_dir>/train-*`` shard
+glob, and MXNet's ``train.rec``/``train.idx``/``val.rec``/``val.idx`` (RN50v1.5 benchmark.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Format:
+    layout: str  # one line, for messages and the README
+    fix: str  # how to make a directory of this format
+    check: str  # POSIX sh with $P the directory: a summary (exit 0), what is wrong (exit 1), no directory (exit 2)
+
+
+_JPEG_LIST = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+L="$P/train_list.txt"
+[ -f "$L" ] || { echo "no train_list.txt in $P"; exit 1; }
+read -r f l < "$L" || { echo "train_list.txt is empty"; exit 1; }
+case $l in ''|*[!0-9]*) echo "the first line of train_list.txt is not 'PATH LABEL': $f $l"; exit 1;; esac
+[ -f "$P/$f" ] || { echo "train_list.txt names $f, which is not a file under $P"; exit 1; }
+echo "train_list.txt: $(wc -l < "$L" | tr -d ' ') lines; its first image exists"
+"""
+
+_JPEG = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+out=""
+for s in train val; do
+  [ -d "$P/$s" ] || { echo "no $s/ folder in $P"; exit 1; }
+  n=$(find "$P/$s/" -mindepth 1 -maxdepth 1 -type d | wc -l | tr -d ' ')
+  [ "$n" -gt 0 ] || { echo "$s/ has no class folders"; exit 1; }
+  img=$(find "$P/$s/" -mindepth 2 -maxdepth 2 -type f \( -iname '*.jpeg' -o -iname '*.jpg' \) | head -n 1)
+  [ -n "$img" ] || { echo "no JPEG file in the class folders of $s/"; exit 1; }
+  out="$out${out:+, }$s/: $n class folders"
+done
+echo "$out"
+"""
+
+_TFRECORD = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+N='[0-9][0-9][0-9][0-9][0-9]'
+t=$(find "$P/" -mindepth 1 -maxdepth 1 -name "train-$N-of-$N" | wc -l | tr -d ' ')
+[ "$t" -gt 0 ] || { echo "no train-NNNNN-of-NNNNN files in $P"; exit 1; }
+v=$(find "$P/" -mindepth 1 -maxdepth 1 -name "validation-$N-of-$N" | wc -l | tr -d ' ')
+echo "$t train shards, $v validation shards"
+"""
+
+_RECORDIO = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+for f in train.rec train.idx val.rec val.idx; do
+  [ -s "$P/$f" ] || { echo "no $f in $P (or it is empty)"; exit 1; }
+done
+echo "train.rec, train.idx, val.rec, val.idx"
+"""
+
+FORMATS: dict[str, Format] = {
+    "imagenet-jpeg-list": Format(
+        "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' line per image",
+        "PaddleClas reads dataset/ILSVRC2012: put train/ (and val/) there with train_list.txt (and val_list.txt) "
+        "whose lines are 'train/n01440764/n01440764_10026.JPEG 0'",
+        _JPEG_LIST),
+    "imagenet-jpeg": Format(
+        "train/ and val/, each with one folder per class holding JPEG files",
+        "unpack ILSVRC2012 train and val into train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (the validation tarball "
+        "is flat: move its images into class folders, e.g. with the valprep.sh script)",
+        _JPEG),
+    "imagenet-tfrecord": Format(
+        "TFRecord shards named train-00000-of-01024 ... (and validation-00000-of-00128 ...)",
+        "convert ImageNet with the TensorFlow models' imagenet_to_gcs.py or build_imagenet_data.py, which write "
+        "train-NNNNN-of-01024 and validation-NNNNN-of-00128",
+        _TFRECORD),
+    "imagenet-recordio": Format(
+        "MXNet RecordIO: train.rec, train.idx, val.rec and val.idx",
+        "pack ImageNet with MXNet's im2rec (DeepLearningExamples MxNet/Classification/RN50v1.5 "
+        "scripts/prepare_imagenet.sh writes all four files)",
+        _RECORDIO),
+}
+
+
+#: The fix when the directory is not there at all.
+MISSING_FIX = "copy the dataset to that path on every node, or name where it is: `data: {{{fmt}: /path}}` in the hosts file"
+
+
+def check_script(fmt: str, path: str) -> str:
+    """The shell check of one format, run in a subshell; ``path`` enters it shell-quoted only."""
+    return f"(P={shlex.quote(path.rstrip('/') or '/')}\n{FORMATS[fmt].check.strip()}\n)"

@@ -1,0 +1,241 @@
+"""``repro check`` against git repositories the test makes: every failure kind, one line each.
+
+The repository below is laid out like NVIDIA DeepLearningExamples' PyTorch ConvNets at the
+commits the seed targets pin (a requirements file with a git:// dllogger URL, a statement
+that spans two lines); manifests name it by its GitHub URL and reach it through
+``--git-mirror``, so nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from repro.check import CheckOptions, check_target
+from repro.images.source import mirrored, parse_mirror, prepare_source
+from repro.manifest import load_manifest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = ROOT / "tests" / "data" / "good"
+URL = "https://github.com/example/ConvNets"
+GIT_URL = "git+git://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger"
+RUNNER = ("        config.inter_op_parallelism_threads = max(\n"
+          "            2, (multiprocessing.cpu_count() // max(hvd.size(), 8) - 2))\n")
+BUNDLE = "MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu16.04-x86_64"
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A repository ``ConvNets`` under a mirror directory; its pinned commit."""
+    mirror = tmp_path_factory.mktemp("mirror")
+    repo = mirror / "ConvNets"
+    (repo / "bench" / "runtime").mkdir(parents=True)
+    (repo / "bench" / "requirements.txt").write_text(f"pytorch-ignite\n{GIT_URL}\n")
+    (repo / "bench" / "runtime" / "runner.py").write_text("import multiprocessing\n" + RUNNER)
+    (repo / "bench" / "main.py").write_text("x = 1\nx = 1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pinned")
+    return mirror, git(repo, "rev-parse", "HEAD")
+
+
+REWRITE = {"file": "bench/requirements.txt", "old": GIT_URL, "new": GIT_URL.replace("git+git://", "git+https://"),
+           "why": "GitHub no longer serves git://"}
+
+
+def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict[str, str]] | None = None,
+             dockerfile: str = "requirements", rdma: dict[str, Any] | None = None,
+             base: str = "paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04",
+             os_: str | None = "ubuntu16.04") -> Path:
+    data = yaml.safe_load((GOOD / "minimal.yaml").read_text(encoding="utf-8"))
+    data.pop("published")
+    data["id"] = f"test-check-{name}"
+    data["image"] = {"build": {"dockerfile": dockerfile, "base": {"ref": base, "digest": ""},
+                               "tag": "repro/test-check:1"}}
+    if os_:
+        data["image"]["build"]["base"]["os"] = os_
+    data["source"] = {"repository": URL, "commit": commit, "path": "/workspace/src", "subdir": "bench",
+                      "patches": [REWRITE] if patches is None else patches}
+    if rdma:
+        data["rdma"] = rdma
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "repro", "check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                       "HOME": str(ROOT / "tests")})
+
+
+def mirror_args(mirror: Path) -> list[str]:
+    return ["--git-mirror", f"https://github.com/example/={mirror}/"]
+
+
+def failures(path: Path, mirror: Path, cache: Path | None = None) -> list[str]:
+    r = check_target(load_manifest(path), CheckOptions(git_mirrors=(("https://github.com/example/", f"{mirror}/"),),
+                                                       ofed_cache=cache))
+    return [str(f) for f in r.failures]
+
+
+def test_a_clean_target_passes_through_the_mirror(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    proc = run_check(str(manifest(tmp_path, commit)), *mirror_args(mirror))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == (f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
+                           "bench/requirements.txt: no git:// URL; 4 file(s) dockerfiles/requirements/Dockerfile "
+                           "copies exist\n")
+
+
+def test_every_failure_is_one_line_and_a_nonzero_exit(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    bad = manifest(tmp_path, commit, name="bad", patches=[
+        {"file": "bench/runtime/runner.py", "why": "one line in the report's copy",
+         "old": "config.inter_op_parallelism_threads = max(2, (multiprocessing.cpu_count() // max(hvd.size(), 8) - 2))",
+         "new": "config.inter_op_parallelism_threads = 4"}])
+    proc = run_check(str(bad), str(manifest(tmp_path, commit)), *mirror_args(mirror))
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert proc.stdout.splitlines() == [
+        "FAIL test-check-bad: patch: source.patches[0] (bench/runtime/runner.py): the old text "
+        "'config.inter_op_parallelism_threads = max(2, (multiprocessing.cpu_count() // max...' occurs 0 times, "
+        "not once",
+        f"FAIL test-check-bad: requirements: bench/requirements.txt:2: {GIT_URL} uses git://, which GitHub no longer "
+        "serves; add a source.patches entry that rewrites it to git+https://",
+        f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
+        "bench/requirements.txt: no git:// URL; 4 file(s) dockerfiles/requirements/Dockerfile copies exist",
+    ]
+
+
+def test_a_bad_manifest_exits_2_before_any_check(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text((GOOD / "minimal.yaml").read_text(encoding="utf-8").replace("framework: pytorch", "framework: x"))
+    proc = run_check(str(path))
+    assert proc.returncode == 2 and proc.stdout == "" and "framework" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_missing_commit(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, _ = upstream
+    assert failures(manifest(tmp_path, "0" * 40), mirror) == [
+        f"test-check-t: commit: {'0' * 40} is not in {mirror}/ConvNets"]
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"file": "bench/main.py", "old": "x = 1\n", "new": "x = 2\n"},
+     "source.patches[1] (bench/main.py): the old text 'x = 1\\n' occurs 2 times, not once"),
+    ({"file": "bench/gone.py", "old": "x", "new": "y"}, "source.patches[1]: no file bench/gone.py at {short}"),
+    ({"file": "bench/requirements.txt", "old": "git+git://", "new": "git+https://"},   # applied already
+     "source.patches[1] (bench/requirements.txt): the old text 'git+git://' occurs 0 times, not once"),
+])
+def test_a_patch_that_does_not_apply_exactly_once(upstream: tuple[Path, str], tmp_path: Path,
+                                                  patch: dict[str, str], message: str) -> None:
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, patches=[REWRITE, {**patch, "why": "test"}])
+    assert failures(path, mirror) == [f"test-check-t: patch: {message.format(short=commit[:12])}"]
+
+
+def test_the_two_line_statement_matches_once(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, patches=[REWRITE, {"file": "bench/runtime/runner.py", "why": "test",
+                                                         "old": RUNNER.strip(), "new": "x = 4"}])
+    assert failures(path, mirror) == []
+
+
+def test_a_copied_file_that_is_not_at_the_commit(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    data = yaml.safe_load(manifest(tmp_path, commit).read_text())
+    data["source"]["subdir"] = "mxnet"          # like DLE 99b1c89 MxNet RN50v1.5: no requirements.txt
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    assert failures(tmp_path / "t.yaml", mirror) == [
+        f"test-check-t: copy: dockerfiles/requirements/Dockerfile copies source/mxnet/requirements.txt, which is not "
+        f"in {URL} at {commit[:12]}"]
+    assert failures(manifest(tmp_path, commit, dockerfile="source"), mirror) == []
+
+
+def test_the_mirror_option_maps_a_prefix_and_is_checked() -> None:
+    assert parse_mirror("https://github.com/=/srv/git/") == ("https://github.com/", "/srv/git/")
+    assert mirrored("https://github.com/NVIDIA/DLE", (("https://github.com/", "/srv/git/"),
+                                                      ("https://github.com/NVIDIA/", "/srv/nv/"))) == "/srv/nv/DLE"
+    assert mirrored("https://gitlab.com/x", (("https://github.com/", "/srv/"),)) == "https://gitlab.com/x"
+    with pytest.raises(ValueError, match="not PREFIX=URL"):
+        parse_mirror("/srv/git")
+    proc = run_check("ngc-pytorch-rn50-v100", "--git-mirror", "nothing")
+    assert proc.returncode == 2 and "not PREFIX=URL" in proc.stderr
+
+
+def test_images_fetch_the_source_through_the_mirror(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    src = {"repository": URL, "commit": commit, "path": "/w", "patches": [REWRITE]}
+    stamp = prepare_source(src, tmp_path / "source", (("https://github.com/example/", f"{mirror}/"),))
+    assert stamp["repository"] == URL and stamp["commit"] == commit
+    assert "git+https://github.com/NVIDIA/dllogger" in (tmp_path / "source" / "bench" / "requirements.txt").read_text()
+
+
+# --- RDMA: the OFED bundle's distro and checksum -----------------------------------------------------
+
+MLNX = {"strategy": "mlnx-ofed", "version": "5.0-2.1.8.0", "sha256": "", "flags": ["--user-space-only"]}
+
+
+def bundle(cache: Path, top: str = BUNDLE) -> str:
+    cache.mkdir(exist_ok=True)
+    path = cache / f"{BUNDLE}.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(f"{top}/mlnxofedinstall")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"#!\n"))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_mlnx_ofed_needs_the_base_os(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    proc = run_check(str(manifest(tmp_path, commit, rdma=MLNX, os_=None)), *mirror_args(mirror))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "t.yaml:" in proc.stderr and "rdma.strategy: strategy mlnx-ofed needs the base image's OS" in proc.stderr
+
+
+def test_mlnx_ofed_distro_must_match_the_base_os(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    # the old recipe: an ubuntu18.04 bundle on the ubuntu16.04 Paddle benchmark image
+    assert failures(manifest(tmp_path, commit, rdma=MLNX, os_="ubuntu18.04"), mirror) == [
+        "test-check-t: rdma: the base paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04 names "
+        "ubuntu16.04, but image.build.base.os is ubuntu18.04"]
+    cache = tmp_path / "cache"
+    bundle(cache, top="MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64")
+    assert failures(manifest(tmp_path, commit, rdma=MLNX), mirror, cache) == [
+        f"test-check-t: rdma: {cache / BUNDLE}.tgz holds MLNX_OFED_LINUX-5.0-2.1.8.0-ubuntu18.04-x86_64, not a "
+        "build for ubuntu16.04"]
+
+
+def test_declared_and_locked_checksums_are_verified(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    cache = tmp_path / "cache"
+    sha = bundle(cache)
+    assert failures(manifest(tmp_path, commit, rdma={**MLNX, "sha256": sha}), mirror, cache) == []
+    assert failures(manifest(tmp_path, commit, rdma={**MLNX, "sha256": "a" * 64}), mirror, cache) == [
+        f"test-check-t: checksum: {cache / BUNDLE}.tgz: sha256 {sha}, rdma.sha256 has {'a' * 64}"]
+    path = manifest(tmp_path, commit, rdma=MLNX)
+    (tmp_path / "t.lock.json").write_text(json.dumps({"lock_version": 1, "target": "test-check-t", "images": {},
+                                                      "sources": {}, "files": {BUNDLE: "b" * 64}}))
+    assert failures(path, mirror, cache) == [
+        f"test-check-t: checksum: {cache / BUNDLE}.tgz: sha256 {sha}, the lock t.lock.json has {'b' * 64}"]
+
+
+def test_inbox_needs_apt(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, rdma={"strategy": "inbox"}, base="nvcr.io/nvidia/pytorch:21.03-py3",
+                    os_="centos7")
+    assert failures(path, mirror) == [
+        "test-check-t: rdma: strategy inbox installs rdma-core with apt-get; the base OS centos7 has no apt-get"]
