@@ -3,7 +3,6 @@ images do (``ENV MOFED_VERSION=...``), read back from the engine and compared wi
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import tarfile
 from pathlib import Path
