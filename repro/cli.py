@@ -445,7 +445,8 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     and check that TARGET's dataset is where the hosts file says, in its format."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, to_json
+    from repro.preflight import (assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks,
+                                 to_json)
 
     manifest = find_target(target) if target else None
     expect = manifest.expect if manifest else {}
@@ -453,11 +454,14 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
     reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
     deviations = compare(reports, expect, len(hosts.nodes))
-    click.echo(to_json(reports, deviations) if fmt == "json" else render_preflight(reports, deviations), nl=fmt == "json")
+    more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
+    deviations += more
+    click.echo(to_json(reports, deviations, blocking) if fmt == "json" else
+               render_preflight(reports, deviations, blocking), nl=fmt == "json")
     if manifest and manifest.dataset_format and dataset is None:
         click.echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
                    f"which `repro up {manifest.id}` needs (`data: {{{manifest.dataset_format}: /path}}`)", err=True)
-    assess(reports, deviations, strict=strict)
+    assess(reports, deviations, strict=strict, blocking=blocking)
 
 
 @cli.command()
@@ -471,7 +475,8 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("logs"), show_default=True,
               help="where run directories go")
 @click.option("--json-logs", is_flag=True, help="progress as JSON lines on stderr")
-@click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run")
+@click.option("--strict", is_flag=True, help="deviations from the published hardware stop the run; a multi-node "
+              "repeat whose NCCL used sockets where InfiniBand was expected fails")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")

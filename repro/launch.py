@@ -32,6 +32,7 @@ from docker.types import DeviceRequest, Ulimit
 
 from repro.errors import EnvironmentUnavailable, RunFailed
 from repro.hosts import Hosts
+from repro.launchers.base import IB_DEVICE_DIR, rdma_container_options, rdma_strategy
 from repro.launchers.mpi import MPI_DIR, SESSION_ENV, session_environment
 from repro.manifest import Cell, Manifest
 from repro.plan import NodePlan, plan_cell
@@ -149,7 +150,37 @@ def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes
             f"{MPI_DIR}/host_ed25519": (host, 0o600), f"{MPI_DIR}/known_hosts": (known, 0o644)}
 
 
+RDMA_CHECK = ("ibv_devinfo",)
+RDMA_CHECK_TIMEOUT_S = 120
+
+
+def rdma_check_problem(exit_code: int, output: str) -> str | None:
+    """What ``ibv_devinfo`` run in a cell's container says about RDMA there; None when it sees an active port."""
+    from repro.preflight import parse_ibv_devinfo
+
+    ports = parse_ibv_devinfo(output)
+    if any(p.active for p in ports):
+        return None
+    if ports:
+        return "ibv_devinfo sees no active port: " + ", ".join(f"{p.device}:{p.port} {p.state}" for p in ports)
+    last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), f"exit status {exit_code}")
+    if exit_code == 127:
+        return f"ibv_devinfo is not in the image ({last[:200]})"
+    return f"ibv_devinfo sees no RDMA device ({last[:200]})"
+
+
+def _rdma_hint(strategy: str | None) -> str:
+    fixes = {"image": "the image's own MOFED user space must not be newer than the host's MOFED "
+                      "(`repro preflight TARGET --hosts FILE` compares them)",
+             "mlnx-ofed": "the image needs the pinned MLNX_OFED user space and the host a MOFED at least as new",
+             "inbox": "the image needs rdma-core's providers (ibverbs-providers) for the host's HCA"}
+    return (f"ports must be Active on the host (ibstat) and {IB_DEVICE_DIR} present; "
+            + fixes.get(strategy or "", "see the target's RDMA settings"))
+
+
 def _start_hint(error: str) -> str:
+    if IB_DEVICE_DIR in error:
+        return f" (the node has no {IB_DEVICE_DIR}: no InfiniBand/RoCE device or driver there)"
     if "rlimit type 8" in error:
         return (" (this engine may not raise the locked-memory limit: set launch.container.ulimits.memlock to "
                 "what the node allows, `ulimit -Hl`, in the manifest)")
@@ -176,13 +207,12 @@ class CellRun:
 
     def __init__(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                  clients: Mapping[str, docker.DockerClient], on_event: Callable[[Event], None] | None = None,
-                 infiniband: Mapping[str, bool] | None = None, image: str | None = None,
+                 image: str | None = None,
                  log_writer: Callable[[int, str], LogSink] | None = None) -> None:
         self.manifest, self.cell, self.run_id = manifest, cell, run_id
         self.plans = plan_cell(manifest, cell, hosts)
         self.clients = clients
         self.on_event = on_event or (lambda e: None)
-        self.infiniband = infiniband or {}
         self.image = image or self.plans[0].image
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
@@ -197,9 +227,6 @@ class CellRun:
         node = plan.command.node
         opts = _sdk_options(plan.container)
         opts["labels"] = {**opts["labels"], "repro.run": self.run_id}
-        if self.infiniband.get(node.name):
-            opts["devices"] = [*opts.get("devices", []), "/dev/infiniband:/dev/infiniband"]
-            opts["cap_add"] = sorted({*opts.get("cap_add", []), "IPC_LOCK"})
         name = f"repro-{self.run_id}-{self.cell.key}-rank{plan.command.rank}"
         client = self.clients[node.name]
         try:
@@ -232,6 +259,38 @@ class CellRun:
             if isinstance(first, EnvironmentUnavailable) and len(errors) == len(self.plans):
                 raise first
             raise CellFailed(self.cell, list(self.results.values()))
+
+    def check_rdma(self) -> None:
+        """A multi-node RDMA cell: ``ibv_devinfo`` in a container like rank 0's (the same image, entrypoint and
+        options, devices included) must see an active port before training starts on any node."""
+        if not rdma_container_options(self.manifest, self.cell):
+            return
+        plan = self.plans[0]
+        node = plan.command.node.name
+        opts = _sdk_options(plan.container)
+        opts["labels"] = {**opts["labels"], "repro.run": self.run_id, "repro.probe": "rdma"}
+        container = None
+        try:
+            container = self.clients[node].containers.create(self.image, list(RDMA_CHECK), detach=True, **opts)
+            container.start()
+            code = int(container.wait(timeout=RDMA_CHECK_TIMEOUT_S).get("StatusCode", -1))
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            problem = rdma_check_problem(code, output)
+        except docker.errors.DockerException as e:
+            text = getattr(e, "explanation", None) or str(e)
+            problem = f"the RDMA check container did not run: {text}" + _start_hint(str(e))
+        except Exception as e:  # noqa: BLE001 - a timeout or a dropped node: the check did not pass
+            problem = f"the RDMA check did not finish: {type(e).__name__}: {e}"
+        finally:
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception as e:  # noqa: BLE001
+                    log.warning("could not remove the RDMA check container %s: %s", container.id[:12], e)
+        if problem:
+            raise EnvironmentUnavailable(f"cell {self.cell.key}: RDMA is not usable in the container on {node}: "
+                                         f"{problem}", hint=_rdma_hint(rdma_strategy(self.manifest)))
+        log.info("cell %s: ibv_devinfo in the container on %s sees an active port", self.cell.key, node)
 
     # -- running --------------------------------------------------------------------------
     def _follow(self, name: str) -> None:
@@ -365,12 +424,15 @@ class CellRun:
 
 def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                 clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
-                on_event: Callable[[Event], None] | None = None, infiniband: Mapping[str, bool] | None = None,
-                image: str | None = None, log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed."""
+                on_event: Callable[[Event], None] | None = None, image: str | None = None,
+                log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
+    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed.
+
+    A multi-node cell of an RDMA target first checks that RDMA works in its containers (``check_rdma``)."""
     run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
-                  infiniband=infiniband, image=image, log_writer=log_writer)
+                  image=image, log_writer=log_writer)
     try:
+        run.check_rdma()
         run.create()
         results = run.run(timeout_s or manifest.launch.timeout_s)
     finally:

@@ -16,6 +16,7 @@ from typing import Any
 from repro.errors import UsageError
 from repro.hosts import Hosts, Node, load_hosts, local_hosts, placeholder_hosts
 from repro.launchers import LAUNCHERS, NodeCommand
+from repro.launchers.base import rdma_container_options
 from repro.manifest import Cell, Manifest
 
 
@@ -37,7 +38,8 @@ def image_reference(manifest: Manifest) -> str:
 
 def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir: str | None) -> dict[str, Any]:
     c = manifest.launch.container
-    ulimits = {"memlock": -1, **c.get("ulimits", {})}
+    rdma = rdma_container_options(manifest, cell)
+    ulimits = {"memlock": -1, **c.get("ulimits", {}), **rdma.get("ulimits", {})}
     opts: dict[str, Any] = {
         "network_mode": "host",
         "ipc_mode": c.get("ipc", "host"),
@@ -52,10 +54,11 @@ def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir
     if cmd.node.gpus != 0:
         opts["device_requests"] = [{"Driver": "nvidia", "DeviceIDs": [str(i) for i in range(cell.gpus_per_node)],
                                     "Capabilities": [["gpu"]]}]
-    if c.get("devices"):
-        opts["devices"] = [f"{d}:{d}" for d in c["devices"]]
-    if c.get("cap_add"):
-        opts["cap_add"] = list(c["cap_add"])
+    devices = [f"{d}:{d}" for d in c.get("devices", [])] + rdma.get("devices", [])
+    if devices:
+        opts["devices"] = list(dict.fromkeys(devices))
+    if c.get("cap_add") or rdma.get("cap_add"):
+        opts["cap_add"] = sorted({*c.get("cap_add", []), *rdma.get("cap_add", [])})
     if c.get("privileged"):
         opts["privileged"] = True
     mounts = [(data_dir if m["source"] == "{data}" else m["source"], m["target"], m.get("read_only", False))

@@ -2,16 +2,20 @@
 
 Per node, in parallel, over one SSH session and one POSIX sh script run by the login shell
 (bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's version, GPUs
-(nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v), free disk under
-the engine's data root, and the clock offset against this machine. Every probe fails soft:
+(nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v; the MLNX_OFED and
+mlx5_core versions), the network interfaces, free disk under the engine's data root, and the
+clock offset against this machine. Every probe fails soft:
 its value is None and its reason says why; the other probes and nodes still report.
 
 Two kinds of findings come out of it:
 
 * problems - a node that cannot be reached or whose engine does not answer. Nothing can
   run there, so ``assess`` raises whatever the flags.
+  A socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) that a node
+  lacks is one too: NCCL's bootstrap aborts there.
 * deviations - the node works but differs from the manifest's ``expect`` (GPU model or
-  memory, driver, IB presence or rate, node count). A reproduction on different hardware
+  memory, driver, IB presence or rate, node count), or, for a multi-node RDMA target, has no
+  mlx5 driver or a MOFED older than the containers' user space. A reproduction on different hardware
   is still worth running, so these are warnings; ``--strict`` makes them errors.
 
 Both raise EnvironmentUnavailable, exit code 3 - the kit's "this environment is not the
@@ -82,6 +86,8 @@ class NodeReport:
     infiniband: Probe = field(default_factory=Probe)
     disk: Probe = field(default_factory=Probe)
     clock: Probe = field(default_factory=Probe)
+    rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
+    interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
     dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
 
     @property
@@ -198,6 +204,10 @@ else echo 'nvidia-smi: not found'; (exit 127); fi; e
 s ibdev; ls /dev/infiniband 2>&1; e
 s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
 else echo 'neither ibstat nor ibv_devinfo is installed'; (exit 127); fi; e
+s ofed; if has ofed_info; then ofed_info -s 2>&1; else echo 'ofed_info: not found'; (exit 127); fi; e
+s mlx5; if [ -d /sys/module/mlx5_core ]; then cat /sys/module/mlx5_core/version 2>/dev/null || echo inbox
+else echo 'mlx5_core: not loaded'; false; fi; e
+s netifs; ls /sys/class/net 2>&1; e
 """
 
 
@@ -307,6 +317,8 @@ def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
                    else parsed("gpus", parse_nvidia_smi))
     out["infiniband"] = (Probe((), detail="no /dev/infiniband") if failed("ibdev")
                          else parsed("ib", parse_ib, detail="/dev/infiniband"))
+    out["rdma_driver"] = _rdma_driver(sec)
+    out["interfaces"] = parsed("netifs", lambda t: tuple(sorted(t.split())))
     return {k: Probe(reason=f"{k}: {v.reason}") if v.reason else v for k, v in out.items()}
 
 
@@ -382,6 +394,152 @@ def _compare_ib(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
     return []
 
 
+# ---------------------------------------------------------------- RDMA driver and network interfaces
+
+#: The variables naming the interfaces NCCL's and Gloo's sockets use; a site sets them in the hosts file's env.
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def parse_ofed_info(text: str) -> str:
+    """The version in ``ofed_info -s`` (``MLNX_OFED_LINUX-5.0-2.1.8.0:``, ``OFED-internal-25.01-0.6.0:``)."""
+    line = next((ln.strip().rstrip(":") for ln in text.splitlines() if ln.strip()), "")
+    m = re.search(r"(\d+\.\d+-\d+(?:\.\d+)*)$", line)
+    if not m:
+        raise ValueError(f"ofed_info -s printed no version: {line[:100]!r}")
+    return m[1]
+
+
+def _rdma_driver(sec: Mapping[str, tuple[str, int]]) -> Probe:
+    """The host side of RDMA: MLNX_OFED's version (``ofed_info -s``) and the mlx5_core module's."""
+    if "ofed" not in sec or "mlx5" not in sec:
+        return Probe(reason="no output from the probe")
+    (ofed_text, ofed_rc), (mlx5_text, mlx5_rc) = sec["ofed"], sec["mlx5"]
+    try:
+        ofed = parse_ofed_info(ofed_text) if ofed_rc == 0 else None
+    except ValueError as e:
+        return Probe(reason=str(e))
+    mlx5 = mlx5_text.strip() or None if mlx5_rc == 0 else None
+    return Probe({"ofed": ofed, "mlx5_core": mlx5}, detail=None if mlx5 else "mlx5_core not loaded")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``5.0-2.1.8.0`` -> (5, 0, 2, 1, 8, 0); numbers up to the first part that is not one (``5.4-rdmacore36.0``)."""
+    out = []
+    for part in re.split(r"[.-]", version):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def host_mofed(report: NodeReport) -> str | None:
+    """The node's MOFED kernel-side version: ``ofed_info``, else a versioned mlx5_core; None for an inbox driver."""
+    drv = report.rdma_driver.value or {}
+    mlx5 = drv.get("mlx5_core")
+    return drv.get("ofed") or (mlx5 if mlx5 and version_key(mlx5) else None)
+
+
+def container_mofed(manifest: Any, image_env: Mapping[str, str] | None = None) -> str | None:
+    """The MOFED user space the containers carry: the pinned bundle (``mlnx-ofed``), or what the image
+    declares in ``MOFED_VERSION`` (NGC images set it, e.g. ``4.6-1.0.1``); None where unknown or inbox."""
+    from repro.launchers.base import pinned_mofed_version, rdma_strategy
+
+    strategy = rdma_strategy(manifest)
+    if strategy == "mlnx-ofed":
+        return pinned_mofed_version(manifest)
+    if strategy == "image":
+        return (image_env or {}).get("MOFED_VERSION") or None
+    return None
+
+
+def image_env(attrs: Mapping[str, Any]) -> dict[str, str]:
+    """An image's ``ENV`` from its inspect document (``Config.Env``: ``NAME=value`` strings)."""
+    pairs = ((attrs.get("Config") or {}).get("Env") or [])
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+def compare_rdma(reports: Sequence[NodeReport], manifest: Any, *, multi_node: bool,
+                 image_env: Mapping[str, str] | None = None) -> list[Deviation]:
+    """The host side of a multi-node RDMA target on every node: an mlx5 driver, and a MOFED at least as new as
+    the containers' user space (the user space must not be newer than the kernel side it talks to)."""
+    from repro.launchers.base import rdma_strategy
+
+    strategy = rdma_strategy(manifest)
+    if strategy is None or not multi_node:
+        return []
+    want = container_mofed(manifest, image_env)
+    out = []
+    for r in reports:
+        if not r.reachable:
+            continue
+        if r.rdma_driver.value is None:
+            out.append(Deviation(r.node, "rdma_driver", "mlx5_core", f"unknown ({r.rdma_driver.reason})"))
+            continue
+        if not r.rdma_driver.value.get("mlx5_core") and not r.rdma_driver.value.get("ofed"):
+            out.append(Deviation(r.node, "rdma_driver", "mlx5_core loaded", "mlx5_core not loaded"))
+            continue
+        host = host_mofed(r)
+        if want and host and version_key(host) < version_key(want):
+            out.append(Deviation(r.node, "mofed", f">= {want} (the containers' MOFED user space, {strategy})",
+                                 f"{host} on the host"))
+        elif want and not host and strategy == "mlnx-ofed":
+            out.append(Deviation(r.node, "mofed", f">= {want} (the containers' MOFED user space, {strategy})",
+                                 "the kernel's inbox mlx5 driver, no MLNX_OFED"))
+    return out
+
+
+def ifname_matches(var: str, spec: str, interfaces: Sequence[str]) -> list[str]:
+    """The interfaces ``var=spec`` lets the library use.
+
+    NCCL_SOCKET_IFNAME is a comma-separated list of name prefixes; ``=`` first makes them exact names, and
+    ``^`` before that excludes them instead (``eth``, ``=eth0``, ``^docker``, ``^=docker0``).
+    GLOO_SOCKET_IFNAME is a comma-separated list of exact names, every one of which is used.
+    """
+    names = [n for n in spec.split(",") if n]
+    if var == "GLOO_SOCKET_IFNAME":
+        return [n for n in names if n in interfaces]
+    exclude = spec.startswith("^")
+    body = spec[1:] if exclude else spec
+    exact = body.startswith("=")
+    prefixes = [p.partition(":")[0] for p in (body[1:] if exact else body).split(",") if p]
+    hit = (lambda i: i in prefixes) if exact else (lambda i: any(i.startswith(p) for p in prefixes))
+    return [i for i in interfaces if hit(i) != exclude]
+
+
+def interface_problems(reports: Sequence[NodeReport], envs: Sequence[Mapping[str, str]]) -> list[str]:
+    """Nodes on which a socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) is missing:
+    NCCL's bootstrap would abort there ("no socket interface found"), and Gloo would fail to start."""
+    wanted = sorted({(var, env[var]) for env in envs for var in SOCKET_IFNAME_VARS if env.get(var)})
+    out = []
+    for r in reports:
+        if not r.reachable or not wanted:
+            continue
+        have: tuple[str, ...] | None = r.interfaces.value
+        if have is None:
+            out.append(f"{r.node}: cannot check {', '.join(f'{v}={s}' for v, s in wanted)}: {r.interfaces.reason}")
+            continue
+        for var, spec in wanted:
+            used = ifname_matches(var, spec, have)
+            missing = [n for n in spec.split(",") if n and n not in have] if var == "GLOO_SOCKET_IFNAME" else []
+            if used and not missing:
+                continue
+            what = f"names {', '.join(missing)}, not there" if used else "matches no interface there"
+            out.append(f"{r.node}: {var}={spec} {what} (it has {', '.join(have) or 'none'}); "
+                       f"set {var} in the hosts file's env to this cluster's interface")
+    return out
+
+
+def site_checks(reports: Sequence[NodeReport], manifest: Any, site_env: Mapping[str, str],
+                cells: Sequence[Any] = ()) -> tuple[list[Deviation], list[str]]:
+    """The checks a target's cells and the site's env add: RDMA host side (deviations) and the socket
+    interfaces the env names (problems: a run cannot start without them). No target: the site's env alone."""
+    if manifest is None:
+        return [], interface_problems(reports, [site_env])
+    envs = [manifest.launch.env_for(c, site_env) for c in cells]
+    return (compare_rdma(reports, manifest, multi_node=any(c.nodes > 1 for c in cells)),
+            interface_problems(reports, envs))
+
+
 def problems(reports: Sequence[NodeReport]) -> list[str]:
     """What stops a run outright: nodes not reached, engines not answering, a dataset not there."""
     return [f"{r.node}: {r.ssh.reason or r.docker.reason or r.dataset.reason}" for r in reports
@@ -392,9 +550,11 @@ class PreflightFailed(EnvironmentUnavailable):
     """Nodes unusable, or (under --strict) different from the publication's hardware."""
 
 
-def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, strict: bool) -> None:
-    """Raise PreflightFailed (exit 3) for problems, and for deviations under ``strict``; else return."""
-    bad = problems(reports)
+def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, strict: bool,
+           blocking: Sequence[str] = ()) -> None:
+    """Raise PreflightFailed (exit 3) for problems (``blocking``: the site's, such as a missing interface),
+    and for deviations under ``strict``; else return."""
+    bad = {line.partition(":")[0] for line in [*problems(reports), *blocking]}  # each line names its node first
     if bad:
         raise PreflightFailed(f"{len(bad)} of {len(reports)} node(s) cannot run a target",
                               hint="see the notes under the table")
@@ -430,10 +590,11 @@ def _cells(r: NodeReport) -> list[str]:
 HEADERS = ["node", "ssh rtt", "docker", "gpus", "driver", "infiniband", "disk free", "clock offset"]
 
 
-def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviation]) -> str:
+def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviation],
+                     blocking: Sequence[str] = ()) -> str:
     """The preflight table, one row per node, then problems, probe notes and deviations."""
     out = [tabulate([_cells(r) for r in reports], headers=HEADERS, tablefmt="simple", disable_numparse=True)]
-    bad = problems(reports)
+    bad = problems(reports) + list(blocking)
     if bad:
         out += ["", "problems:", *(f"  {b}" for b in bad)]
     notes = [f"  {r.node}: {p.reason}" for r in reports if r.reachable
@@ -448,6 +609,6 @@ def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviati
     return "\n".join(out) + "\n"
 
 
-def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation]) -> str:
-    return json.dumps({"nodes": [asdict(r) for r in reports], "problems": problems(reports),
+def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation], blocking: Sequence[str] = ()) -> str:
+    return json.dumps({"nodes": [asdict(r) for r in reports], "problems": problems(reports) + list(blocking),
                        "deviations": [asdict(d) for d in deviations]}, indent=2)

@@ -21,7 +21,7 @@ from typing import Any
 from repro import paths
 from repro.hosts import Node
 from repro.nodes import Session, run_on_all
-from repro.preflight import parse_ibstat
+from repro.preflight import parse_ibstat, parse_ofed_info
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ sec ib_sysfs sh -c 'ls -d /sys/class/infiniband/*/ports/* >/dev/null 2>&1 \
 sec ibstat ibstat
 sec ibv_devinfo ibv_devinfo
 sec mlx5 cat /sys/module/mlx5_core/version
+sec ofed ofed_info -s
 sec docker_version docker version --format '{{{{json .Server}}}}'
 sec docker_info docker info --format \
   '[{{{{json .ServerVersion}}}},{{{{json .DefaultRuntime}}}},{{{{json .Driver}}}},{{{{json .Runtimes}}}}]'
@@ -148,13 +149,25 @@ def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Pr
         "gpu_topology": text("topo", "nvidia-smi topo -m"),
         "hcas": _hcas(s),
         "mlx5_core": text("mlx5", "/sys/module/mlx5_core/version"),
+        "mofed": _mofed(s),
         "docker": docker_facts(docker_client) if docker_client is not None else _docker_cli(s),
     }
 
 
 def _not_run(reason: str) -> dict[str, Probe]:
     return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
-                                      "gpu_topology", "hcas", "mlx5_core", "docker")}
+                                      "gpu_topology", "hcas", "mlx5_core", "mofed", "docker")}
+
+
+def _mofed(s: dict[str, tuple[int, str]]) -> Probe:
+    """The host's MLNX_OFED version (``ofed_info -s``); the containers' MOFED user space must not be newer."""
+    sec = s.get("ofed")
+    if not sec or sec[0] != 0:
+        return fail(_why(sec, "ofed_info -s"))
+    try:
+        return ok(parse_ofed_info(sec[1]))
+    except ValueError as e:
+        return fail(str(e))
 
 
 def _os(s: dict[str, tuple[int, str]]) -> Probe:

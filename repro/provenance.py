@@ -91,6 +91,7 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
         "finished": None,
         "nodes": [],
         "commands": [],
+        "findings": [],
         "logs": {},
         "results": {},
         "outcome": None,
@@ -120,6 +121,11 @@ def add_command(record: dict[str, Any], run: RunDir, cell: Cell, repeat: int, *,
                                "argv": list(argv), "env": redact_env(env), "image": image, "workdir": workdir,
                                "started": started, "ended": ended, "exit_code": exit_code, "log": log,
                                "log_sha256": None, "nccl_transport": None})
+
+
+def add_finding(record: dict[str, Any], cell: Cell, repeat: int, kind: str, text: str) -> None:
+    """Something a finished cell's logs show against the target (``nccl-transport``: sockets where IB was expected)."""
+    record.setdefault("findings", []).append({"cell": cell.key, "repeat": repeat, "kind": kind, "text": text})
 
 
 def nccl_transport(path: Path) -> Probe:

@@ -90,17 +90,38 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
     return manifest, load_hosts(opts.hosts_file or recorded), run
 
 
-def _preflight(hosts: Hosts, manifest: Manifest, opts: UpOptions, progress: Progress) -> dict[str, bool]:
-    """Check every node first; returns which nodes have InfiniBand devices to pass through."""
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight
+def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
+               progress: Progress) -> list[Any]:
+    """Check every node first; returns the nodes' reports."""
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
 
     progress(Event("step", f"preflight of {len(hosts.nodes)} node(s)"))
     reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
                             dataset=dataset_to_check(manifest, hosts))
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
-    progress(Event("info", render_preflight(reports, deviations).rstrip(), data={"table": True}))
-    assess(reports, deviations, strict=opts.strict)
-    return {r.node: bool(r.infiniband.value) for r in reports}
+    more, blocking = site_checks(reports, manifest, hosts.env, cells)
+    deviations += more
+    progress(Event("info", render_preflight(reports, deviations, blocking).rstrip(), data={"table": True}))
+    assess(reports, deviations, strict=opts.strict, blocking=blocking)
+    return reports
+
+
+def _image_mofed(manifest: Manifest, cells: Sequence[Cell], reports: Sequence[Any], client: docker.DockerClient,
+                 image: str, opts: UpOptions, progress: Progress) -> None:
+    """For a target that uses its image's MOFED user space: every node's MOFED at least as new as it."""
+    from repro.launchers.base import rdma_strategy
+    from repro.preflight import PreflightFailed, compare_rdma, image_env
+
+    if not reports or rdma_strategy(manifest) != "image":
+        return
+    env = image_env(client.images.get(image).attrs)
+    found = [d for d in compare_rdma(reports, manifest, multi_node=any(c.nodes > 1 for c in cells), image_env=env)
+             if d.what == "mofed"]
+    for d in found:
+        progress(Event("warn", str(d)))
+    if found and opts.strict:
+        raise PreflightFailed(f"{len(found)} node(s) with a MOFED older than the image's user space (--strict)",
+                              hint="update the host's MLNX_OFED, or run without --strict to go on")
 
 
 def _clients(hosts: Hosts) -> dict[str, docker.DockerClient]:
@@ -146,7 +167,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
-    infiniband = {} if opts.skip_preflight else _preflight(used, manifest, opts, progress)
+    reports = [] if opts.skip_preflight else _preflight(used, manifest, cells, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
@@ -156,9 +177,10 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
     clients = _clients(used)
+    _image_mofed(manifest, cells, reports, clients[used.nodes[0].name], images.reference, opts, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
-        _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result)
+        _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result)
     except KeyboardInterrupt as e:
         raise Interrupted(run.path) from e
     finally:
@@ -213,7 +235,7 @@ def _todo(run: RunDir, cells: Sequence[Cell], repeats: int | None) -> list[tuple
 
 
 def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: RunDir,
-                clients: Mapping[str, docker.DockerClient], image: str, infiniband: Mapping[str, bool],
+                clients: Mapping[str, docker.DockerClient], image: str,
                 opts: UpOptions, progress: Progress, result: UpResult) -> None:
     todo = _todo(run, cells, opts.repeats)
     total = len(todo)
@@ -222,8 +244,8 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
     for i, (cell, repeat) in enumerate(todo, start=1):
         progress(Event("cell", f"{cell.key} repeat {repeat}", data={"cell": cell.key, "repeat": repeat, "index": i,
                                                                       "total": total}))
-        ok = _run_repeat(manifest, cell, repeat, hosts, run, clients, image, infiniband, progress, throughput,
-                         result)
+        ok = _run_repeat(manifest, cell, repeat, hosts, run, clients, image, progress, throughput, result,
+                         strict=opts.strict)
         if ok:
             result.done += 1
         else:
@@ -234,8 +256,8 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
 
 
 def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: RunDir,
-                clients: Mapping[str, docker.DockerClient], image: str, infiniband: Mapping[str, bool],
-                progress: Progress, throughput: _Throughput, result: UpResult) -> bool:
+                clients: Mapping[str, docker.DockerClient], image: str,
+                progress: Progress, throughput: _Throughput, result: UpResult, *, strict: bool = False) -> bool:
     """One repeat, retried up to the manifest's limit; its status is in the state file on every path."""
     attempts = manifest.retries + 1
     for attempt in range(1, attempts + 1):
@@ -257,7 +279,7 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
         env = manifest.launch.env_for(cell, hosts.env)
         try:
             nodes_ran = launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
-                                    on_event=on_event, infiniband=infiniband,
+                                    on_event=on_event,
                                     log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
             _commands(result, cell, repeat, nodes_ran, env, image)
         except CellFailed as e:
@@ -275,10 +297,38 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
             raise
         finally:
             result.cell_seconds += time.monotonic() - t0
+        found = transport_findings(manifest, cell, nodes_ran)
+        if found:
+            from repro import provenance
+
+            for text in found:
+                provenance.add_finding(result.record, cell, repeat, "nccl-transport", text)
+                progress(Event("warn", f"{cell.key} repeat {repeat}: {text}"))
+            if strict:
+                run.set_status(cell, repeat, FAILED, f"NCCL did not use InfiniBand between nodes (--strict): {found[0]}")
+                return False
         run.set_status(cell, repeat, DONE)
         progress(Event("done", f"{cell.key} repeat {repeat} done", data={"cell": cell.key, "repeat": repeat}))
         return True
     return False
+
+
+def transport_findings(manifest: Manifest, cell: Cell, nodes: Sequence[NodeResult]) -> list[str]:
+    """What the NCCL lines of a finished cell's logs say against its expected interconnect: one line per node
+    whose ranks did not use InfiniBand (or whose log cannot tell), for a multi-node cell expected on IB."""
+    from repro import nccl
+
+    if cell.nodes < 2 or manifest.expect.get("interconnect") not in ("infiniband", "roce"):
+        return []
+    logs = {r.node: Path(r.log) for r in nodes if r.role != "mpi-sshd"}  # mpirun's head log holds every rank's
+    opened = {node: path.open("r", encoding="utf-8", errors="replace") for node, path in logs.items()
+              if path.is_file()}
+    try:
+        return nccl.check_cell(opened, cell.nodes, expect_ib=True) + \
+            [f"{node}: no log to read the NCCL transport from" for node in logs if node not in opened]
+    finally:
+        for f in opened.values():
+            f.close()
 
 
 def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeResult], env: Mapping[str, str],
@@ -305,8 +355,9 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     run = result.run
     table = reproduce_run(run.path)
     result.verdicts = [c.verdict for c in table.cells]
+    findings = findings_section(result.record)
     for fmt, render in RENDERERS.items():
-        run.write_text(f"report.{fmt}", render([table]))
+        run.write_text(f"report.{fmt}", render([table]) + (findings if fmt == "md" else ""))
     plot_report([table], run.file("report.png"))
     try:  # the environment against the publication's, as far as the record has it
         environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
@@ -324,4 +375,13 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     if result.failed:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
-    return render_text([table], colour=colour) + summary
+    return render_text([table], colour=colour) + findings + summary
+
+
+def findings_section(record: Mapping[str, Any]) -> str:
+    """The run's findings (e.g. NCCL over sockets where InfiniBand was expected) as a report section."""
+    found = record.get("findings") or []
+    if not found:
+        return ""
+    lines = [f"- {f['cell']} repeat {f['repeat']}: {f['kind']}: {f['text']}" for f in found]
+    return "\nFindings:\n\n" + "\n".join(lines) + "\n"

@@ -42,7 +42,8 @@ def repro(*args: str) -> subprocess.CompletedProcess[str]:
 # multiproc.py --nnodes N --node_rank R --nproc_per_node G --master_addr M --master_port=P main.py ... with
 # LR = total batch / 1000 = 256 * 32 / 1000 = 8.192, TRAIN_STEPS 150, PREC "--amp --dynamic-loss-scale".
 DLPERF_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
-                 "'--gpus=\"device=0,1,2,3,4,5,6,7\"' -v=/datasets/imagenet:/data/imagenet:ro "
+                 "'--gpus=\"device=0,1,2,3,4,5,6,7\"' --device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK "
+                 "-v=/datasets/imagenet:/data/imagenet:ro "
                  "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
 DLPERF_MAIN = ("./main.py --data-backend dali-cpu --raport-file raport.json -j8 -p 1 --lr 8.192 "
                "--optimizer-batch-size -1 --warmup 8 --arch resnet50 -c fanin --label-smoothing 0.1 "
@@ -153,7 +154,7 @@ def test_paddle_commands_are_identical_across_nodes() -> None:
 # --- mpi: mpirun on rank 0, sshd on the others ------------------------------------------------------------
 
 MPI_DOCKER = ("docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus=\"device=0,1,2,3,4,5,6,7\"' "
-              "-w=/workspace/rn50v15_tf -e=NCCL_DEBUG=INFO -e=NCCL_IB_DISABLE=0 -e=NCCL_IB_GID_INDEX=3 IMAGE")
+              "--device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK -w=/workspace/rn50v15_tf -e=NCCL_DEBUG=INFO -e=NCCL_IB_DISABLE=0 -e=NCCL_IB_GID_INDEX=3 IMAGE")
 MPI_SSH = ("'ssh -p 10000 -i /run/repro-mpi/id_ed25519 -o IdentitiesOnly=yes "
            "-o UserKnownHostsFile=/run/repro-mpi/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes'")
 
@@ -358,7 +359,8 @@ def test_a_hosts_file_maps_formats_to_directories(tmp_path: Path) -> None:
 # --- without --hosts: placeholder nodes and dataset path, said so -----------------------------------------
 
 NO_HOSTS_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
-                   "'--gpus=\"device=0,1,2,3,4,5,6,7\"' -v=/path/to/imagenet-jpeg:/data/imagenet:ro "
+                   "'--gpus=\"device=0,1,2,3,4,5,6,7\"' --device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK "
+                   "-v=/path/to/imagenet-jpeg:/data/imagenet:ro "
                    "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
 NO_HOSTS_2N = f"""\
 target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
@@ -434,4 +436,5 @@ def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) ->
     env1 = plan_cell(m, one, hosts)[0].command.env
     env4 = plan_cell(m, four, hosts)[0].command.env
     assert "NCCL_IB_GID_INDEX" not in env1 and env1["NCCL_SOCKET_IFNAME"] == "ib0"
-    assert env4["NCCL_IB_GID_INDEX"] == "3" and env4["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert env4["NCCL_DEBUG"] == "INFO" and env4["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert "NCCL_IB_GID_INDEX" not in env4  # the publisher's GID index is not a default

@@ -324,6 +324,7 @@ def test_host_probe_parses_gpu_ib_cpu_sections() -> None:
         "meminfo": (0, "MemTotal:       527952108 kB"), "gpus": (0, SMI),
         "smi": (0, "| NVIDIA-SMI 525.60.11    Driver Version: 525.60.11    CUDA Version: 12.0     |"),
         "ib_sysfs": (1, "no /sys/class/infiniband ports"), "ibstat": (0, IBSTAT), "mlx5": (0, "5.0-2.1.8"),
+        "ofed": (0, (Path(__file__).parent / "data" / "preflight" / "ofed_info-s-internal.txt").read_text()),
         "docker_version": (127, "sh: 1: docker: not found")}))
     gpus = facts["gpus"]["value"]
     assert [g["memory_mib"] for g in gpus] == [32510, 32510] and gpus[1]["clocks_app_mhz"] is None
@@ -336,6 +337,7 @@ def test_host_probe_parses_gpu_ib_cpu_sections() -> None:
     assert facts["docker"] == {"value": None, "reason": "docker version: not found"}
     assert facts["os"]["value"] is None and "no output" in facts["os"]["reason"]
     assert len(parse_ibstat(IBSTAT)) == 2
+    assert facts["mofed"] == {"value": "25.01-0.6.0", "reason": None}
 
 
 def test_host_probe_reads_infiniband_ports_from_sysfs() -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from repro.hosts import Node
-from repro.manifest import Cell, Launch
+from repro.manifest import Cell, Launch, Manifest
+
+IB_DEVICE_DIR = "/dev/infiniband"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,25 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
         else:
             out.append(tok.format_map(values))
     return tuple(out)
+
+
+def rdma_strategy(manifest: Manifest) -> str | None:
+    """How the target's containers reach the HCAs (the manifest's ``rdma.strategy``: ``image``, ``mlnx-ofed``
+    or ``inbox``), or None when it uses no RDMA."""
+    return manifest.rdma.strategy if manifest.rdma is not None else None
+
+
+def pinned_mofed_version(manifest: Manifest) -> str | None:
+    """The MLNX_OFED version a ``mlnx-ofed`` target installs into its image."""
+    return manifest.rdma.version if manifest.rdma is not None else None
+
+
+def rdma_container_options(manifest: Manifest, cell: Cell) -> dict[str, Any]:
+    """What a multi-node cell of an RDMA target adds to its containers: the HCAs' device nodes, the
+    right to pin memory for them and no limit on how much (verbs registers every buffer it sends)."""
+    if cell.nodes < 2 or rdma_strategy(manifest) is None:
+        return {}
+    return {"devices": [f"{IB_DEVICE_DIR}:{IB_DEVICE_DIR}"], "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1}}
 
 
 class Launcher(abc.ABC):

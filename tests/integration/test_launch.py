@@ -202,3 +202,26 @@ def test_mpi_allreduce_across_two_nodes_with_per_run_sshd(hosts_file, clients, c
     assert "hosts ['rc-node1', 'rc-node2']" in out
     assert "Server listening on 10.77.0.12 port 12345" in Path(worker.log).read_text()
     assert leftovers(node_engines, "t-mpi") == []
+
+
+def test_rdma_cell_stops_before_training_when_the_container_sees_no_hca(hosts_file, clients, base_on_nodes,
+                                                                      node_engines, tmp_path):
+    """A 2-node cell of an RDMA target on nodes without InfiniBand: the ibv_devinfo check in a container like
+    rank 0's fails, names the node and the cause, and no training container is created on any node."""
+    import dataclasses
+
+    from repro.errors import EnvironmentUnavailable
+
+    from repro.manifest import Rdma
+
+    m = dataclasses.replace(echo(), rdma=Rdma("inbox"))
+    cell = cell_of(m, nodes=2, precision="fp32")
+    first = load_hosts(hosts_file).nodes[0].name
+    with pytest.raises(EnvironmentUnavailable) as err:
+        launch_cell(m, cell, load_hosts(hosts_file), tmp_path, run_id="t-rdma", clients=clients, image=base_on_nodes)
+    text = str(err.value)
+    assert text.startswith(f"cell {cell.key}: RDMA is not usable in the container on {first}: "), text
+    assert "/dev/infiniband" in text, text
+    assert "ibstat" in err.value.hint
+    assert leftovers(node_engines, "t-rdma") == []
+    assert not list(tmp_path.glob("*.log"))

@@ -204,3 +204,40 @@ def test_ghost_alone_is_unreachable(pinned: dict) -> None:
     out = run_on_all([Node("ghost", ghost_address(pinned), user="root")], lambda s: "ok", timeout=20)
     assert isinstance(out["ghost"], NodeUnreachable)
     assert out["ghost"].hint
+
+
+def hosts_with_env(path: Path, cluster: dict, env: dict[str, str]) -> Path:
+    write_hosts(path, cluster)
+    doc = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**doc, "env": env}, sort_keys=False))
+    return path
+
+
+def test_socket_interfaces_named_in_the_env_are_checked_on_every_node(pinned: dict, tmp_path: Path) -> None:
+    names = [n["name"] for n in pinned["nodes"]]
+    good = preflight_cli("--hosts", str(hosts_with_env(tmp_path / "good.yaml", pinned, {
+        "NCCL_SOCKET_IFNAME": "^docker,lo", "GLOO_SOCKET_IFNAME": "eth0"})), "--format", "json")
+    assert good.exit_code == 0, good.output
+    doc = json.loads(good.output)
+    assert doc["problems"] == []
+    assert all("eth0" in n["interfaces"]["value"] for n in doc["nodes"])
+    have = {n["node"]: ", ".join(n["interfaces"]["value"]) for n in doc["nodes"]}
+    bad = preflight_cli("--hosts", str(hosts_with_env(tmp_path / "bad.yaml", pinned, {
+        "NCCL_SOCKET_IFNAME": "xgbe0", "GLOO_SOCKET_IFNAME": "eth0,ib0"})))
+    assert bad.exit_code == 3, bad.output
+    for name in names:
+        assert (f"  {name}: GLOO_SOCKET_IFNAME=eth0,ib0 names ib0, not there (it has {have[name]}); set "
+                "GLOO_SOCKET_IFNAME in the hosts file's env to this cluster's interface") in bad.output
+        assert (f"  {name}: NCCL_SOCKET_IFNAME=xgbe0 matches no interface there (it has {have[name]}); set "
+                "NCCL_SOCKET_IFNAME in the hosts file's env to this cluster's interface") in bad.output
+    assert f"error: {len(names)} of {len(names)} node(s) cannot run a target" in bad.output
+
+
+def test_target_env_and_rdma_host_side(pinned: dict, tmp_path: Path) -> None:
+    """ngc-tf1-rn50-v100: 4-node cells over MLNX_OFED; the nodes have no mlx5 driver, and the site names eth0."""
+    hosts_file = hosts_with_env(tmp_path / "hosts.yaml", pinned, {"NCCL_SOCKET_IFNAME": "=eth0"})
+    r = preflight_cli("ngc-tf1-rn50-v100", "--hosts", str(hosts_file))
+    assert r.exit_code == 0, r.output
+    for n in pinned["nodes"]:
+        assert f"  {n['name']}: rdma_driver: expected mlx5_core loaded, found mlx5_core not loaded" in r.output
+    assert "NCCL_SOCKET_IFNAME" not in r.output
