@@ -22,6 +22,9 @@ from typing import Any
 import docker
 import pytest
 
+from repro.hosts import load_hosts
+from repro.images.engine import node_client
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "tests" / "data" / "images-manifests"
 LABEL = "repro.test"
@@ -194,3 +197,25 @@ class Helpers:
 @pytest.fixture(scope="session")
 def helpers() -> Helpers:
     return Helpers()
+
+
+@pytest.fixture(scope="module")
+def hosts_file(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's inventory as a CPU cluster: no GPUs, gloo on the nodes' eth0."""
+    nodes = "".join(f"  - {{name: {n['name']}, address: {n['address']}}}\n" for n in cluster["nodes"])
+    path = tmp_path_factory.mktemp("hosts") / "cpu-cluster.yaml"
+    path.write_text("schema_version: 1\n"
+                    f"defaults: {{user: root, identity: {cluster['ssh']['key']}, gpus: 0}}\n"
+                    "env: {GLOO_SOCKET_IFNAME: eth0}\n"
+                    f"nodes:\n{nodes}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def clients(cluster: dict, hosts_file: Path):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
+        out = {n.name: node_client(n) for n in load_hosts(hosts_file).nodes}
+        yield out
+    for c in out.values():
+        c.close()

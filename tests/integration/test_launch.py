@@ -20,34 +20,11 @@ import docker
 import pytest
 
 from repro.hosts import load_hosts
-from repro.images.engine import node_client
 from repro.launch import CellFailed, launch_cell
 from repro.manifest import load_manifest
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
-
-
-@pytest.fixture(scope="module")
-def hosts_file(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cluster's inventory as a CPU cluster: no GPUs, gloo on the nodes' eth0."""
-    nodes = "".join(f"  - {{name: {n['name']}, address: {n['address']}}}\n" for n in cluster["nodes"])
-    path = tmp_path_factory.mktemp("hosts") / "cpu-cluster.yaml"
-    path.write_text("schema_version: 1\n"
-                    f"defaults: {{user: root, identity: {cluster['ssh']['key']}, gpus: 0}}\n"
-                    "env: {GLOO_SOCKET_IFNAME: eth0}\n"
-                    f"nodes:\n{nodes}")
-    return path
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: dict, hosts_file: Path):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
-        out = {n.name: node_client(n) for n in load_hosts(hosts_file).nodes}
-        yield out
-    for c in out.values():
-        c.close()
 
 
 @pytest.fixture(scope="module")

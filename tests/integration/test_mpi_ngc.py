@@ -17,7 +17,6 @@ import pytest
 
 from repro.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, lock_target, prepare
-from repro.images.engine import node_client
 from repro.launch import CellFailed, launch_cell
 from repro.manifest import load_manifest
 
@@ -25,26 +24,6 @@ pytestmark = [pytest.mark.ssh, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests" / "data" / "launch" / "mpi-ngc.yaml"
 NGC_PATH = "PATH=/usr/local/mpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-@pytest.fixture(scope="module")
-def hosts_file(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    nodes = "".join(f"  - {{name: {n['name']}, address: {n['address']}}}\n" for n in cluster["nodes"])
-    path = tmp_path_factory.mktemp("hosts") / "cpu-cluster.yaml"
-    path.write_text("schema_version: 1\n"
-                    f"defaults: {{user: root, identity: {cluster['ssh']['key']}, gpus: 0}}\n"
-                    f"nodes:\n{nodes}")
-    return path
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: dict, hosts_file: Path):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
-        out = {n.name: node_client(n) for n in load_hosts(hosts_file).nodes}
-        yield out
-    for c in out.values():
-        c.close()
 
 
 @pytest.fixture(scope="module")
