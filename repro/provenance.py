@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from repro import __version__, paths
 from repro.errors import ProvenanceError, UsageError
@@ -25,7 +24,7 @@ from repro.hosts import Hosts, Node
 from repro.manifest import Cell, Manifest
 from repro.probes import Probe, fail, ok
 from repro.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, redact_env, sha256_file
-from repro.schema import load_schema
+from repro.schema import load_schema, strict_validator_class
 
 SCHEMA = "provenance.v1"
 SCHEMA_VERSION = 1
@@ -187,7 +186,7 @@ def write_sums(run: RunDir) -> None:
 
 
 def _problems(instance: Any, schema: Mapping[str, Any]) -> list[str]:
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = strict_validator_class()(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
 
@@ -218,6 +217,8 @@ def load_record(path: Path) -> dict[str, Any]:
         raise ProvenanceError(f"no {path}") from None
     except (OSError, ValueError) as e:
         raise ProvenanceError(f"{path} is unreadable: {e}") from e
+    except RecursionError:
+        raise ProvenanceError(f"{path} is unreadable: nested too deeply") from None
     check_record(record, str(path))
     return record
 

@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from repro.errors import UsageError
+from repro.errors import ProvenanceError, UsageError
+from repro.schema import StrictLoader
 from repro.hosts import Hosts
 from repro.manifest import Cell, Manifest, load_manifest
 
@@ -101,6 +102,19 @@ class Redactor:
 
     def found_in(self, b: bytes) -> bool:
         return any(v in b for v in self._raw)
+
+
+def _state_problem(state: Any) -> str | None:
+    """What makes ``state`` other than a run state (cells -> repeats "1".. -> {status: ...}), or None."""
+    if not isinstance(state, dict) or not isinstance(state.get("cells"), dict):
+        return "not a run state (an object with 'cells')"
+    for key, cell in state["cells"].items():
+        if not _CELL_KEY.match(key) or not isinstance(cell, dict) or not isinstance(cell.get("repeats"), dict):
+            return f"cells.{key}: not a cell (a key like 1n8g-fp32-bs256 with 'repeats')"
+        for k, r in cell["repeats"].items():
+            if not (k.isascii() and k.isdigit()) or not isinstance(r, dict) or r.get("status") not in STATUSES:
+                return f"cells.{key}.repeats.{k}: not a repeat (a number with a status: {', '.join(STATUSES)})"
+    return None
 
 
 def make_run_id(target: str, now: datetime | None = None, short: str | None = None) -> str:
@@ -242,6 +256,10 @@ class RunDir:
         if missing:
             raise UsageError(f"{path} is not a run directory (no {', '.join(missing)})",
                              hint="give a logs/<run-id>/ directory written by `repro up`, or its .tar.gz")
+        for p in path.rglob("*"):  # a FIFO or device would block whoever reads it: refused at once
+            if not (p.is_symlink() or p.is_file() or p.is_dir()):
+                raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
+                                      "a run directory holds only files")
         return cls(path, Redactor.from_envs(os.environ if env is None else env))
 
     def load_manifest(self) -> Manifest:
@@ -249,8 +267,9 @@ class RunDir:
 
     def hosts_doc(self) -> dict[str, Any]:
         try:
-            return yaml.safe_load(self.file(HOSTS).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
+            doc = yaml.load(self.file(HOSTS).read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506
+            return doc if isinstance(doc, dict) else {}
+        except (OSError, yaml.YAMLError, RecursionError):
             return {}
 
     # ------------------------------------------------------------ writing
@@ -286,10 +305,17 @@ class RunDir:
 
     # ------------------------------------------------------------ state
     def read_state(self) -> dict[str, Any]:
+        path = self.file(STATE)
         try:
-            return json.loads(self.file(STATE).read_text(encoding="utf-8"))
+            state = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read {self.file(STATE)}: {e}") from e
+            raise ProvenanceError(f"cannot read {path}: {e}") from e
+        except RecursionError:
+            raise ProvenanceError(f"cannot read {path}: nested too deeply") from None
+        problem = _state_problem(state)
+        if problem:
+            raise ProvenanceError(f"{path}: {problem}", hint="the run directory was damaged or altered")
+        return state
 
     def write_state(self, state: Mapping[str, Any]) -> None:
         self.write_json(STATE, state)
