@@ -251,7 +251,10 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         results = [reproduce_table(m, t, from_logs) for m, t in resolve_tables(targets, table_id)]
     click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
-        plot_scaling(results, plot)
+        try:
+            plot_scaling(results, plot)
+        except OSError as e:
+            raise UsageError(f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path") from None
         click.echo(f"plot written to {plot}", err=True)
 
 

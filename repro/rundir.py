@@ -158,7 +158,7 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
     nodes = []
     for n in hosts.nodes:
         entry = {"name": n.name, "address": n.address, "user": n.user, "port": n.port, "identity": n.identity,
-                 "gpus": n.gpus, "docker_host": n.docker_host}
+                 "gpus": n.gpus, "docker_host": n.docker_host, "rendezvous_address": n.rendezvous_address}
         nodes.append({k: v for k, v in entry.items() if v is not None})
     doc: dict[str, Any] = {"schema_version": 1, "nodes": nodes}
     if hosts.data:

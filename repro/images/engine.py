@@ -71,7 +71,7 @@ class _VerifiedSSH(SSHHTTPAdapter):
         if self._identity:
             self.ssh_params["key_filename"] = os.path.expanduser(self._identity)
             self.ssh_params["look_for_keys"] = False
-        self.ssh_params.update(timeout=15, banner_timeout=15, auth_timeout=15, allow_agent=False)
+        self.ssh_params.update(timeout=15, banner_timeout=15, auth_timeout=15, allow_agent=True)
 
 
 def ssh_config_path() -> Path:
