@@ -102,13 +102,16 @@ def show(target: str, fmt: str) -> None:
     from repro.manifest import find_target
     from repro.describe import describe_manifest
 
+    from repro.redact import redact_document
+
     m = find_target(target)
+    data = redact_document(m.data)[0]
     if fmt == "json":
-        click.echo(json.dumps(m.data, indent=2))
+        click.echo(json.dumps(data, indent=2))
     elif fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(dict(m.data), sort_keys=False, allow_unicode=True), nl=False)
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
     else:
         click.echo(describe_manifest(m), nl=False)
 
@@ -292,6 +295,9 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
     """Render images-library events: phases and results always, build output with -v."""
 
     def show(e: Any) -> None:
+        from repro.progress import redacted
+
+        e = redacted(e)
         where = f"[{e.node}] " if e.node else ""
         if e.kind == "step":
             click.echo(f"==> {where}{e.message}", err=True)

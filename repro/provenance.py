@@ -23,7 +23,8 @@ from repro.errors import ProvenanceError, UsageError
 from repro.hosts import Hosts, Node
 from repro.manifest import Cell, Manifest
 from repro.probes import Probe, fail, ok
-from repro.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, redact_env, sha256_file
+from repro.redact import redact_argv, redact_env
+from repro.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, sha256_file
 from repro.schema import load_schema, strict_validator_class
 
 SCHEMA = "provenance.v1"
@@ -75,7 +76,8 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
         "target": manifest.id,
         "kit": kit_identity(),
         "manifest": {"id": manifest.id, "path": str(manifest.path), "sha256": manifest.sha256, "file": "manifest.yaml",
-                     "redacted": list(state.get("redacted", []))},
+                     "redacted": list(state.get("redacted", [])),
+                     **({"redacted_sha256": state["redacted_sha256"]} if state.get("redacted_sha256") else {})},
         "lock": dict(lock) if lock else None,
         "hosts": {"file": "hosts.yaml", "source": str(hosts.path) if hosts.path else None,
                   "nodes": [{"name": n.name, "address": n.address} for n in hosts.nodes]},
@@ -114,7 +116,7 @@ def add_command(record: dict[str, Any], run: RunDir, cell: Cell, repeat: int, *,
     path = Path(log) if log is not None else run.log_path(cell, repeat, rank, node)
     log = (path if path.is_absolute() else run.path / path).resolve().relative_to(run.path.resolve()).as_posix()
     record["commands"].append({"cell": cell.key, "repeat": repeat, "rank": rank, "node": node, "role": role,
-                               "argv": list(argv), "env": redact_env(env), "image": image, "workdir": workdir,
+                               "argv": redact_argv(argv), "env": redact_env(env), "image": image, "workdir": workdir,
                                "started": started, "ended": ended, "exit_code": exit_code, "log": log,
                                "log_sha256": None, "nccl_transport": None})
 

@@ -35,9 +35,10 @@ from typing import Any
 import yaml
 
 from repro.errors import ProvenanceError, UsageError
+from repro.redact import REDACTED, Redactor, is_secret_name, redact_document, redact_env  # noqa: F401
 from repro.schema import StrictLoader
 from repro.hosts import Hosts
-from repro.manifest import Cell, Manifest, load_manifest
+from repro.manifest import Cell, Manifest, canonical_sha256, load_manifest
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATUSES = (PENDING, RUNNING, DONE, FAILED)
@@ -47,61 +48,10 @@ MANIFEST, HOSTS, STATE = "manifest.yaml", "hosts.yaml", "state.json"
 PROVENANCE, INTOTO, SUMS = "provenance.json", "provenance.intoto.json", "SHA256SUMS"
 REPORTS = {"md": "report.md", "csv": "report.csv", "json": "report.json"}
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|KEY|AUTH|CREDENTIAL", re.IGNORECASE)
-REDACTED = "<redacted>"
-#: Shorter values are not scrubbed from free text (they would blank out ordinary words).
-MIN_SECRET_CHARS = 6
 _CELL_KEY = re.compile(r"^(\d+)n(\d+)g-(.+)-bs(\d+)$")
 MAX_PENDING = 1 << 16
 #: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (repro.launch's naming) is read too.
 _LOG_NAME = re.compile(r"^(?:rank)?(\d+)-(.+)\.log$")
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the value of every secret-looking name replaced by ``<redacted>``."""
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
-
-
-class Redactor:
-    """Scrubs known secret values out of text, bytes and JSON-like data."""
-
-    def __init__(self, values: Iterable[str] = ()) -> None:
-        self.values = sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
-        self._raw = [v.encode() for v in self.values]
-
-    @classmethod
-    def from_envs(cls, *envs: Mapping[str, str] | None) -> Redactor:
-        return cls(v for env in envs if env for k, v in env.items() if is_secret_name(k) and isinstance(v, str))
-
-    def text(self, s: str) -> str:
-        for v in self.values:
-            s = s.replace(v, REDACTED)
-        return s
-
-    def bytes(self, b: bytes) -> bytes:
-        for v in self._raw:
-            b = b.replace(v, REDACTED.encode())
-        return b
-
-    def data(self, obj: Any) -> Any:
-        if isinstance(obj, str):
-            return self.text(obj)
-        if isinstance(obj, Mapping):
-            return {self.text(str(k)): self.data(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self.data(v) for v in obj]
-        return obj
-
-    @property
-    def longest(self) -> int:
-        return max((len(v) for v in self._raw), default=1)
-
-    def found_in(self, b: bytes) -> bool:
-        return any(v in b for v in self._raw)
 
 
 def _state_problem(state: Any) -> str | None:
@@ -169,18 +119,8 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
 
 
 def _redacted_manifest(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The manifest document with secret-named env values replaced; the dotted paths replaced."""
-    doc = json.loads(json.dumps(data))
-    done: list[str] = []
-    launch = doc.get("launch", {})
-    envs = [("launch.env", launch.get("env", {}))]
-    envs += [(f"launch.cell_args[{i}].env", c.get("env", {})) for i, c in enumerate(launch.get("cell_args", []))]
-    for where, env in envs:
-        for k in env:
-            if is_secret_name(k):
-                env[k] = REDACTED
-                done.append(f"{where}.{k}")
-    return doc, done
+    """The manifest document with every secret blanked (repro.redact); the dotted paths changed."""
+    return redact_document(json.loads(json.dumps(data)))
 
 
 @dataclass
@@ -236,7 +176,11 @@ class RunDir:
         header = f"# {manifest.id}, as loaded from {manifest.path}; sha256 {manifest.sha256}\n"
         if redacted:
             header += f"# secret values redacted: {', '.join(redacted)}\n"
-        run.write_text(MANIFEST, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        written = run.write_text(MANIFEST, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        # what audit will read back: the digest of the file as written, secrets blanked
+        written_sha256 = canonical_sha256(yaml.safe_load(written.read_text(encoding="utf-8")))
+        if written_sha256 != manifest.sha256 and not redacted:
+            redacted = ["(free text)"]
         where = str(hosts.path) if hosts.path else f"the local machine ({socket.gethostname()}), no --hosts file"
         run.write_text(HOSTS, f"# inventory: {where}\n" + yaml.safe_dump(_hosts_doc(hosts), sort_keys=False))
         cells = {c.key: {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "precision": c.precision,
@@ -245,7 +189,8 @@ class RunDir:
                                               "ended": None} for k in range(1, manifest.repeats + 1)}}
                  for c in manifest.cells()}
         run.write_state({"schema_version": STATE_VERSION, "run_id": rid, "target": manifest.id,
-                         "manifest_sha256": manifest.sha256, "redacted": redacted, "cells": cells})
+                         "manifest_sha256": manifest.sha256, "redacted": redacted,
+                         "redacted_sha256": written_sha256 if redacted else None, "cells": cells})
         run.cells_dir.mkdir()
         return run
 
