@@ -498,5 +498,30 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
         sys.exit(5)
 
 
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="every container of the kit on the nodes, of any run")
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path),
+              help="hosts inventory (default: the one RUN recorded; with --all: this machine)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def clean(run: str | None, all_runs: bool, hosts_file: Path | None, fmt: str) -> None:
+    """Remove a run's containers (and so its keys and sshd) on every node: RUN_DIR, a run id, or --all.
+
+    For runs that were killed (kill -9, a lost SSH link): `repro up` removes what it starts
+    whenever it can. Idempotent; one line per node; exit 3 when a node could not be cleaned.
+    """
+    from repro.clean import as_json, clean_nodes, resolve, summary
+    from repro.errors import EnvironmentUnavailable
+
+    run_id, hosts = resolve(run, all_runs, hosts_file)
+    results = clean_nodes(hosts.nodes, run_id)
+    click.echo(json.dumps(as_json(results), indent=2) if fmt == "json" else summary(results), nl=fmt == "json")
+    failed = [r.node for r in results if r.error]
+    if failed:
+        raise EnvironmentUnavailable(f"could not clean {len(failed)} of {len(results)} node(s): {', '.join(failed)}",
+                                     hint="run `repro clean` again once the node is reachable")
+
+
 def main() -> None:
     cli()

@@ -48,6 +48,8 @@ MANIFEST, HOSTS, STATE = "manifest.yaml", "hosts.yaml", "state.json"
 PROVENANCE, INTOTO, SUMS = "provenance.json", "provenance.intoto.json", "SHA256SUMS"
 REPORTS = {"md": "report.md", "csv": "report.csv", "json": "report.json"}
 
+#: ``<UTC time>-<target>-<6 hex>``, as make_run_id writes it.
+RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9._-]+-[0-9a-f]{6}\Z")
 _CELL_KEY = re.compile(r"^(\d+)n(\d+)g-(.+)-bs(\d+)$")
 MAX_PENDING = 1 << 16
 #: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (repro.launch's naming) is read too.

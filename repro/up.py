@@ -21,6 +21,7 @@ from typing import Any
 import docker
 
 from repro import lock
+from repro.clean import clean_clients
 from repro.errors import ReproError, RunFailed, UsageError
 from repro.hosts import Hosts, load_hosts
 from repro.images import ImagesOptions, check_pins, prepare
@@ -111,6 +112,16 @@ def _clients(hosts: Hosts) -> dict[str, docker.DockerClient]:
     return {name: f.result() for name, f in futures.items()}
 
 
+def _remove_stale(clients: Mapping[str, docker.DockerClient], run_id: str, progress: Progress) -> None:
+    """Containers of this run still on a node (a killed earlier attempt of a resumed run) hold GPUs: remove them."""
+    for r in clean_clients(clients, run_id):
+        if r.removed:
+            progress(Event("warn", f"removed {len(r.removed)} stale container(s) of this run: {', '.join(r.removed)}",
+                           node=r.node))
+        elif r.error:
+            progress(Event("warn", f"could not look for stale containers of this run: {r.error}", node=r.node))
+
+
 class _Throughput:
     """The latest throughput figure a node printed, read with the target's own parser."""
 
@@ -147,6 +158,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
     clients = _clients(used)
+    _remove_stale(clients, run.run_id, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result)
