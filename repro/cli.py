@@ -91,6 +91,13 @@ def list_targets(fmt: str) -> None:
         from tabulate import tabulate
 
         click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        tables: dict[str, list[str]] = {}
+        for m in catalog.values():
+            for t in m.published:
+                tables.setdefault(t.id, []).append(m.id)
+        click.echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
+        click.echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
+                            headers="keys", tablefmt="simple"))
 
 
 @cli.command()
