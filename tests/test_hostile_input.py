@@ -447,3 +447,19 @@ def test_run_directory_with_a_fifo_is_refused_at_once(sealed_archive: Path, tmp_
     (run / "provenance.json").unlink()
     os.mkfifo(run / "provenance.json")
     check(["audit", str(run)], 6, "provenance.json", "not a regular file")
+
+
+def test_sigterm_while_an_archive_is_unpacked_removes_the_copy(sealed_archive: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.archive import opened_run
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        with opened_run(sealed_archive) as run:
+            assert run.path.is_relative_to(tmp_path) and (run.path / "state.json").is_file()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal arrives before this ends
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == before
