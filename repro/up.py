@@ -76,7 +76,16 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
         return find_target(target), load_hosts(opts.hosts_file), None
     run = RunDir.open(opts.resume)
     manifest = run.load_manifest()
-    if target and target != manifest.id:
+    state = run.read_state()
+    if state.get("redacted"):  # the recorded copy has <redacted> for its secrets: run the original again
+        if not target:
+            raise UsageError(f"{run.file('manifest.yaml')} has its secret values redacted, so it cannot be run again",
+                             hint="give the original manifest: repro up TARGET --resume RUN_DIR")
+        original = find_target(target)
+        if original.sha256 != state.get("manifest_sha256"):
+            raise UsageError(f"{target} is not the manifest {opts.resume} ran (its digest differs)")
+        manifest = original
+    elif target and target != manifest.id:
         raise UsageError(f"{opts.resume} is a run of {manifest.id}, not {target}")
     recorded = run.file("hosts.yaml")
     if opts.hosts_file is None and "<redacted>" in recorded.read_text(encoding="utf-8"):
