@@ -229,7 +229,12 @@ def opened_run(path: Path, limits: Limits = Limits()) -> Iterator[RunDir]:
     tmp = Path(tempfile.mkdtemp(prefix="repro-run-"))
     try:
         with _terminate_as_exit():
-            yield RunDir.open(extract(path, tmp, limits))
+            root = extract(path, tmp, limits)
+            try:
+                run = RunDir.open(root)
+            except UsageError as e:  # inside an archive, a missing part is an integrity failure
+                raise ProvenanceError(f"{path.name}: {e.message.replace(str(root), root.name)}") from None
+            yield run
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -356,6 +356,14 @@ def replace(name: str, data: bytes) -> Callable[[tarfile.TarFile, tarfile.TarInf
     return change
 
 
+def drop(name: str) -> Callable[[tarfile.TarFile, tarfile.TarInfo, bytes | None], None]:
+    def change(tout: tarfile.TarFile, m: tarfile.TarInfo, old: bytes | None) -> None:
+        if not m.name.endswith("/" + name):
+            keep(tout, m, old)
+
+    return change
+
+
 def add(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", linkname: str = "",
         under_top: bool = True) -> Callable[[tarfile.TarFile, str], None]:
     def extra(tout: tarfile.TarFile, top: str) -> None:
@@ -382,6 +390,8 @@ ARCHIVE_CASES: list[tuple[str, Callable[[Path, Path], Path], str]] = [
     ("report-json-deep", lambda a, d: rebuild(a, d, replace("report.json", DEEP)), "report.json"),
     ("manifest-alias-bomb", lambda a, d: rebuild(a, d, replace("manifest.yaml", BOMB.encode())), "manifest.yaml"),
     ("hosts-alias-bomb", lambda a, d: rebuild(a, d, replace("hosts.yaml", BOMB.encode())), "hosts.yaml"),
+    ("state-missing", lambda a, d: rebuild(a, d, drop("state.json")), "no state.json"),
+    ("manifest-missing", lambda a, d: rebuild(a, d, drop("manifest.yaml")), "no manifest.yaml"),
     ("member-dotdot", lambda a, d: rebuild(a, d, keep, add("../evil.txt", data=b"x")), "evil.txt"),
     ("member-absolute", lambda a, d: rebuild(a, d, keep, add("/tmp/evil.txt", data=b"x", under_top=False)),
      "/tmp/evil.txt"),
