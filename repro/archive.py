@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import re
 import shutil
+import signal
 import tarfile
 import tempfile
+import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -40,6 +44,15 @@ class Limits:
     max_members: int = 100_000
     max_file_bytes: int = 2 << 30
     max_total_bytes: int = 8 << 30
+    #: what the unpacked size may be relative to the archive's (training logs compress 5-20 times)
+    max_ratio: int = 100
+    #: plus this much whatever the archive's size (a small run's metadata)
+    ratio_slack_bytes: int = 16 << 20
+    #: a JSON member larger than this is not run metadata
+    max_json_bytes: int = 64 << 20
+
+    def total_for(self, archive_bytes: int) -> int:
+        return min(self.max_total_bytes, self.ratio_slack_bytes + self.max_ratio * archive_bytes)
 
 
 def is_archive(path: Path) -> bool:
@@ -131,6 +144,8 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Path:
     problem = verify_checksum(archive)
     if problem:
         raise ProvenanceError(problem)
+    cap = limits.total_for(archive.stat().st_size)
+    _check_stream(archive, cap)
     members: list[tarfile.TarInfo] = []
     top: str | None = None
     total = 0
@@ -142,8 +157,10 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Path:
                     raise ProvenanceError(f"{archive.name} has more than {limits.max_members} members")
                 top = _check_member(m, top, limits)
                 total += m.size
-                if total > limits.max_total_bytes:
-                    raise ProvenanceError(f"{archive.name} unpacks to more than {limits.max_total_bytes} bytes")
+                if total > cap:
+                    raise ProvenanceError(f"{archive.name} unpacks to more than {cap} bytes (the limit: "
+                                          f"{limits.max_ratio} x its size + {limits.ratio_slack_bytes}, "
+                                          f"at most {limits.max_total_bytes})")
                 key = m.name.rstrip("/")
                 if key in seen:
                     raise ProvenanceError(f"archive member {m.name!r} appears twice")
@@ -162,7 +179,47 @@ def extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Path:
     root = (dest / top).resolve()
     if not root.is_relative_to(dest.resolve()) or not root.is_dir():
         raise ProvenanceError(f"{archive.name} does not hold a run directory")
+    for m in members:
+        if m.isfile() and m.name.endswith(".json"):
+            _check_json(archive, m.name, dest / m.name, limits)
     return root
+
+
+def _check_stream(archive: Path, cap: int) -> None:
+    """Read the whole gzip stream once: its end marker and CRC must be there, and what it
+    unpacks to must stay under ``cap`` bytes (counted as it is read, nothing written)."""
+    total = 0
+    try:
+        with gzip.open(archive, "rb") as gz:
+            while block := gz.read(1 << 20):
+                total += len(block)
+                if total > cap:
+                    raise ProvenanceError(f"{archive.name} unpacks to more than {cap} bytes",
+                                          hint="a run archive holds logs and metadata; this one is not one")
+    except (OSError, EOFError, zlib.error) as e:
+        raise ProvenanceError(f"{archive.name} is not a readable .tar.gz (damaged or cut short): {e}") from None
+
+
+def _check_json(archive: Path, member: str, path: Path, limits: Limits) -> None:
+    """A JSON member of a run archive must be one JSON object (report.json: a list of records, one object
+    a cell), not too large or deep to read."""
+    why = None
+    if path.stat().st_size > limits.max_json_bytes:
+        why = f"over the {limits.max_json_bytes}-byte limit for a JSON member"
+    else:
+        try:
+            doc = json.loads(path.read_bytes())
+            if Path(member).name == "report.json":
+                why = None if isinstance(doc, list) and all(isinstance(r, dict) for r in doc) else \
+                    "not a JSON list of records"
+            else:
+                why = None if isinstance(doc, dict) else f"a JSON {type(doc).__name__}, not an object"
+        except RecursionError:
+            why = "nested too deeply"
+        except ValueError as e:
+            why = f"not JSON: {e}"
+    if why:
+        raise ProvenanceError(f"{archive.name}: member {member}: {why}")
 
 
 @contextlib.contextmanager
@@ -176,9 +233,34 @@ def opened_run(path: Path, limits: Limits = Limits()) -> Iterator[RunDir]:
         raise UsageError(f"{path} is neither a run directory nor a {SUFFIX} run archive")
     tmp = Path(tempfile.mkdtemp(prefix="repro-run-"))
     try:
-        yield RunDir.open(extract(path, tmp, limits))
+        with _terminate_as_exit():
+            root = extract(path, tmp, limits)
+            try:
+                run = RunDir.open(root)
+            except UsageError as e:  # inside an archive, a missing part is an integrity failure
+                raise ProvenanceError(f"{path.name}: {e.message.replace(str(root), root.name)}") from None
+            yield run
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (and SIGHUP) raise SystemExit while the unpacked copy exists, so that the
+    ``finally`` above removes it; the default action would kill the process and leave it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def is_run_path(text: str) -> bool:

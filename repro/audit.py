@@ -150,8 +150,15 @@ def _manifest_check(run: RunDir, record: Mapping[str, Any]) -> Check:
         return Check("integrity", "manifest.yaml", TAMPERED, detail=f"does not load: {str(e).splitlines()[0]}")
     want = record["manifest"]["sha256"]
     if record["manifest"]["redacted"]:
-        return Check("integrity", "manifest.yaml", MISSING, want[:12], canonical_sha256(loaded.data)[:12],
-                     "secret values were redacted, so its digest cannot be recomputed")
+        redacted = record["manifest"].get("redacted_sha256")
+        have = canonical_sha256(loaded.data)
+        if redacted is None:  # written before redacted copies were recorded
+            return Check("integrity", "manifest.yaml", MISSING, want[:12], have[:12],
+                         "secret values were redacted, so its digest cannot be recomputed")
+        n = len(record["manifest"]["redacted"])
+        return Check("integrity", "manifest.yaml (redacted)", OK if have == redacted else TAMPERED, redacted[:12],
+                     have[:12], f"the recorded redacted copy ({n} secret value(s) blanked)" if have == redacted
+                     else "differs from the redacted copy the run recorded")
     status = OK if loaded.sha256 == want else TAMPERED
     return Check("integrity", "manifest.yaml", status, want[:12], loaded.sha256[:12],
                  "" if status == OK else "differs from the manifest the run recorded")

@@ -91,6 +91,13 @@ def list_targets(fmt: str) -> None:
         from tabulate import tabulate
 
         click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        tables: dict[str, list[str]] = {}
+        for m in catalog.values():
+            for t in m.published:
+                tables.setdefault(t.id, []).append(m.id)
+        click.echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
+        click.echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
+                            headers="keys", tablefmt="simple"))
 
 
 @cli.command()
@@ -102,13 +109,16 @@ def show(target: str, fmt: str) -> None:
     from repro.manifest import find_target
     from repro.describe import describe_manifest
 
+    from repro.redact import redact_document
+
     m = find_target(target)
+    data = redact_document(m.data)[0]
     if fmt == "json":
-        click.echo(json.dumps(m.data, indent=2))
+        click.echo(json.dumps(data, indent=2))
     elif fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(dict(m.data), sort_keys=False, allow_unicode=True), nl=False)
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
     else:
         click.echo(describe_manifest(m), nl=False)
 
@@ -250,7 +260,10 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     else:
         click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
-        plot_report(results, plot)
+        try:
+            plot_report(results, plot)
+        except OSError as e:
+            raise UsageError(f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path") from None
         click.echo(f"plot written to {plot}", err=True)
     sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
 
@@ -301,6 +314,9 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
     """Render images-library events: phases and results always, build output with -v."""
 
     def show(e: Any) -> None:
+        from repro.progress import redacted
+
+        e = redacted(e)
         where = f"[{e.node}] " if e.node else ""
         if e.kind == "step":
             click.echo(f"==> {where}{e.message}", err=True)
@@ -519,6 +535,31 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     if result.failed:
         sys.exit(5)
     sys.exit(exit_code(result.verdicts, failing))
+
+
+@cli.command()
+@click.argument("run", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="every container of the kit on the nodes, of any run")
+@click.option("--hosts", "hosts_file", type=click.Path(path_type=Path),
+              help="hosts inventory (default: the one RUN recorded; with --all: this machine)")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@reports_errors
+def clean(run: str | None, all_runs: bool, hosts_file: Path | None, fmt: str) -> None:
+    """Remove a run's containers (and so its keys and sshd) on every node: RUN_DIR, a run id, or --all.
+
+    For runs that were killed (kill -9, a lost SSH link): `repro up` removes what it starts
+    whenever it can. Idempotent; one line per node; exit 3 when a node could not be cleaned.
+    """
+    from repro.clean import as_json, clean_nodes, resolve, summary
+    from repro.errors import EnvironmentUnavailable
+
+    run_id, hosts = resolve(run, all_runs, hosts_file)
+    results = clean_nodes(hosts.nodes, run_id)
+    click.echo(json.dumps(as_json(results), indent=2) if fmt == "json" else summary(results), nl=fmt == "json")
+    failed = [r.node for r in results if r.error]
+    if failed:
+        raise EnvironmentUnavailable(f"could not clean {len(failed)} of {len(results)} node(s): {', '.join(failed)}",
+                                     hint="run `repro clean` again once the node is reachable")
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import shlex
 
 from repro.manifest import Manifest
 from repro.plan import image_reference
+from repro.redact import redact_argv, redact_env
 
 
 def rdma_summary(m: Manifest) -> str:
@@ -35,21 +36,21 @@ def describe_manifest(m: Manifest) -> str:
             lines.append(f"    base OS {b['base'].get('os', '(not declared)')}, tag published "
                          f"{b['base'].get('published', '(not recorded)')}")
         if b.get("env"):
-            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in b["env"].items()))
+            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in redact_env(b["env"]).items()))
     if m.source:
         lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
         for p in m.source.get("patches", []):
             lines += [f"    patch {p['file']}: {p['why']}", f"      {p['old']!r} -> {p['new']!r}"]
     lines.append(f"  rdma: {rdma_summary(m)}")
-    lines.append(f"  launch ({m.launch.kind}): {shlex.join(m.launch.command)}")
+    lines.append(f"  launch ({m.launch.kind}): {shlex.join(redact_argv(m.launch.command))}")
     for prec, toks in m.launch.precision_args.items():
-        lines.append(f"    {{precision_args}} for {prec}: {shlex.join(toks) or '(none)'}")
+        lines.append(f"    {{precision_args}} for {prec}: {shlex.join(redact_argv(toks)) or '(none)'}")
     for when, toks in m.launch.cell_args:
-        lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(toks)}")
+        lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(redact_argv(toks))}")
     for when, env in m.launch.cell_env:
-        lines.append(f"    env when {dict(when)}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+        lines.append(f"    env when {dict(when)}: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
     if m.launch.env:
-        lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(m.launch.env.items())))
+        lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(m.launch.env).items())))
     cells = m.cells()
     lines.append(f"  matrix: {len(cells)} cells x {m.repeats} repeats: {', '.join(c.key for c in cells)}")
     lines.append(f"  measure: parser {m.measure.parser}, protocol {dict(m.measure.protocol)}")

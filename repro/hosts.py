@@ -26,6 +26,12 @@ class Node:
     gpus: int | None = None
     docker_host: str | None = None
     local: bool = False
+    rendezvous_address: str | None = None
+
+    @property
+    def rendezvous(self) -> str:
+        """Where the other ranks reach this node (master address, host lists): ``rendezvous_address`` or the SSH address."""
+        return self.rendezvous_address or self.address
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ PLACEHOLDERS = {
 }
 #: The first note of a target's synthetic-data variant begins so.
 SYNTHETIC_NOTE = "Synthetic data (--synthetic)"
+#: Most runs (cells x repeats) one manifest may ask for.
+MAX_RUNS = 10_000
 #: Placeholders that expand to several tokens and so must stand alone as one token.
 SPLICED = ("precision_args", "cell_args")
 
@@ -228,9 +230,11 @@ def load_manifest(path: Path) -> Manifest:
 
 
 def _placeholders(token: str) -> list[str] | None:
-    """Placeholder names in a token; None when its braces do not balance."""
+    """Placeholder names in a token; None when its braces do not balance. A format spec or
+    conversion (``{batch_size:>9}``, ``{x!r}``) comes back as the whole field, an unknown name."""
     try:
-        return [name for _, name, _, _ in string.Formatter().parse(token) if name is not None]
+        return [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") if (spec or conv) else name
+                for _, name, spec, conv in string.Formatter().parse(token) if name is not None]
     except ValueError:
         return None
 
@@ -246,7 +250,10 @@ def _check_tokens(doc: YamlDoc, where: list[str | int], tokens: list[str], *, sp
             continue
         for name in names:
             used.add(name)
-            if name not in PLACEHOLDERS:
+            if name not in PLACEHOLDERS and name.split("!")[0].split(":")[0] in PLACEHOLDERS:
+                out.append(doc.problem([*where, i], f"placeholder {{{name}}} in {tok!r} has a format spec or conversion",
+                                       "placeholders are plain {name}; write the value as you want it around it"))
+            elif name not in PLACEHOLDERS:
                 out.append(doc.problem([*where, i], f"unknown placeholder {{{name}}} in {tok!r}",
                                        f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
                                        "a literal brace is written {{ or }}"))
@@ -291,11 +298,29 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
     if d["measure"]["parser"] not in PARSERS.names():
         out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
                                f"available parsers: {', '.join(PARSERS.names())}"))
+    if (n_cells := len(matrix["nodes"]) * len(matrix["gpus_per_node"]) * len(matrix["precision"])
+            * len(matrix["batch_size"]) * matrix.get("repeats", 1)) > MAX_RUNS:
+        out.append(doc.problem(["matrix"], f"{n_cells} runs (cells x repeats), over the limit of {MAX_RUNS}",
+                               "split the target into several manifests"))
+        return out
     matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
                     for p in matrix["precision"] for b in matrix["batch_size"]}
+    for mi, mount in enumerate(launch.get("container", {}).get("mounts", [])):
+        for key in ("source", "target"):
+            if ":" in mount[key] and mount[key] != "{data}":
+                out.append(doc.problem(["launch", "container", "mounts", mi, key], f"{mount[key]!r} contains ':'",
+                                       "Docker bind specs are SOURCE:TARGET[:MODE]; a path with ':' cannot be mounted"))
+        if mount["source"] != "{data}" and not mount["source"].startswith("/"):
+            out.append(doc.problem(["launch", "container", "mounts", mi, "source"],
+                                   f"{mount['source']!r} is neither an absolute host path nor {{data}}"))
+    published_root = (paths.data_root() / "logs" / "published").resolve()
     for ti, table in enumerate(d.get("published", [])):
         logs_dir = paths.data_root() / table["logs"] if "logs" in table else None
-        if logs_dir is not None and not logs_dir.is_dir():
+        if logs_dir is not None and not logs_dir.resolve().is_relative_to(published_root):
+            out.append(doc.problem(["published", ti, "logs"], f"{table['logs']!r} leaves logs/published/",
+                                   "published logs live under logs/published/<source>@<commit>/"))
+            logs_dir = None
+        elif logs_dir is not None and not logs_dir.is_dir():
             out.append(doc.problem(["published", ti, "logs"], f"no such directory {table['logs']!r}",
                                    "published logs live under logs/published/<source>@<commit>/"))
             logs_dir = None
@@ -310,9 +335,13 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
             for li, rel in enumerate(cell.get("logs", [cell["log"]] if "log" in cell else [])):
                 if logs_dir is None and "logs" not in table:
                     out.append(doc.problem(where, "a cell names a log but its table has no 'logs' directory"))
-                elif logs_dir is not None and not (logs_dir / rel).is_file():
+                elif logs_dir is not None:
                     field_ = where + (["logs", li] if "logs" in cell else ["log"])
-                    out.append(doc.problem(field_, f"no such log {rel!r} under {table['logs']}"))
+                    if not (logs_dir / rel).resolve().is_relative_to(logs_dir.resolve()):
+                        out.append(doc.problem(field_, f"log {rel!r} leaves its table's directory {table['logs']}",
+                                               "name a file under that directory"))
+                    elif not (logs_dir / rel).is_file():
+                        out.append(doc.problem(field_, f"no such log {rel!r} under {table['logs']}"))
     return out
 
 
@@ -471,6 +500,10 @@ def validate_files(inputs: list[Path]) -> list[tuple[Path, str]]:
     from repro.hosts import load_hosts
 
     files = [f for p in (inputs or [paths.manifests_dir()]) for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
+    empty = [p for p in (inputs or [paths.manifests_dir()]) if p.is_dir() and not any(p.glob("*.yaml"))]
+    if empty:
+        raise InputError([Problem(str(p), None, "", "no *.yaml file in this directory",
+                                  "give manifest or hosts files, or a directory holding them") for p in empty])
     problems: list[Problem] = []
     manifests: list[Path] = []
     ok: list[tuple[Path, str]] = []

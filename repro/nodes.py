@@ -18,6 +18,7 @@ import base64
 import hashlib
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -135,21 +136,134 @@ def known_hosts_files(ssh_config: dict[str, Any]) -> tuple[list[Path], Path]:
     return files, (user[0] if user else default)
 
 
-class _Unknown(paramiko.SSHException):
-    def __init__(self, hostname: str, key: paramiko.PKey, checked: list[Path]) -> None:
-        super().__init__(f"it is in none of {', '.join(map(str, checked))}" if checked else "no known_hosts file exists")
-        self.hostname, self.key = hostname, key
+class Unknown(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey, checked: list[Path], why: str | None = None) -> None:
+        super().__init__(why or (f"it is in none of {', '.join(map(str, checked))}" if checked
+                                 else "no known_hosts file exists"))
+        self.hostname, self.key, self.why = hostname, key, why
 
 
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or accept and record them; changed keys never reach a policy."""
+@dataclass
+class KnownHosts:
+    """known_hosts as OpenSSH reads it: plain keys (loaded into the client), ``@cert-authority``
+    keys that may sign host certificates for matching hosts, and ``@revoked`` keys."""
 
-    def __init__(self, accept_new: bool, record_to: Path, checked: list[Path]) -> None:
+    authorities: list[tuple[list[str], paramiko.PKey]]
+    revoked: list[paramiko.PKey]
+
+
+def load_known_hosts(client: paramiko.SSHClient, files: Sequence[Path]) -> KnownHosts:
+    """Load ``files`` into ``client``'s trusted keys; marker lines (which paramiko's own loader
+    rejects with a bare InvalidHostKey) are kept apart; unreadable lines are skipped."""
+    known = KnownHosts([], [])
+    system = client._system_host_keys  # noqa: SLF001 - load_system_host_keys would choke on marker lines
+    for path in files:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker, _, rest = line.partition(" ") if line.startswith("@") else ("", "", line)
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(rest.strip())
+            except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, ValueError):
+                entry = None
+            if entry is None or entry.key is None:
+                log.info("%s: skipped a known_hosts line it cannot read: %.60s", path, line)
+            elif marker == "@cert-authority":
+                known.authorities.append((entry.hostnames, entry.key))
+            elif marker == "@revoked":
+                known.revoked.append(entry.key)
+            elif not marker:
+                for name in entry.hostnames:
+                    system.add(name, entry.key.get_name(), entry.key)
+    return known
+
+
+def _matches(hostname: str, patterns: Sequence[str]) -> bool:
+    """OpenSSH host pattern list semantics: any positive match, no negated match; hashed names too."""
+    name = hostname.lower()
+    hit = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        pat = pat[1:] if neg else pat
+        if pat.startswith("|1|"):
+            ok = paramiko.HostKeys.hash_host(hostname, pat) == pat
+        else:
+            ok = re.fullmatch(re.escape(pat.lower()).replace(r"\*", ".*").replace(r"\?", "."), name) is not None
+        if ok and neg:
+            return False
+        hit = hit or ok
+    return hit
+
+
+def host_certificate_problem(key: paramiko.PKey, hostname: str, known: KnownHosts, now: float | None = None) -> str | None:
+    """None when ``key`` carries a host certificate that a trusted ``@cert-authority`` for
+    ``hostname`` signed, naming it, valid now; otherwise what is wrong (or that it has none)."""
+    blob = getattr(key, "public_blob", None)
+    if blob is None or not blob.key_type.endswith("-cert-v01@openssh.com"):
+        return "it presents no host certificate"
+    m = paramiko.Message(blob.key_blob)
+    ktype = m.get_text()
+    m.get_string()  # nonce
+    for _ in range({"ssh-ed25519": 1, "ecdsa-sha2": 2, "ssh-rsa": 2, "rsa-sha2": 2}.get(
+            next((k for k in ("ssh-ed25519", "ecdsa-sha2", "ssh-rsa", "rsa-sha2") if ktype.startswith(k)), ""), 0)):
+        m.get_string()
+    m.get_int64()  # serial
+    cert_type, key_id = m.get_int(), m.get_text()
+    principals_msg = paramiko.Message(m.get_string())
+    valid_after, valid_before = m.get_int64(), m.get_int64()
+    m.get_string(), m.get_string(), m.get_string()  # critical options, extensions, reserved
+    ca_blob = m.get_string()
+    signed = m.get_so_far()
+    signature = m.get_string()
+    host = hostname[1:].split("]:")[0] if hostname.startswith("[") else hostname
+    principals = []
+    while principals_msg.get_remainder():
+        principals.append(principals_msg.get_text())
+    when = time.time() if now is None else now
+    if cert_type != 2:
+        return f"certificate {key_id!r} is a user certificate, not a host certificate"
+    if principals and host not in principals:
+        return f"certificate {key_id!r} names {', '.join(principals)}, not {host}"
+    if not valid_after <= when < valid_before:
+        return f"certificate {key_id!r} is not valid now (expired or not yet valid)"
+    cas = [ca for patterns, ca in known.authorities if _matches(hostname, patterns) or _matches(host, patterns)]
+    signer = next((ca for ca in cas if ca.asbytes() == ca_blob), None)
+    if signer is None:
+        return (f"certificate {key_id!r} is signed by a CA that no @cert-authority line trusts for {hostname}"
+                if known.authorities else f"certificate {key_id!r}: no @cert-authority line in known_hosts")
+    if any(r.asbytes() in (signer.asbytes(), key.asbytes()) for r in known.revoked):
+        return f"certificate {key_id!r}: its key or CA is @revoked"
+    if not signer.verify_ssh_sig(signed, paramiko.Message(signature)):
+        return f"certificate {key_id!r} has a bad signature"
+    return None
+
+
+def preferring_certificates(sock: Any, **kwargs: Any) -> paramiko.Transport:
+    """A Transport that asks for the host's certificate first (so @cert-authority can vouch for
+    it); a host without one answers with its plain key, checked against known_hosts as before."""
+    t = paramiko.Transport(sock, **kwargs)
+    opts = t.get_security_options()
+    certs = [f"{k}-cert-v01@openssh.com" for k in opts.key_types if f"{k}-cert-v01@openssh.com" in t._key_info]  # noqa: SLF001
+    opts.key_types = [*certs, *opts.key_types]
+    return t
+
+
+class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys unless a trusted CA signed the host's certificate, or accept and
+    record them; changed keys never reach a policy."""
+
+    def __init__(self, accept_new: bool, record_to: Path, checked: list[Path], known: KnownHosts | None = None) -> None:
         self.accept_new, self.record_to, self.checked = accept_new, record_to, checked
+        self.known = known or KnownHosts([], [])
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        problem = host_certificate_problem(key, hostname, self.known)
+        if problem is None:
+            log.info("host %s: certificate signed by a trusted @cert-authority", hostname)
+            return
         if not self.accept_new:
-            raise _Unknown(hostname, key, self.checked)
+            raise Unknown(hostname, key, self.checked, problem if self.known.authorities else None)
         client.get_host_keys().add(hostname, key.get_name(), key)
         with _RECORD_LOCK:
             self.record_to.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -163,10 +277,21 @@ def _verify_host_keys(conn: fabric.Connection, accept_new: bool) -> Path:
     """Replace fabric's auto-adding policy on ``conn``; returns the file new keys would go to."""
     trusted, record_to = known_hosts_files(conn.ssh_config)
     checked = [p for p in trusted if p.is_file()]
-    for path in checked:
-        conn.client.load_system_host_keys(str(path))
-    conn.client.set_missing_host_key_policy(_HostKeyPolicy(accept_new, record_to, checked))
+    known = load_known_hosts(conn.client, checked)
+    conn.client.set_missing_host_key_policy(HostKeyPolicy(accept_new, record_to, checked, known))
+    conn.connect_kwargs["transport_factory"] = preferring_certificates
     return record_to
+
+
+def jump_connection(host: str, port: int | None, user: str | None) -> fabric.Connection:
+    """A Connection whose ``open_gateway()`` gives a channel to ``host`` through the ProxyJump
+    hosts ``~/.ssh/config`` names, each hop's host key verified."""
+    conn = fabric.Connection(host, user=user, port=port, config=fabric_config())
+    hop = conn.gateway
+    while isinstance(hop, fabric.Connection):
+        _verify_host_keys(hop, False)
+        hop = hop.gateway
+    return conn
 
 
 def connect(node: Node, *, accept_new_host_keys: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
@@ -201,11 +326,15 @@ def translate(node: Node, exc: BaseException, *, port: int | None = None,
     if isinstance(exc, ReproError):
         return exc
     where = f"node {node.name} ({node.address}{f':{port}' if port and port != 22 else ''})"
-    if isinstance(exc, (_Unknown, paramiko.BadHostKeyException)):
+    if isinstance(exc, (Unknown, paramiko.BadHostKeyException)):
         host = exc.hostname.strip("[").split("]")[0]
         if host != node.address:  # a ProxyJump host, or the HostName an alias stands for
             where += f" via {host}"
-    if isinstance(exc, _Unknown):
+    if isinstance(exc, Unknown) and exc.why:
+        return HostKeyUnknown(node.name, f"{where} presents a host key no known_hosts line trusts: {exc.why}",
+                              hint="check the CA's @cert-authority line in known_hosts (its host pattern and key) "
+                                   "and the node's HostCertificate (ssh-keygen -L -f on it)")
+    if isinstance(exc, Unknown):
         known = record_to or Path("~/.ssh/known_hosts")
         return HostKeyUnknown(
             node.name, f"{where} presents an unknown {exc.key.get_name()} host key {fingerprint(exc.key)}",

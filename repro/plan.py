@@ -18,6 +18,7 @@ from repro.hosts import Hosts, Node, load_hosts, local_hosts, placeholder_hosts
 from repro.launchers import LAUNCHERS, NodeCommand
 from repro.launchers.base import rdma_container_options
 from repro.manifest import Cell, Manifest
+from repro.redact import redact_argv, redact_text
 
 
 @dataclass(frozen=True)
@@ -146,9 +147,9 @@ def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
         for p in plans:
             c = p.command
             lines.append(f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]")
-            lines.append(f"    docker run {shlex.join(docker_run_flags(p.container))} IMAGE")
-            lines.append(f"    $ {shlex.join(c.command)}")
+            lines.append(f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE")
+            lines.append(f"    $ {shlex.join(redact_argv(c.command))}")
             for path, text in c.files.items():
                 lines.append(f"    file {path}:")
-                lines += [f"      {ln}" for ln in text.splitlines()]
+                lines += [f"      {redact_text(ln)}" for ln in text.splitlines()]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ Only ``repro.cli`` uses this module; the library reports through events and neve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -17,12 +18,19 @@ from rich.table import Table
 from rich.text import Text
 
 from repro.images.events import Event
+from repro.redact import redact_text
 
 
 def _clock(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h:d}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def redacted(ev: Event) -> Event:
+    """The event as it may be shown: secrets in its message and data blanked (repro.redact)."""
+    data = {k: redact_text(v) if isinstance(v, str) else v for k, v in ev.data.items()}
+    return dataclasses.replace(ev, message=redact_text(ev.message), data=data)
 
 
 class PlainProgress:
@@ -35,6 +43,7 @@ class PlainProgress:
         self.json_lines = json_lines
 
     def __call__(self, ev: Event) -> None:
+        ev = redacted(ev)
         if self.json_lines:
             rec: dict[str, Any] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "kind": ev.kind,
                                    "message": ev.message}
@@ -82,6 +91,7 @@ class LiveProgress:
         return Group(head, table)
 
     def __call__(self, ev: Event) -> None:
+        ev = redacted(ev)
         if ev.kind == "cell":
             if self.cell_started is not None:
                 self.durations.append(time.monotonic() - self.cell_started)

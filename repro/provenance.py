@@ -17,15 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from repro import __version__, paths
 from repro.errors import ProvenanceError, UsageError
 from repro.hosts import Hosts, Node
 from repro.manifest import Cell, Manifest
 from repro.probes import Probe, fail, ok
-from repro.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, redact_env, sha256_file
-from repro.schema import load_schema
+from repro.redact import redact_argv, redact_env
+from repro.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, sha256_file
+from repro.schema import load_schema, strict_validator_class
 
 SCHEMA = "provenance.v1"
 SCHEMA_VERSION = 1
@@ -78,7 +78,8 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
         "target": manifest.id,
         "kit": kit_identity(),
         "manifest": {"id": manifest.id, "path": str(manifest.path), "sha256": manifest.sha256, "file": "manifest.yaml",
-                     "redacted": list(state.get("redacted", []))},
+                     "redacted": list(state.get("redacted", [])),
+                     **({"redacted_sha256": state["redacted_sha256"]} if state.get("redacted_sha256") else {})},
         "lock": dict(lock) if lock else None,
         "hosts": {"file": "hosts.yaml", "source": str(hosts.path) if hosts.path else None,
                   "nodes": [{"name": n.name, "address": n.address} for n in hosts.nodes]},
@@ -118,7 +119,7 @@ def add_command(record: dict[str, Any], run: RunDir, cell: Cell, repeat: int, *,
     path = Path(log) if log is not None else run.log_path(cell, repeat, rank, node)
     log = (path if path.is_absolute() else run.path / path).resolve().relative_to(run.path.resolve()).as_posix()
     record["commands"].append({"cell": cell.key, "repeat": repeat, "rank": rank, "node": node, "role": role,
-                               "argv": list(argv), "env": redact_env(env), "image": image, "workdir": workdir,
+                               "argv": redact_argv(argv), "env": redact_env(env), "image": image, "workdir": workdir,
                                "started": started, "ended": ended, "exit_code": exit_code, "log": log,
                                "log_sha256": None, "nccl_transport": None})
 
@@ -195,7 +196,7 @@ def write_sums(run: RunDir) -> None:
 
 
 def _problems(instance: Any, schema: Mapping[str, Any]) -> list[str]:
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = strict_validator_class()(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
 
@@ -226,6 +227,8 @@ def load_record(path: Path) -> dict[str, Any]:
         raise ProvenanceError(f"no {path}") from None
     except (OSError, ValueError) as e:
         raise ProvenanceError(f"{path} is unreadable: {e}") from e
+    except RecursionError:
+        raise ProvenanceError(f"{path} is unreadable: nested too deeply") from None
     check_record(record, str(path))
     return record
 

@@ -35,9 +35,11 @@ from typing import Any
 
 import yaml
 
-from repro.errors import UsageError
+from repro.errors import ProvenanceError, UsageError
+from repro.redact import REDACTED, Redactor, is_secret_name, redact_document, redact_env  # noqa: F401
+from repro.schema import StrictLoader
 from repro.hosts import Hosts
-from repro.manifest import Cell, Manifest, load_manifest
+from repro.manifest import Cell, Manifest, canonical_sha256, load_manifest
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATUSES = (PENDING, RUNNING, DONE, FAILED)
@@ -47,61 +49,25 @@ MANIFEST, HOSTS, STATE = "manifest.yaml", "hosts.yaml", "state.json"
 PROVENANCE, INTOTO, SUMS = "provenance.json", "provenance.intoto.json", "SHA256SUMS"
 REPORTS = {"md": "report.md", "csv": "report.csv", "json": "report.json"}
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|KEY|AUTH|CREDENTIAL", re.IGNORECASE)
-REDACTED = "<redacted>"
-#: Shorter values are not scrubbed from free text (they would blank out ordinary words).
-MIN_SECRET_CHARS = 6
+#: ``<UTC time>-<target>-<6 hex>``, as make_run_id writes it.
+RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9._-]+-[0-9a-f]{6}\Z")
 _CELL_KEY = re.compile(r"^(\d+)n(\d+)g-(.+)-bs(\d+)$")
 MAX_PENDING = 1 << 16
 #: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (repro.launch's naming) is read too.
 _LOG_NAME = re.compile(r"^(?:rank)?(\d+)-(.+)\.log$")
 
 
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the value of every secret-looking name replaced by ``<redacted>``."""
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
-
-
-class Redactor:
-    """Scrubs known secret values out of text, bytes and JSON-like data."""
-
-    def __init__(self, values: Iterable[str] = ()) -> None:
-        self.values = sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
-        self._raw = [v.encode() for v in self.values]
-
-    @classmethod
-    def from_envs(cls, *envs: Mapping[str, str] | None) -> Redactor:
-        return cls(v for env in envs if env for k, v in env.items() if is_secret_name(k) and isinstance(v, str))
-
-    def text(self, s: str) -> str:
-        for v in self.values:
-            s = s.replace(v, REDACTED)
-        return s
-
-    def bytes(self, b: bytes) -> bytes:
-        for v in self._raw:
-            b = b.replace(v, REDACTED.encode())
-        return b
-
-    def data(self, obj: Any) -> Any:
-        if isinstance(obj, str):
-            return self.text(obj)
-        if isinstance(obj, Mapping):
-            return {self.text(str(k)): self.data(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self.data(v) for v in obj]
-        return obj
-
-    @property
-    def longest(self) -> int:
-        return max((len(v) for v in self._raw), default=1)
-
-    def found_in(self, b: bytes) -> bool:
-        return any(v in b for v in self._raw)
+def _state_problem(state: Any) -> str | None:
+    """What makes ``state`` other than a run state (cells -> repeats "1".. -> {status: ...}), or None."""
+    if not isinstance(state, dict) or not isinstance(state.get("cells"), dict):
+        return "not a run state (an object with 'cells')"
+    for key, cell in state["cells"].items():
+        if not _CELL_KEY.match(key) or not isinstance(cell, dict) or not isinstance(cell.get("repeats"), dict):
+            return f"cells.{key}: not a cell (a key like 1n8g-fp32-bs256 with 'repeats')"
+        for k, r in cell["repeats"].items():
+            if not (k.isascii() and k.isdigit()) or not isinstance(r, dict) or r.get("status") not in STATUSES:
+                return f"cells.{key}.repeats.{k}: not a repeat (a number with a status: {', '.join(STATUSES)})"
+    return None
 
 
 def make_run_id(target: str, now: datetime | None = None, short: str | None = None) -> str:
@@ -145,7 +111,7 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
     nodes = []
     for n in hosts.nodes:
         entry = {"name": n.name, "address": n.address, "user": n.user, "port": n.port, "identity": n.identity,
-                 "gpus": n.gpus, "docker_host": n.docker_host}
+                 "gpus": n.gpus, "docker_host": n.docker_host, "rendezvous_address": n.rendezvous_address}
         nodes.append({k: v for k, v in entry.items() if v is not None})
     doc: dict[str, Any] = {"schema_version": 1, "nodes": nodes}
     if hosts.data:
@@ -156,18 +122,8 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
 
 
 def _redacted_manifest(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The manifest document with secret-named env values replaced; the dotted paths replaced."""
-    doc = json.loads(json.dumps(data))
-    done: list[str] = []
-    launch = doc.get("launch", {})
-    envs = [("launch.env", launch.get("env", {}))]
-    envs += [(f"launch.cell_args[{i}].env", c.get("env", {})) for i, c in enumerate(launch.get("cell_args", []))]
-    for where, env in envs:
-        for k in env:
-            if is_secret_name(k):
-                env[k] = REDACTED
-                done.append(f"{where}.{k}")
-    return doc, done
+    """The manifest document with every secret blanked (repro.redact); the dotted paths changed."""
+    return redact_document(json.loads(json.dumps(data)))
 
 
 @dataclass
@@ -223,7 +179,11 @@ class RunDir:
         header = f"# {manifest.id}, as loaded from {manifest.path}; sha256 {manifest.sha256}\n"
         if redacted:
             header += f"# secret values redacted: {', '.join(redacted)}\n"
-        run.write_text(MANIFEST, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        written = run.write_text(MANIFEST, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        # what audit will read back: the digest of the file as written, secrets blanked
+        written_sha256 = canonical_sha256(yaml.safe_load(written.read_text(encoding="utf-8")))
+        if written_sha256 != manifest.sha256 and not redacted:
+            redacted = ["(free text)"]
         where = str(hosts.path) if hosts.path else f"the local machine ({socket.gethostname()}), no --hosts file"
         run.write_text(HOSTS, f"# inventory: {where}\n" + yaml.safe_dump(_hosts_doc(hosts), sort_keys=False))
         cells = {c.key: {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "precision": c.precision,
@@ -232,7 +192,8 @@ class RunDir:
                                               "ended": None} for k in range(1, manifest.repeats + 1)}}
                  for c in manifest.cells()}
         run.write_state({"schema_version": STATE_VERSION, "run_id": rid, "target": manifest.id,
-                         "manifest_sha256": manifest.sha256, "redacted": redacted, "cells": cells})
+                         "manifest_sha256": manifest.sha256, "redacted": redacted,
+                         "redacted_sha256": written_sha256 if redacted else None, "cells": cells})
         run.cells_dir.mkdir()
         return run
 
@@ -243,6 +204,10 @@ class RunDir:
         if missing:
             raise UsageError(f"{path} is not a run directory (no {', '.join(missing)})",
                              hint="give a logs/<run-id>/ directory written by `repro up`, or its .tar.gz")
+        for p in path.rglob("*"):  # a FIFO or device would block whoever reads it: refused at once
+            if not (p.is_symlink() or p.is_file() or p.is_dir()):
+                raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
+                                      "a run directory holds only files")
         return cls(path, Redactor.from_envs(os.environ if env is None else env))
 
     def load_manifest(self) -> Manifest:
@@ -250,8 +215,9 @@ class RunDir:
 
     def hosts_doc(self) -> dict[str, Any]:
         try:
-            return yaml.safe_load(self.file(HOSTS).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
+            doc = yaml.load(self.file(HOSTS).read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506
+            return doc if isinstance(doc, dict) else {}
+        except (OSError, yaml.YAMLError, RecursionError):
             return {}
 
     # ------------------------------------------------------------ writing
@@ -287,10 +253,17 @@ class RunDir:
 
     # ------------------------------------------------------------ state
     def read_state(self) -> dict[str, Any]:
+        path = self.file(STATE)
         try:
-            return json.loads(self.file(STATE).read_text(encoding="utf-8"))
+            state = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read {self.file(STATE)}: {e}") from e
+            raise ProvenanceError(f"cannot read {path}: {e}") from e
+        except RecursionError:
+            raise ProvenanceError(f"cannot read {path}: nested too deeply") from None
+        problem = _state_problem(state)
+        if problem:
+            raise ProvenanceError(f"{path}: {problem}", hint="the run directory was damaged or altered")
+        return state
 
     def write_state(self, state: Mapping[str, Any]) -> None:
         self.write_json(STATE, state)

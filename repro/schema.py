@@ -7,6 +7,9 @@ node tree that PyYAML composes, and phrased for a person with a hint where one h
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
@@ -28,13 +31,49 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+#: Input files larger than this are refused before parsing (the shipped manifests are under 20 KiB).
+MAX_YAML_BYTES = 1 << 20
+
+
+def _anchored(pattern: str) -> str:
+    """A JSON Schema (ECMA-262) pattern in Python's dialect: ``$`` is the end of the text, as in
+    ECMA-262, not "the end or before a final newline" as in Python (``\\Z`` there)."""
+    return re.sub(r"(?<!\\)((?:\\\\)*)\$", r"\1\\Z", pattern)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(_anchored(pattern))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    import jsonschema
+
+    if isinstance(instance, str) and not _compiled(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    """A whole number written as one: 8, not 8.0 (which JSON Schema counts as an integer) or true."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@cache
+def strict_validator_class() -> Any:
+    """Draft 2020-12 with ECMA-262 anchors and integers that are ints (every schema of the kit)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    return jsonschema.validators.extend(base, validators={"pattern": _pattern},
+                                        type_checker=base.TYPE_CHECKER.redefine("integer", _strict_integer))
+
+
 @cache
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     schema = load_schema(name)
-    import jsonschema
-
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    cls = strict_validator_class()
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 class YamlDoc:
@@ -82,30 +121,82 @@ def dotted(field_path: Sequence[str | int]) -> str:
     return out
 
 
-def _duplicate_keys(node: yaml.Node | None, path: list[str | int]) -> Iterator[tuple[list[str | int], int]]:
-    if isinstance(node, yaml.MappingNode):
-        seen: set[Any] = set()
-        for k, v in node.value:
-            if k.value in seen:
-                yield [*path, k.value], k.start_mark.line + 1
-            seen.add(k.value)
-            yield from _duplicate_keys(v, [*path, k.value])
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            yield from _duplicate_keys(v, [*path, i])
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _key_problems(node: yaml.Node | None, path: list[str | int]) -> Iterator[tuple[list[str | int], int, str, str]]:
+    """Duplicate keys, and keys YAML reads as something other than text (``OFF:`` is a boolean)."""
+    stack = [(node, path)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for k, v in node.value:
+                if k.value in seen:
+                    yield [*path, k.value], k.start_mark.line + 1, "duplicate key", "each key may appear once in a mapping"
+                elif not isinstance(k, yaml.ScalarNode) or k.tag != _STR_TAG:
+                    yield ([*path, str(k.value) if isinstance(k, yaml.ScalarNode) else "?"], k.start_mark.line + 1,
+                           f"key {k.value if isinstance(k, yaml.ScalarNode) else '(a collection)'!s} is not text "
+                           f"(YAML reads it as {k.tag.rsplit(':', 1)[-1]})", "quote the key, e.g. \"OFF\":")
+                seen.add(k.value)
+                stack.append((v, [*path, k.value]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, [*path, i]) for i, v in enumerate(node.value))
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader without aliases: ``*name`` (and so ``<<: *name``) is refused, which bounds the
+    document by the size of the file (no "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is not allowed "
+                                              "(write the value out; aliases are refused)", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them; FIFOs, devices and larger files are refused
+    at once (the file is opened without blocking and checked before anything is read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise InputError([Problem(str(path), None, "", "no such file")]) from None
+    except OSError as e:
+        raise InputError([Problem(str(path), None, "", f"cannot read: {e.strerror}")]) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError([Problem(str(path), None, "", "is a directory, not a file")])
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError([Problem(str(path), None, "", "not a regular file (a FIFO, socket or device)",
+                                      "give a file")])
+        if st.st_size > limit:
+            raise InputError([Problem(str(path), None, "", f"{st.st_size} bytes, over the {limit}-byte limit for "
+                                      "an input file", "a manifest or hosts file is a few KiB")])
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError([Problem(str(path), None, "", f"over the {limit}-byte limit for an input file")])
+    return data
 
 
 def read_yaml(path: Path) -> YamlDoc:
-    """Parse one YAML file; syntax errors and duplicate keys become located problems."""
+    """Parse one YAML file; syntax errors, aliases, non-text keys and duplicate keys become located
+    problems; files over MAX_YAML_BYTES and anything but a regular file are refused."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError([Problem(str(path), None, "", "no such file")]) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError([Problem(str(path), None, "", f"cannot read: {e}")]) from None
+        text = read_bounded(path, MAX_YAML_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError([Problem(str(path), None, "", f"cannot read: not UTF-8 text ({e.reason} at byte {e.start})")]) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = StrictLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except RecursionError:
+        raise InputError([Problem(str(path), None, "", "nested too deeply to read", "flatten the document")]) from None
     except yaml.YAMLError as e:
         # an unclosed quote or bracket is reported where parsing gave up; the context
         # mark is where it opened, which is the line a person has to fix
@@ -117,8 +208,7 @@ def read_yaml(path: Path) -> YamlDoc:
         raise InputError([Problem(str(path), mark.line + 1 if mark else None, "",
                                   f"invalid YAML: {what}", "fix the YAML syntax at that line")]) from None
     doc = YamlDoc(path, node, data)
-    dups = [Problem(str(path), line, dotted(p), "duplicate key", "each key may appear once in a mapping")
-            for p, line in _duplicate_keys(node, [])]
+    dups = [Problem(str(path), line, dotted(p), what, hint) for p, line, what, hint in _key_problems(node, [])]
     if dups:
         raise InputError(dups)
     return doc

@@ -21,6 +21,7 @@ from typing import Any
 import docker
 
 from repro import lock
+from repro.clean import clean_clients
 from repro.errors import ReproError, RunFailed, UsageError
 from repro.hosts import Hosts, load_hosts
 from repro.images import ImagesOptions, check_pins, prepare
@@ -78,7 +79,16 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
         return synthetic(manifest) if opts.synthetic else manifest, load_hosts(opts.hosts_file), None
     run = RunDir.open(opts.resume)
     manifest = run.load_manifest()
-    if target and target != manifest.id:
+    state = run.read_state()
+    if state.get("redacted"):  # the recorded copy has <redacted> for its secrets: run the original again
+        if not target:
+            raise UsageError(f"{run.file('manifest.yaml')} has its secret values redacted, so it cannot be run again",
+                             hint="give the original manifest: repro up TARGET --resume RUN_DIR")
+        original = find_target(target)
+        if original.sha256 != state.get("manifest_sha256"):
+            raise UsageError(f"{target} is not the manifest {opts.resume} ran (its digest differs)")
+        manifest = original
+    elif target and target != manifest.id:
         raise UsageError(f"{opts.resume} is a run of {manifest.id}, not {target}")
     if opts.synthetic and not manifest.synthetic_data:
         raise UsageError(f"{opts.resume} is a run on the dataset, not on synthetic data",
@@ -139,6 +149,16 @@ def _clients(hosts: Hosts) -> dict[str, docker.DockerClient]:
     return {name: f.result() for name, f in futures.items()}
 
 
+def _remove_stale(clients: Mapping[str, docker.DockerClient], run_id: str, progress: Progress) -> None:
+    """Containers of this run still on a node (a killed earlier attempt of a resumed run) hold GPUs: remove them."""
+    for r in clean_clients(clients, run_id):
+        if r.removed:
+            progress(Event("warn", f"removed {len(r.removed)} stale container(s) of this run: {', '.join(r.removed)}",
+                           node=r.node))
+        elif r.error:
+            progress(Event("warn", f"could not look for stale containers of this run: {r.error}", node=r.node))
+
+
 class _Throughput:
     """The latest throughput figure a node printed, read with the target's own parser."""
 
@@ -177,6 +197,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
     clients = _clients(used)
+    _remove_stale(clients, run.run_id, progress)
     _image_mofed(manifest, cells, reports, clients[used.nodes[0].name], images.reference, opts, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:

@@ -52,7 +52,9 @@ def test_repro_list_shows_every_shipped_id() -> None:
     text = subprocess.run([sys.executable, "-m", "repro", "list"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert text.returncode == 0, text.stderr
-    listed = [ln.split()[0] for ln in text.stdout.splitlines()[2:] if ln.strip()]
+    targets, _, tables = text.stdout.partition("\n\n")
+    listed = [ln.split()[0] for ln in targets.splitlines()[2:] if ln.strip()]
+    assert "perf-2.5-v100 " in tables  # the published tables `repro report` takes, after the targets
     assert sorted(listed) == sorted(shipped_ids())
     as_json = subprocess.run([sys.executable, "-m", "repro", "list", "--format", "json"], cwd=REPO,
                              capture_output=True, text=True, timeout=120)

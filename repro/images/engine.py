@@ -3,15 +3,17 @@
 A node is reached the way its inventory entry says: ``docker_host`` (unix://, tcp://,
 ssh://) or, by default, ``ssh://user@address`` to the engine its SSH login sees. SSH goes
 through paramiko with host keys verified against known_hosts (``~/.ssh/known_hosts``
-plus any ``UserKnownHostsFile`` of the ssh config); an unknown host is refused, never
-added.
+plus any ``UserKnownHostsFile`` of the ssh config, ``@cert-authority`` lines included); an
+unknown host is refused, never added; ProxyJump and ssh-agent keys work as with ``ssh``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import docker
 import paramiko
@@ -47,31 +49,44 @@ def connect(docker_host: str | None = None, *, where: str = "this machine") -> d
 
 
 class _VerifiedSSH(SSHHTTPAdapter):
-    """docker-py's paramiko transport, plus the inventory's identity and known_hosts files."""
+    """docker-py's paramiko transport, reaching the node as ``ssh`` would: the ssh config's
+    HostName, Port, User, IdentityFile, ProxyJump and ProxyCommand, ssh-agent keys, and host
+    keys checked against every known_hosts file (``@cert-authority`` lines included)."""
 
     def __init__(self, base_url: str, *, identity: str | None, ssh_config: Path, timeout: int) -> None:
         self._identity = identity
         self._ssh_config = ssh_config
+        self._jump: Any = None
         super().__init__(base_url, timeout=timeout, shell_out=False)
 
     def _create_paramiko_client(self, base_url: str) -> None:
-        super()._create_paramiko_client(base_url)
-        host = self.ssh_params["hostname"]
+        url = urllib.parse.urlparse(base_url)
         conf = paramiko.SSHConfig.from_path(str(self._ssh_config)) if self._ssh_config.is_file() else None
-        found = conf.lookup(host) if conf else {}
-        for key, param in (("hostname", "hostname"), ("user", "username"), ("identityfile", "key_filename")):
-            if key in found and not (key == "user" and self.ssh_params.get("username")):
-                self.ssh_params[param] = found[key]
-        if not self.ssh_params.get("port"):
-            self.ssh_params["port"] = int(found.get("port", 22))
-        for known in found.get("userknownhostsfile", "").split():
-            path = Path(os.path.expanduser(known))
-            if path.is_file():
-                self.ssh_client.load_system_host_keys(str(path))
+        found = conf.lookup(url.hostname) if conf else {}
+        self.ssh_client = paramiko.SSHClient()
+        self.ssh_params = {"hostname": found.get("hostname", url.hostname),
+                           "port": url.port or int(found.get("port", 22)),
+                           "username": url.username or found.get("user"),
+                           "timeout": 15, "banner_timeout": 15, "auth_timeout": 15, "allow_agent": True,
+                           "transport_factory": nodes.preferring_certificates}
+        if "identityfile" in found:
+            self.ssh_params["key_filename"] = found["identityfile"]
         if self._identity:
-            self.ssh_params["key_filename"] = os.path.expanduser(self._identity)
-            self.ssh_params["look_for_keys"] = False
-        self.ssh_params.update(timeout=15, banner_timeout=15, auth_timeout=15, allow_agent=False)
+            self.ssh_params.update(key_filename=os.path.expanduser(self._identity), look_for_keys=False)
+        trusted, record_to = nodes.known_hosts_files(found)
+        checked = [p for p in trusted if p.is_file()]
+        known = nodes.load_known_hosts(self.ssh_client, checked)
+        self.ssh_client.set_missing_host_key_policy(nodes.HostKeyPolicy(False, record_to, checked, known))
+        if "proxyjump" in found:
+            self._jump = nodes.jump_connection(url.hostname, url.port, url.username)
+            self.ssh_params["sock"] = self._jump.open_gateway()
+        elif "proxycommand" in found:
+            self.ssh_params["sock"] = paramiko.ProxyCommand(found["proxycommand"])
+
+    def close(self) -> None:
+        super().close()
+        if self._jump is not None:
+            self._jump.close()
 
 
 def ssh_config_path() -> Path:
@@ -96,6 +111,8 @@ def node_client(node: Node, local: docker.DockerClient | None = None) -> docker.
         return connect(url, where=f"node {node.name}")
     try:
         adapter = _VerifiedSSH(url, identity=node.identity, ssh_config=ssh_config_path(), timeout=TIMEOUT_S)
+    except nodes.Unknown as e:
+        raise nodes.translate(node, e) from None
     except paramiko.BadHostKeyException as e:
         raise EnvironmentUnavailable(f"node {node.name} ({node.address}) presents a different host key than "
                                      "known_hosts records", hint="find out why before trusting it") from e

@@ -38,9 +38,9 @@ def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: 
         "gpu_list": ",".join(str(i) for i in range(cell.gpus_per_node)),
         "nnodes": str(cell.nodes),
         "node_rank": str(rank),
-        "master_addr": nodes[0].address,
+        "master_addr": nodes[0].rendezvous,
         "master_port": str(launch.master_port),
-        "hosts": ",".join(n.address for n in nodes),
+        "hosts": ",".join(n.rendezvous for n in nodes),
         "precision": cell.precision,
     }
 

@@ -18,5 +18,5 @@ class PaddleLauncher(SameCommandOnEveryNode):
     """
 
     def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
-        return [NodeCommand(c.node, c.rank, c.role, c.command, {**c.env, "POD_IP": c.node.address}, c.files)
+        return [NodeCommand(c.node, c.rank, c.role, c.command, {**c.env, "POD_IP": c.node.rendezvous}, c.files)
                 for c in super().render(launch, cell, nodes, env)]

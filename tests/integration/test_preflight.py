@@ -6,6 +6,7 @@ config; tests that need an unknown host use a fresh HOME with an empty known_hos
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -190,8 +191,10 @@ def test_metacharacters_in_docker_host_never_run(pinned: dict, tmp_path: Path) -
     marker = Path(f"/tmp/repro-preflight-pwned-{uuid.uuid4().hex}")
     sock = pinned["nodes"][0]["docker_host"]
     nasty = f"{sock};touch${{IFS}}{marker};`touch${{IFS}}{marker}`;$(touch${{IFS}}{marker})"
-    hosts = load_hosts(write_hosts(tmp_path / "hosts.yaml", pinned, docker_host=nasty))  # the schema allows it
-    reports = run_preflight(hosts.nodes, timeout=60)
+    with pytest.raises(InputError, match="docker_host"):  # the schema refuses it ...
+        load_hosts(write_hosts(tmp_path / "bad.yaml", pinned, docker_host=nasty))
+    good = load_hosts(write_hosts(tmp_path / "hosts.yaml", pinned))  # ... and preflight would not run it either
+    reports = run_preflight([dataclasses.replace(n, docker_host=nasty) for n in good.nodes], timeout=60)
     assert not marker.exists()  # the nodes share this machine's file system
     for r in reports:
         assert r.reachable and r.docker.value is None

@@ -1,0 +1,94 @@
+"""``repro clean`` and stale containers, on the namespace nodes: a ``repro up`` killed with
+SIGKILL (no cleanup can run) leaves its containers; ``repro up --resume`` removes the stale
+ones of its run before it starts; ``repro clean RUN_DIR`` removes them on every node of the
+run's inventory, reports per node, and a second clean finds nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+pytestmark = [pytest.mark.ssh, pytest.mark.docker]
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = Path(os.environ.get("REPRO_TEST_WHEELS", "/opt/wheels"))
+
+
+@pytest.fixture(scope="module")
+def env(cluster: dict) -> dict[str, str]:
+    return {**os.environ, "DOCKER_HOST": cluster["docker_host"], "REPRO_SSH_CONFIG": cluster["ssh"]["config"],
+            "PYTHONUNBUFFERED": "1"}
+
+
+def containers_of(cluster: dict, run_id: str) -> dict[str, list[str]]:
+    out = {}
+    for n in cluster["nodes"]:
+        c = docker.DockerClient(base_url=n["docker_host"])
+        out[n["name"]] = sorted(x.name for x in c.containers.list(all=True, filters={"label": f"repro.run={run_id}"}))
+        c.close()
+    return out
+
+
+def start_and_kill(cmd: list[str], env: dict[str, str], cluster: dict) -> tuple[Path, list[str]]:
+    """Run ``repro`` until the containers of a 2-node cell exist, then SIGKILL it; the run dir and its events."""
+    proc = subprocess.Popen([sys.executable, "-m", "repro", *cmd], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, env=env, cwd=ROOT)
+    assert proc.stderr is not None
+    run_dir, lines = None, []
+    deadline = time.monotonic() + 600
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            ev = json.loads(line) if line.startswith("{") else {}
+            run_dir = ev.get("run_dir", run_dir)
+            if ev.get("kind") == "cell" and run_dir:
+                while time.monotonic() < deadline:  # both ranks' containers created
+                    if all(containers_of(cluster, Path(run_dir).name).values()):
+                        break
+                    time.sleep(0.2)
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert time.monotonic() < deadline, "".join(lines[-20:])
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(lines[-20:])
+    assert run_dir, "".join(lines[-20:])
+    return Path(run_dir), lines
+
+
+def test_kill_9_leaves_containers_that_resume_and_clean_remove(cluster, cpu_torch, env, tmp_path):
+    up = ["up", str(cpu_torch["manifest"]), "--hosts", cluster["hosts_file"], "--out", str(tmp_path), "--json-logs",
+          "--wheels", str(WHEELS), "--cells", "nodes=2", "--repeats", "1"]
+    run, _ = start_and_kill(up, env, cluster)
+    left = containers_of(cluster, run.name)
+    assert all(left.values()), left  # nothing could clean up after SIGKILL
+
+    # a resumed run removes its stale containers before it starts (and is killed again)
+    resume = ["up", "--resume", str(run), "--hosts", cluster["hosts_file"], "--json-logs", "--wheels", str(WHEELS),
+              "--cells", "nodes=2", "--repeats", "1"]
+    _, lines = start_and_kill(resume, env, cluster)
+    stale = [json.loads(x) for x in lines if x.startswith("{") and "stale container" in x]
+    assert sorted(e["node"] for e in stale) == ["rc-node1", "rc-node2"], "".join(lines[-20:])
+    for e in stale:
+        assert f"removed 1 stale container(s) of this run: {left[e['node']][0]}" in e["message"]
+    assert all(containers_of(cluster, run.name).values())  # the second attempt's, killed in turn
+
+    # repro clean RUN_DIR: the run's recorded inventory, every node, one line each
+    done = subprocess.run([sys.executable, "-m", "repro", "clean", str(run), "--format", "json"], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(r["node"], len(r["removed"]), r["error"]) for r in report] == [("rc-node1", 1, None), ("rc-node2", 1, None)]
+    assert containers_of(cluster, run.name) == {"rc-node1": [], "rc-node2": []}
+
+    again = subprocess.run([sys.executable, "-m", "repro", "clean", str(run)], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=300)
+    assert (again.returncode, again.stdout) == (0, "rc-node1: nothing to remove\nrc-node2: nothing to remove\n")

@@ -1,0 +1,37 @@
+"""``rendezvous_address``: where the other ranks reach a node (e.g. its InfiniBand interface),
+used for the master address, Paddle's --ips and POD_IP; SSH keeps using ``address``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from repro.hosts import load_hosts
+from repro.launchers.base import placeholder_values
+from repro.manifest import load_manifest
+from repro.plan import plan_cell
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def hosts_file(tmp_path: Path) -> Path:
+    p = tmp_path / "hosts.yaml"
+    p.write_text("schema_version: 1\ndata: /datasets\nnodes:\n" + "".join(
+        f"  - {{name: node{i}, address: 10.0.0.{i}, rendezvous_address: 192.168.7.{i}}}\n" for i in range(1, 4))
+        + "  - {name: node4, address: 10.0.0.4}\n")
+    return p
+
+
+def test_paddle_ips_and_pod_ip_use_the_rendezvous_address(tmp_path: Path) -> None:
+    m = load_manifest(DATA / "good" / "paddle-multinode.yaml")
+    hosts = load_hosts(hosts_file(tmp_path))
+    plans = plan_cell(m, m.cells()[0], hosts)
+    assert [p.command.node.address for p in plans] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert [p.command.env["POD_IP"] for p in plans] == ["192.168.7.1", "192.168.7.2", "192.168.7.3", "10.0.0.4"]
+    assert "--ips=192.168.7.1,192.168.7.2,192.168.7.3,10.0.0.4" in plans[0].command.command
+
+
+def test_master_addr_is_the_first_node_rendezvous_address(tmp_path: Path) -> None:
+    m = load_manifest(DATA / "good" / "minimal.yaml")
+    nodes = load_hosts(hosts_file(tmp_path)).nodes
+    values = placeholder_values(m.launch, m.cells()[0], nodes[:2], 1)
+    assert (values["master_addr"], values["hosts"]) == ("192.168.7.1", "192.168.7.1,192.168.7.2")
