@@ -34,6 +34,7 @@ class Hosts:
     path: Path | None = None
     data: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.schedulers)
 
     def take(self, n: int) -> tuple[Node, ...]:
         """The first ``n`` nodes, in rank order."""
@@ -59,7 +60,7 @@ def load_hosts(path: Path | None) -> Hosts:
     problems = validate(doc, "hosts.v1")
     if not problems:
         seen: dict[tuple[str, str], int] = {}
-        for i, n in enumerate(doc.data["nodes"]):
+        for i, n in enumerate(doc.data.get("nodes", [])):
             for key in ("name", "address"):
                 if key in n and (key, n[key]) in seen:
                     problems.append(doc.problem(["nodes", i, key], f"duplicate node {key} {n[key]!r}",
@@ -69,5 +70,5 @@ def load_hosts(path: Path | None) -> Hosts:
     if problems:
         raise InputError(problems)
     defaults = doc.data.get("defaults", {})
-    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data["nodes"])
-    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})))
+    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data.get("nodes", []))
+    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})), doc.data.get("scheduler"))

@@ -54,6 +54,7 @@ class UpOptions:
     strict: bool = False
     accept_new_host_keys: bool = False
     skip_preflight: bool = False
+    scheduler: str | None = None  # --scheduler KIND[:KEY=VALUE,...] (repro.schedulers)
     images: ImagesOptions = field(default_factory=ImagesOptions)
 
 
@@ -134,7 +135,27 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     if not cells:
         raise UsageError(f"no cell of {manifest.id} matches the --cells filter")
     need = max(c.nodes for c in cells)
-    used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
+    sched = _scheduler(manifest, cells, hosts, opts, progress)
+    used = sched.open(need)
+    try:
+        return _up(manifest, cells, used, run, sched, opts, progress, started)
+    except KeyboardInterrupt:
+        sched.close(interrupted=True)
+        raise
+    finally:
+        sched.close()
+
+
+def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: UpOptions, progress: Progress) -> Any:
+    from repro.schedulers import SCHEDULERS, scheduler_config
+
+    cfg = scheduler_config(hosts.scheduler, opts.scheduler)
+    return SCHEDULERS.get(cfg["kind"])(cfg, manifest, cells, hosts, progress)
+
+
+def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
+        progress: Progress, started: float) -> UpResult:
+    hosts = used
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
     infiniband = {} if opts.skip_preflight else _preflight(used, manifest, opts, progress)
@@ -149,13 +170,16 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     clients = _clients(used)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
-        _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result)
+        _run_matrix(manifest, cells, used, run, clients, images.reference, infiniband, opts, progress, result,
+                    sched.launch_cell)
     except KeyboardInterrupt as e:
+        sched.close(interrupted=True)
         raise Interrupted(run.path) from e
     finally:
         for c in clients.values():
             c.close()
         result.seconds = time.monotonic() - started
+        _scheduler_facts(result, sched)
         _seal(result, progress)
     return result
 
@@ -186,6 +210,16 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     return record
 
 
+def _scheduler_facts(result: UpResult, sched: Any) -> None:
+    """The allocation this invocation ran in (job id, partition, nodes, batch script, steps), one entry per allocation."""
+    facts = sched.facts()
+    if facts:
+        kept = [a for a in result.record.get("scheduler", []) if a.get("job_id") != facts["job_id"]]
+        result.record["scheduler"] = [*kept, facts]
+        if facts.get("sbatch_script"):
+            result.run.write_text(f"slurm-{facts['job_id']}.sbatch", facts["sbatch_script"])
+
+
 def _seal(result: UpResult, progress: Progress) -> None:
     """Provenance and checksums on every way out, so even a stopped run is auditable as far as it got."""
     from repro import provenance
@@ -205,7 +239,7 @@ def _todo(run: RunDir, cells: Sequence[Cell], repeats: int | None) -> list[tuple
 
 def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: RunDir,
                 clients: Mapping[str, docker.DockerClient], image: str, infiniband: Mapping[str, bool],
-                opts: UpOptions, progress: Progress, result: UpResult) -> None:
+                opts: UpOptions, progress: Progress, result: UpResult, launch: Any = launch_cell) -> None:
     todo = _todo(run, cells, opts.repeats)
     total = len(todo)
     throughput = _Throughput(manifest.measure.parser)
@@ -214,7 +248,7 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
         progress(Event("cell", f"{cell.key} repeat {repeat}", data={"cell": cell.key, "repeat": repeat, "index": i,
                                                                       "total": total}))
         ok = _run_repeat(manifest, cell, repeat, hosts, run, clients, image, infiniband, progress, throughput,
-                         result)
+                         result, launch)
         if ok:
             result.done += 1
         else:
@@ -226,7 +260,7 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
 
 def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: RunDir,
                 clients: Mapping[str, docker.DockerClient], image: str, infiniband: Mapping[str, bool],
-                progress: Progress, throughput: _Throughput, result: UpResult) -> bool:
+                progress: Progress, throughput: _Throughput, result: UpResult, launch: Any = launch_cell) -> bool:
     """One repeat, retried up to the manifest's limit; its status is in the state file on every path."""
     attempts = manifest.retries + 1
     for attempt in range(1, attempts + 1):
@@ -247,7 +281,7 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
         t0 = time.monotonic()
         env = manifest.launch.env_for(cell, hosts.env)
         try:
-            nodes_ran = launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
+            nodes_ran = launch(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
                                     on_event=on_event, infiniband=infiniband,
                                     log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
             _commands(result, cell, repeat, nodes_ran, env, image)
