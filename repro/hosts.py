@@ -58,6 +58,9 @@ def load_hosts(path: Path | None) -> Hosts:
         return local_hosts()
     doc = read_yaml(path)
     problems = validate(doc, "hosts.v1")
+    if not problems and not doc.data.get("nodes") and (doc.data.get("scheduler") or {}).get("kind") != "slurm":
+        problems.append(doc.problem(["nodes"], "no nodes: only a Slurm inventory may leave them to the scheduler",
+                                    "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"))
     if not problems:
         seen: dict[tuple[str, str], int] = {}
         for i, n in enumerate(doc.data.get("nodes", [])):

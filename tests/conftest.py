@@ -64,7 +64,21 @@ def _native_reason() -> str | None:
     return f"the parse engine is {base.ENGINE} (REPRO_PARSE_ENGINE)"
 
 
-_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "native": _native_reason}
+def _slurm_reason() -> str | None:
+    import subprocess
+
+    info = _cluster()
+    if info is None or not info.get("slurm_conf"):
+        return f"no Slurm in the test cluster at {CLUSTER_ENV} (run: scripts/test-cluster up)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20,
+                              env={**os.environ, "SLURM_CONF": info["slurm_conf"]})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"scontrol ping failed: {e}"
+    return None if "UP" in ping.stdout else f"slurmctld does not answer: {ping.stdout.strip()}"
+
+
+_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "native": _native_reason, "slurm": _slurm_reason}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

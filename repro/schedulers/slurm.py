@@ -43,7 +43,8 @@ from repro.schedulers import SCHEDULERS
 AGENT = Path(__file__).with_name("agent.py")
 ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
-HOLD = "exec sleep 2147483647"
+HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
+        "exec sleep 2147483647")
 
 
 class SchedulerStopped(RunFailed):
@@ -83,15 +84,15 @@ def _fields(line: str) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
 
 
-def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOLD) -> str:
-    """The batch script of the run's allocation (exact text: it goes into the provenance)."""
-    lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1",
-             "#SBATCH --exclusive"]
+def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOLD, *, per_node: int = 1,
+                  output: str = "/dev/null") -> str:
+    """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
+    lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive"]
     for key in ("partition", "account", "time", "constraint"):
         if cfg.get(key):
             lines.append(f"#SBATCH --{key}={cfg[key]}")
-    lines += ["#SBATCH --output=/dev/null",
-              "# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)", body]
+    lines += [f"#SBATCH --output={output}", body]
     return "\n".join(lines) + "\n"
 
 
@@ -128,6 +129,7 @@ def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: st
 
     The image by digest from its registry, the manifest's mounts, env and workdir; no sshd.
     Per-rank commands go through ``--multi-prog``; MPI targets run one task per rank with PMIx.
+    Every rank's output is labelled with its rank in the job's output file.
     """
     from repro.launchers.base import fill
 
@@ -144,18 +146,20 @@ def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: st
     if env:
         srun.append(f"--container-env={','.join(sorted(env))}")
     body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    per_node = 1
     if manifest.launch.kind == "mpi":
         per_node = cell.gpus_per_node if manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node" else 1
         nodes = [p.command.node for p in plans]
         argv = fill(manifest.launch.command, manifest.launch, cell, nodes, 0)
         body.append(shlex.join(["srun", "--mpi=pmix", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
-                                f"--ntasks-per-node={per_node}", *srun[1:], *argv]))
+                                f"--ntasks-per-node={per_node}", "--label", *srun[1:], *argv]))
     else:
         conf = "\n".join(f"{p.command.rank} {shlex.join(p.command.command)}" for p in plans)
         body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf, "REPRO_EOF",
                  shlex.join(["srun", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1",
-                             *srun[1:], "--multi-prog", "repro-multi-prog.conf"])]
-    return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body))
+                             "--label", *srun[1:], "--multi-prog", "repro-multi-prog.conf"])]
+    return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body), per_node=per_node,
+                         output=f"repro-{manifest.id}-{cell.key}-%j.out")
 
 
 def _now(epoch: float | None = None) -> str:
@@ -410,6 +414,7 @@ class SlurmScheduler:
                     step.events.put(("error", rank, rest))
                 continue
             sinks[rank].write((text + "\n").encode())
+            sinks[rank].flush()
             r.tail = (r.tail + [text])[-20:]
             step.events.put(("line", rank, text))
 
