@@ -39,8 +39,8 @@ def test_scheduler_spec_and_inventory_section_merge_key_by_key():
                                                               "time": "2:00:00"}
     inv = {"kind": "slurm", "partition": "debug", "time": 20, "container": "docker"}
     assert scheduler_config(inv, "slurm:time=45") == {"kind": "slurm", "partition": "debug", "time": "45",
-                                                      "container": "docker"}
-    assert scheduler_config(inv, "ssh") == {"kind": "ssh"}  # another kind drops the section
+                                                      "container": "docker", "_option": "kind,time"}
+    assert scheduler_config(inv, "ssh") == {"kind": "ssh", "_option": "kind"}  # another kind drops the section
     assert scheduler_config(None, None) == {"kind": "ssh"}
 
 

@@ -39,6 +39,7 @@ def scheduler_config(inventory: Mapping[str, Any] | None, option: str | None) ->
         if spec["kind"] != cfg.get("kind"):
             cfg = {}
         cfg.update(spec)
+        cfg["_option"] = ",".join(spec)  # which keys the command line gave, for error messages
     cfg.setdefault("kind", "ssh")
     SCHEDULERS.get(cfg["kind"])  # an unknown kind is a usage error naming the known ones
     return cfg

@@ -180,7 +180,7 @@ class SlurmScheduler:
                  progress: Callable[[Event], None] | None = None) -> None:
         self.cfg, self.manifest, self.cells, self.inventory = dict(config), manifest, cells, hosts
         self.progress = progress or (lambda e: None)
-        self.where = f"{hosts.path}: scheduler" if hosts.path and hosts.scheduler else "--scheduler"
+        self.given = set(self.cfg.pop("_option", "").split(","))
         self.job: str | None = None
         self.owned = False
         self.script: str | None = None
@@ -189,18 +189,24 @@ class SlurmScheduler:
         self.waited_s: float | None = None
         self.released = False
 
+    def where(self, key: str) -> str:
+        """Where a setting came from, for errors: the command line or the inventory."""
+        if key in self.given or not (self.inventory.path and self.inventory.scheduler):
+            return f"--scheduler {key}"
+        return f"{self.inventory.path}: scheduler.{key}"
+
     # -- checks (nothing is submitted until all pass) --------------------------------------
     def check(self, need: int) -> None:
         ping = _cli(["scontrol", "ping"])
         if ping.returncode != 0 or "UP" not in ping.stdout:
-            text = " ".join((ping.stdout + ping.stderr).split())
+            text = (ping.stdout + ping.stderr).strip().splitlines()[0] if (ping.stdout + ping.stderr).strip() else ""
             raise EnvironmentUnavailable(f"Slurm does not answer: {text or 'scontrol ping failed'}",
                                          hint="start slurmctld, or set SLURM_CONF to this cluster's slurm.conf")
         if self.cfg.get("container", "docker") not in ("docker", "pyxis"):
-            raise UsageError(f"{self.where}.container: {self.cfg['container']!r} is not docker or pyxis",
+            raise UsageError(f"{self.where('container')}: {self.cfg['container']!r} is not docker or pyxis",
                              hint="container: docker (nodes with a Docker engine) or pyxis (srun --container-image)")
         if self.cfg.get("container") == "pyxis" and "--container-image" not in _cli(["srun", "--help"]).stdout:
-            raise UsageError(f"{self.where}.container: pyxis, but `srun --help` here shows no --container-image "
+            raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no --container-image "
                              "(the pyxis plugin is not installed)",
                              hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
         if os.environ.get("SLURM_JOB_ID"):
@@ -209,18 +215,18 @@ class SlurmScheduler:
         part = self.cfg.get("partition") or next((p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()
                                                  if p.endswith("*")), None)
         if part is None or part not in partitions:
-            raise UsageError(f"{self.where}.partition: no partition {part!r} in this cluster "
+            raise UsageError(f"{self.where('partition')}: no partition {part!r} in this cluster "
                              f"(it has: {', '.join(partitions) or 'none'})",
                              hint="set scheduler.partition (or --scheduler slurm:partition=NAME) to one of them")
         info = _fields(_cli(["scontrol", "show", "partition", "-o", part]).stdout)
         total = int(info.get("TotalNodes", "0"))
         if need > total:
-            raise UsageError(f"{self.where}.partition: the matrix needs {need} nodes, partition {part} has {total}",
+            raise UsageError(f"{self.where('partition')}: the matrix needs {need} nodes, partition {part} has {total}",
                              hint="choose a larger partition, or filter the cells: --cells nodes=" + str(total))
         limit = seconds(self.cfg["time"]) if self.cfg.get("time") else None
         longest = self.manifest.launch.timeout_s
         if limit is not None and limit < longest:
-            raise UsageError(f"{self.where}.time: {self.cfg['time']} ({limit} s) is shorter than one repeat of "
+            raise UsageError(f"{self.where('time')}: {self.cfg['time']} ({limit} s) is shorter than one repeat of "
                              f"{self.manifest.id} may take (launch.timeout_s {longest} s)",
                              hint=f"give at least time={-(-longest // 60)} (minutes); a run cut off by the limit "
                                   "resumes with repro up --resume RUN_DIR")
@@ -230,7 +236,7 @@ class SlurmScheduler:
             why = " ".join(test.stderr.replace("sbatch: error:", "").split())
             key = "account" if "account" in why.lower() else "time" if "time" in why.lower() else "constraint" \
                 if "feature" in why.lower() or "constraint" in why.lower() else "partition"
-            raise UsageError(f"{self.where}.{key}: Slurm refuses the job: {why}",
+            raise UsageError(f"{self.where(key)}: Slurm refuses the job: {why}",
                              hint="fix the scheduler settings (sinfo, sacctmgr show assoc user=$USER show what "
                                   "this account may use); nothing was submitted")
 
@@ -396,6 +402,9 @@ class SlurmScheduler:
                 continue
             rank, text = int(m.group(1)), m.group(2)
             r = results[rank]
+            if text.startswith("slurmstepd"):  # Slurm's own word about the step, not the rank's output
+                step.other.append(text)
+                continue
             if text.startswith("##repro "):
                 word, _, rest = text[8:].partition(" ")
                 if word == "step":
