@@ -293,7 +293,13 @@ class SlurmScheduler:
                 "allocation_wait_s": round(self.waited_s or 0.0, 3), "steps": self.steps}
 
     def job_state(self) -> str:
-        return _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("JobState", "UNKNOWN")
+        """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""
+        for _ in range(120):
+            state = _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("JobState", "UNKNOWN")
+            if state != "COMPLETING":
+                break
+            time.sleep(0.5)
+        return state
 
     def close(self, interrupted: bool = False) -> None:
         if self.owned and self.job and not self.released:
@@ -368,6 +374,7 @@ class SlurmScheduler:
                 with _sigint_ignored():
                     self._stop(step, quiet=False)
                     reader.join(30)
+                    _await_removal(clients, results)
             raise
         finally:
             for s in sinks:
@@ -378,8 +385,10 @@ class SlurmScheduler:
             self.steps.append({"cell": cell.key, "step": step.step_id, "srun": argv[:-1] + ["<agent>"],
                                "submitted": _now(submitted), "exit_code": step.proc.returncode,
                                "started": {r.node: r.started for r in results}})
-        state = self.job_state() if step.proc.returncode not in (0, None) or any(
-            r.exit_code is None and r.error is None for r in results) else "RUNNING"
+        state = self.job_state() if step.proc.returncode not in (0, None) or not all(r.ok for r in results) \
+            else "RUNNING"
+        if state != "RUNNING":
+            _await_removal(clients, results)
         if state in ENDED_BY_SLURM:
             raise SchedulerStopped(f"Slurm ended job {self.job} ({state}) while cell {cell.key} ran",
                                    hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
@@ -447,6 +456,30 @@ class SlurmScheduler:
             return
         argv = srun_argv(str(self.job), nodes, "repro-sweep")
         _cli(argv, stdin=json.dumps({"sweep": run_id}), timeout=60)
+
+
+def _await_removal(clients: Mapping[str, Any] | None, results: Sequence[Any], wait_s: float = 30) -> None:
+    """Where the kit reaches the nodes' engines: wait until the agents' removals are done (a killed agent's
+    request still completes in the engine), and remove what is left after ``wait_s``."""
+    import docker
+
+    for r in results:
+        client = (clients or {}).get(r.node)
+        if client is None:
+            continue
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                try:
+                    c = client.containers.get(r.container)
+                except docker.errors.NotFound:
+                    break
+                if time.monotonic() > deadline:
+                    c.remove(force=True)
+                    break
+                time.sleep(0.2)
+        except docker.errors.APIError:
+            pass  # being removed right now
 
 
 class _sigint_ignored:

@@ -80,11 +80,20 @@ def containers(cluster: dict, **labels: str) -> list[str]:
     return out
 
 
-def up_argv(target: Path, inventory: Path, out: Path, cluster: dict, *extra: str) -> list[str]:
-    build = ["--wheels", str(WHEELS), "--push", f"{cluster['registry']}/repro-test"]
-    build += ["--ca-bundle", str(CA)] if CA.is_file() else []
+def build_args(cluster: dict) -> list[str]:
+    return ["--wheels", str(WHEELS), "--push", f"{cluster['registry']}/repro-test",
+            *(["--ca-bundle", str(CA)] if CA.is_file() else [])]
+
+
+def up_argv(target: Path, inventory: Path, out: Path, cluster: dict) -> list[str]:
     return [sys.executable, "-m", "repro", "up", str(target), "--hosts", str(inventory), "--out", str(out),
-            "--json-logs", "--cells", "nodes=2", "--repeats", "1", *build, *extra]
+            "--json-logs", "--cells", "nodes=2", "--repeats", "1", *build_args(cluster)]
+
+
+def resume(run: Path, inventory: Path, cluster: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "repro", "up", "--resume", str(run), "--hosts", str(inventory),
+                           "--cells", "nodes=2", "--repeats", "1", *build_args(cluster)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
 
 
 class Up:
@@ -155,13 +164,12 @@ def test_time_limit_kill_is_recorded_and_resumes(cluster, env, inventory, target
     assert jobs(env)[job] == "TIMEOUT"
     run = run_dir_of(tmp_path)
     assert containers(cluster, **{"repro.run": run.name}) == []
-    [(status, why)] = statuses(run)["2n1g-fp32-bs8"].values()
+    status, why = statuses(run)["2n1g-fp32-bs8"]["1"]
     assert status == "pending" and why.startswith(f"stopped: Slurm ended job {job} (TIMEOUT) while cell 2n1g-fp32-bs8 ran")
+    assert json.loads((run / "state.json").read_text())["cells"]["2n1g-fp32-bs8"]["repeats"]["1"]["attempts"] == 1
 
     before = set(jobs(env))
-    done = subprocess.run(up_argv(targets["torch"], inventory, tmp_path, cluster)[:5] + ["--resume", str(run),
-                          "--hosts", str(inventory), "--json-logs"], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=900)
+    done = resume(run, inventory, cluster, env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 2 GPUs (2 nodes) |" in done.stdout and "| 2 GPUs (2 nodes) | —" not in done.stdout
     second = set(jobs(env)) - before
@@ -188,10 +196,9 @@ def test_mpi_ctrl_c_cancels_the_job_and_resumes(cluster, env, inventory, targets
     assert jobs(env)[job] == "CANCELLED"
     run = run_dir_of(tmp_path)
     assert containers(cluster, **{"repro.run": run.name}) == []
-    assert statuses(run)["2n1g-fp32-bs8"] == {"1": ("pending", "interrupted")}
+    assert statuses(run)["2n1g-fp32-bs8"]["1"] == ("pending", "interrupted")
 
-    done = subprocess.run(up_argv(targets["mpi"], inventory, tmp_path, cluster)[:5] + ["--resume", str(run),
-                          "--hosts", str(inventory)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    done = resume(run, inventory, cluster, env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 2 GPUs (2 nodes) |" in done.stdout and "| 2 GPUs (2 nodes) | —" not in done.stdout
     head = (run / "cells" / "2n1g-fp32-bs8" / "r1" / "0-rc-node1.log").read_text()
