@@ -385,8 +385,15 @@ class SlurmScheduler:
             self.steps.append({"cell": cell.key, "step": step.step_id, "srun": argv[:-1] + ["<agent>"],
                                "submitted": _now(submitted), "exit_code": step.proc.returncode,
                                "started": {r.node: r.started for r in results}})
-        state = self.job_state() if step.proc.returncode not in (0, None) or not all(r.ok for r in results) \
-            else "RUNNING"
+        state = "RUNNING"
+        if step.proc.returncode not in (0, None) or not all(r.ok for r in results):
+            # a step killed from outside (no exit from a container): give slurmctld a moment to say why
+            killed = any(r.exit_code is None and r.error is None for r in results)
+            for _ in range(20 if killed else 1):
+                state = self.job_state()
+                if state != "RUNNING":
+                    break
+                time.sleep(0.5)
         if state != "RUNNING":
             _await_removal(clients, results)
         if state in ENDED_BY_SLURM:

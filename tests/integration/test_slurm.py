@@ -47,16 +47,20 @@ def inventory(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def targets(cpu_torch: dict) -> dict[str, Path]:
-    """torch-rn50-cpu (built by the fixture) and mpi-rn50-cpu beside it, on the same base and image recipe."""
-    torch = cpu_torch["manifest"]
-    base = next(line for line in torch.read_text().splitlines() if "base: {ref:" in line)
-    mpi = torch.with_name("mpi-rn50-cpu.yaml")
-    lines = (ROOT / "manifests" / "mpi-rn50-cpu.yaml").read_text().splitlines()
-    mpi.write_text("\n".join(base if "base: {ref:" in ln else ln for ln in lines) + "\n")
-    subprocess.run([sys.executable, "-m", "repro", "lock", str(mpi)], check=True, capture_output=True, cwd=ROOT,
-                   env={**os.environ, "DOCKER_HOST": "unix:///var/run/docker.sock"})
-    return {"torch": torch, "mpi": mpi}
+def targets(cpu_torch: dict, cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """torch-rn50-cpu and mpi-rn50-cpu on the fixture's base and image recipe (so its build is reused), on ports
+    of their own: other tests may run the same targets on these nodes over SSH at the same time."""
+    d = tmp_path_factory.mktemp("slurm-targets")
+    base = next(line for line in cpu_torch["manifest"].read_text().splitlines() if "base: {ref:" in line)
+    out = {}
+    for key, name, port in (("torch", "torch-rn50-cpu", "master_port: 29500"), ("mpi", "mpi-rn50-cpu", "ssh_port: 12345")):
+        lines = (ROOT / "manifests" / f"{name}.yaml").read_text().replace(port, port[:-2] + "77").splitlines()
+        path = d / f"{name}.yaml"
+        path.write_text("\n".join(base if "base: {ref:" in ln else ln for ln in lines) + "\n")
+        subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True, cwd=ROOT,
+                       env={**os.environ, "DOCKER_HOST": cluster["docker_host"]})
+        out[key] = path
+    return out
 
 
 def slurm(env: dict[str, str], *args: str) -> str:
