@@ -57,7 +57,7 @@ def main() -> None:
     for c in clients.values():  # the image on both engines first: no pull is timed
         c.images.pull(image)
 
-    sched = SlurmScheduler({"kind": "slurm", "partition": "debug", "time": "30"}, manifest, [cell], hosts)
+    sched = SlurmScheduler({"kind": "slurm", "partition": "debug", "time": "2:00:00"}, manifest, [cell], hosts)
     t0 = time.monotonic()
     used = sched.open(2)
     alloc = time.monotonic() - t0
