@@ -218,6 +218,9 @@ def test_mpi_ctrl_c_cancels_the_job_and_resumes(cluster, env, inventory, targets
      "(launch.timeout_s 900 s)", "hint: give at least time=15 (minutes)"),
     ("slurm:container=pyxis", "--scheduler container: pyxis, but `srun --help` here shows no --container-image",
      "hint: use container: docker"),
+    # sbatch --test-only judges what only Slurm knows (accounts where accounting is enforced, features, limits)
+    ("slurm:constraint=v100,time=20", "--scheduler constraint: Slurm refuses the job: allocation failure: "
+     "Invalid feature specification", "nothing was submitted"),
 ])
 def test_bad_slurm_settings_submit_nothing(cluster, env, tmp_path, scheduler, message, hint):
     inv = tmp_path / "hosts.yaml"
