@@ -11,7 +11,8 @@ exit, failure, and the SIGTERM Slurm sends on scancel, a time limit or a stopped
 
 Lines the kit reads start with ``##repro``: ``step JOB.STEP NODE``, ``started EPOCH``,
 ``exited CODE``, ``error TEXT``. With ``{"sweep": RUN_ID}`` it only removes every
-container labelled with that run on its node.
+container labelled with that run on its node; with ``{"probe": true}`` it prints what the
+node offers a job step (``probe JSON``: its engine, CPUs, GPU and InfiniBand devices).
 """
 
 import io
@@ -69,6 +70,16 @@ def main():
     spec = json.loads(sys.stdin.read())
     # the node's own engine: a DOCKER_HOST exported from where srun ran names another machine's
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    if spec.get("probe"):
+        engine = docker(env, "version", "--format", "{{.Server.Version}}", capture_output=True, text=True)
+        say("probe", json.dumps({
+            "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
+            "docker": engine.stdout.strip() if engine.returncode == 0 else None,
+            "docker_error": " ".join(engine.stderr.split()) if engine.returncode != 0 else None,
+            "cpus": os.cpu_count(),
+            "gpus": len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()]),
+            "infiniband": os.path.isdir("/dev/infiniband")}, sort_keys=True))
+        return 0
     if "sweep" in spec:
         ids = docker(env, "ps", "-aq", "--filter", "label=repro.run=" + spec["sweep"],
                      capture_output=True, text=True).stdout.split()

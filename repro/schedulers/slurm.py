@@ -188,6 +188,7 @@ class SlurmScheduler:
         self.steps: list[dict[str, Any]] = []
         self.waited_s: float | None = None
         self.released = False
+        self.probed: list[dict[str, Any]] = []
 
     def where(self, key: str) -> str:
         """Where a setting came from, for errors: the command line or the inventory."""
@@ -266,8 +267,33 @@ class SlurmScheduler:
             addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
+        if self.cfg.get("container", "docker") == "docker":
+            self.probe()
         inv = self.inventory
         return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, inv.scheduler)
+
+    def probe(self) -> None:
+        """A job step on every allocated node before any cell: each must reach a Docker engine from inside a step."""
+        names = [n.name for n in self.nodes]
+        out = _cli(srun_argv(str(self.job), names, "repro-probe"), stdin=json.dumps({"probe": True}), timeout=120)
+        found = {}
+        for line in out.stdout.splitlines():
+            m = LABELLED.match(line)
+            if m and m.group(2).startswith("##repro probe "):
+                info = json.loads(m.group(2)[len("##repro probe "):])
+                found[info["node"]] = info
+        self.probed = [found.get(n, {"node": n}) for n in names]
+        bad = [f"{n}: " + (found[n]["docker_error"] or "no engine") if n in found else
+               f"{n}: the probe step did not run ({' '.join(out.stderr.split())[:300] or 'no output'})"
+               for n in names if n not in found or not found[n]["docker"]]
+        if bad:
+            raise EnvironmentUnavailable("container: docker, but a job step cannot reach a Docker engine on:\n  "
+                                         + "\n  ".join(bad),
+                                         hint="use container: pyxis where the cluster has pyxis/enroot, or nodes "
+                                              "whose job steps may use Docker")
+        self.progress(Event("info", "job step probe: " + "; ".join(
+            f"{i['node']} docker {i['docker']}, {i['cpus']} CPUs, {i['gpus']} GPUs"
+            + (", InfiniBand" if i["infiniband"] else "") for i in self.probed)))
 
     def _wait_running(self) -> str:
         last = ""
@@ -278,8 +304,8 @@ class SlurmScheduler:
                 return info.get("NodeList", "")
             if state not in ("PENDING", "CONFIGURING", ""):
                 raise RunFailed(f"Slurm job {self.job} is {state} before it ran ({info.get('Reason', '')})")
-            if info.get("Reason", "") != last:
-                last = info.get("Reason", "")
+            if info.get("Reason", "None") not in (last, "None"):
+                last = info["Reason"]
                 self.progress(Event("info", f"job {self.job} {state}: {last}"))
             time.sleep(0.1)
 
@@ -290,7 +316,7 @@ class SlurmScheduler:
                 "account": self.cfg.get("account"), "time": self.cfg.get("time"),
                 "constraint": self.cfg.get("constraint"), "container": self.cfg.get("container", "docker"),
                 "nodes": [n.name for n in self.nodes], "sbatch_script": self.script,
-                "allocation_wait_s": round(self.waited_s or 0.0, 3), "steps": self.steps}
+                "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed, "steps": self.steps}
 
     def job_state(self) -> str:
         """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""
