@@ -138,7 +138,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     sched = _scheduler(manifest, cells, hosts, opts, progress)
     used = sched.open(need)
     try:
-        return _up(manifest, cells, used, run, sched, opts, progress, started)
+        return _up(manifest, cells, used, run, sched, opts, progress, started,
+                   record=hosts if sched.name == "ssh" else used)
     except KeyboardInterrupt:
         sched.close(interrupted=True)
         raise
@@ -154,15 +155,15 @@ def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: Up
 
 
 def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
-        progress: Progress, started: float) -> UpResult:
-    hosts = used
+        progress: Progress, started: float, record: Hosts) -> UpResult:
+    """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
     infiniband = {} if opts.skip_preflight else _preflight(used, manifest, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
-        run = RunDir.create(opts.out, manifest, hosts)
+        run = RunDir.create(opts.out, manifest, record)
         lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:

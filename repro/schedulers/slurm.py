@@ -38,7 +38,7 @@ from repro.errors import EnvironmentUnavailable, RunFailed, UsageError
 from repro.hosts import Hosts, Node
 from repro.images.events import Event
 from repro.manifest import Cell, Manifest
-from repro.schedulers import SCHEDULERS
+from repro.schedulers import KEYS, SCHEDULERS
 
 AGENT = Path(__file__).with_name("agent.py")
 ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
@@ -270,7 +270,9 @@ class SlurmScheduler:
         if self.cfg.get("container", "docker") == "docker":
             self.probe()
         inv = self.inventory
-        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, inv.scheduler)
+        # the settings in effect (inventory and command line) go with the nodes, so a run directory resumes with them
+        settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
+        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, settings)
 
     def probe(self) -> None:
         """A job step on every allocated node before any cell: each must reach a Docker engine from inside a step."""
@@ -420,8 +422,7 @@ class SlurmScheduler:
                 if state != "RUNNING":
                     break
                 time.sleep(0.5)
-        if state != "RUNNING":
-            _await_removal(clients, results)
+        _await_removal(clients, results)
         if state in ENDED_BY_SLURM:
             raise SchedulerStopped(f"Slurm ended job {self.job} ({state}) while cell {cell.key} ran",
                                    hint="repro up --resume RUN_DIR runs what is not done in a new allocation")

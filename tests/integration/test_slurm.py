@@ -24,6 +24,7 @@ from pathlib import Path
 
 import docker
 import pytest
+import yaml
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm]
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,10 @@ def up_argv(target: Path, inventory: Path, out: Path, cluster: dict) -> list[str
 
 
 def resume(run: Path, inventory: Path, cluster: dict, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", "up", "--resume", str(run), "--hosts", str(inventory),
+    """--resume with the inventory the run directory recorded: its scheduler section brings Slurm back."""
+    recorded = yaml.safe_load((run / "hosts.yaml").read_text())
+    assert recorded["scheduler"] == {"kind": "slurm", "partition": "debug", "time": "15", "container": "docker"}
+    return subprocess.run([sys.executable, "-m", "repro", "up", "--resume", str(run),
                            "--cells", "nodes=2", "--repeats", "1", *build_args(cluster)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
 
