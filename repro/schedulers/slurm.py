@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro.errors import EnvironmentUnavailable, RunFailed, UsageError
+from repro.errors import EnvironmentUnavailable, PluginUnavailable, RunFailed, UsageError
 from repro.hosts import Hosts, Node
 from repro.images.events import Event
 from repro.manifest import Cell, Manifest
@@ -210,6 +210,10 @@ class SlurmScheduler:
             raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no --container-image "
                              "(the pyxis plugin is not installed)",
                              hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
+        if self.cfg.get("container") == "pyxis":
+            raise PluginUnavailable(f"{self.where('container')}: pyxis: this version renders a cell's pyxis job "
+                                    "script (render_pyxis) but does not run it yet",
+                                    hint="use container: docker where nodes run a Docker engine")
         if os.environ.get("SLURM_JOB_ID"):
             return
         partitions = [p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()]
