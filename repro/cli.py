@@ -496,12 +496,15 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
+@click.option("--scheduler", metavar="KIND[:KEY=VALUE,...]",
+              help="ssh, or slurm[:partition=P,account=A,time=T,constraint=C,container=docker|pyxis] "
+                   "(over the inventory's scheduler section)")
 @image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool, accept_new_host_keys: bool,
-       synthetic: bool, fail_on: str | None, allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None,
-       wheels: Path | None, push: str | None) -> None:
+       synthetic: bool, fail_on: str | None, scheduler: str | None, allow_unpinned: bool, update_lock: bool,
+       ca_bundle: Path | None, wheels: Path | None, push: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -518,7 +521,8 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                            build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
     opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
                      resume=resume, fail_fast=fail_fast, out=out, strict=strict,
-                     accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images)
+                     accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
+                     scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
     try:
         result = run_up(target, opts, progress)

@@ -41,6 +41,7 @@ class Hosts:
     data: str | Mapping[str, str] | None = None  # one directory, or one per dataset format
     env: Mapping[str, str] = field(default_factory=dict)
     placeholder: bool = False  # made up for a dry run without a hosts file
+    scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.schedulers)
 
     def data_dir(self, fmt: str) -> str | None:
         """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any format."""
@@ -88,9 +89,12 @@ def load_hosts(path: Path | None) -> Hosts:
         return local_hosts()
     doc = read_yaml(path)
     problems = validate(doc, "hosts.v1")
+    if not problems and not doc.data.get("nodes") and (doc.data.get("scheduler") or {}).get("kind") != "slurm":
+        problems.append(doc.problem(["nodes"], "no nodes: only a Slurm inventory may leave them to the scheduler",
+                                    "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"))
     if not problems:
         seen: dict[tuple[str, str], int] = {}
-        for i, n in enumerate(doc.data["nodes"]):
+        for i, n in enumerate(doc.data.get("nodes", [])):
             for key in ("name", "address"):
                 if key in n and (key, n[key]) in seen:
                     problems.append(doc.problem(["nodes", i, key], f"duplicate node {key} {n[key]!r}",
@@ -100,5 +104,5 @@ def load_hosts(path: Path | None) -> Hosts:
     if problems:
         raise InputError(problems)
     defaults = doc.data.get("defaults", {})
-    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data["nodes"])
-    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})))
+    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data.get("nodes", []))
+    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})), scheduler=doc.data.get("scheduler"))

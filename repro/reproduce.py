@@ -110,12 +110,15 @@ def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> 
         return Measurement(cell.gpus, None, 0, None, None, [e.message]), ParseResult("", [], {}, [], 0)
     if result.refused:
         return Measurement(cell.gpus, None, 0, None, None, [f"{path.name}: {result.refused}"]), result
-    protocol = Protocol.from_dict(manifest.measure.protocol_for(cell))
+    declared = manifest.measure.protocol_for(cell)
+    protocol = Protocol.from_dict(declared)
     series = _series_for(result, cell.gpus)
     if series is None:
         found = ", ".join(str(s.gpus) for s in result.series) or "none"
         return Measurement(cell.gpus, None, 0, None, None, [f"no run with {cell.gpus} GPUs in the log (found: {found})"]), result
-    return measure(series, protocol, gpus=cell.gpus, floor=_floor(result)), result
+    # a manifest that states its own minimum (a short CPU check run) is held to that, not the format's default
+    floor = protocol.min_records if "min_records" in declared else _floor(result)
+    return measure(series, protocol, gpus=cell.gpus, floor=floor), result
 
 
 def _floor(result: ParseResult) -> int:

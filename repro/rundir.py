@@ -118,6 +118,8 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
         doc["data"] = hosts.data
     if hosts.env:
         doc["env"] = redact_env(hosts.env)
+    if hosts.scheduler:
+        doc["scheduler"] = dict(hosts.scheduler)
     return doc
 
 

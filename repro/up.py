@@ -56,6 +56,7 @@ class UpOptions:
     accept_new_host_keys: bool = False
     skip_preflight: bool = False
     synthetic: bool = False  # the synthetic-data run the manifest declares (dataset.synthetic)
+    scheduler: str | None = None  # --scheduler KIND[:KEY=VALUE,...] (repro.schedulers)
     images: ImagesOptions = field(default_factory=ImagesOptions)
 
 
@@ -184,14 +185,35 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     if manifest.synthetic_data:
         progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
-    used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
+    sched = _scheduler(manifest, cells, hosts, opts, progress)
+    used = sched.open(need)
+    try:
+        return _up(manifest, cells, used, run, sched, opts, progress, started,
+                   record=hosts if sched.name == "ssh" else used)
+    except KeyboardInterrupt:
+        sched.close(interrupted=True)
+        raise
+    finally:
+        sched.close()
+
+
+def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: UpOptions, progress: Progress) -> Any:
+    from repro.schedulers import SCHEDULERS, scheduler_config
+
+    cfg = scheduler_config(hosts.scheduler, opts.scheduler)
+    return SCHEDULERS.get(cfg["kind"])(cfg, manifest, cells, hosts, progress)
+
+
+def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
+        progress: Progress, started: float, record: Hosts) -> UpResult:
+    """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
     reports = [] if opts.skip_preflight else _preflight(used, manifest, cells, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
-        run = RunDir.create(opts.out, manifest, hosts)
+        run = RunDir.create(opts.out, manifest, record)
         lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
@@ -201,13 +223,15 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     _image_mofed(manifest, cells, reports, clients[used.nodes[0].name], images.reference, opts, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
     try:
-        _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result)
+        _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
+        sched.close(interrupted=True)
         raise Interrupted(run.path) from e
     finally:
         for c in clients.values():
             c.close()
         result.seconds = time.monotonic() - started
+        _scheduler_facts(result, sched)
         _seal(result, progress)
     return result
 
@@ -238,6 +262,16 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     return record
 
 
+def _scheduler_facts(result: UpResult, sched: Any) -> None:
+    """The allocation this invocation ran in (job id, partition, nodes, batch script, steps), one entry per allocation."""
+    facts = sched.facts()
+    if facts:
+        kept = [a for a in result.record.get("scheduler", []) if a.get("job_id") != facts["job_id"]]
+        result.record["scheduler"] = [*kept, facts]
+        if facts.get("sbatch_script"):
+            result.run.write_text(f"slurm-{facts['job_id']}.sbatch", facts["sbatch_script"])
+
+
 def _seal(result: UpResult, progress: Progress) -> None:
     """Provenance and checksums on every way out, so even a stopped run is auditable as far as it got."""
     from repro import provenance
@@ -257,7 +291,7 @@ def _todo(run: RunDir, cells: Sequence[Cell], repeats: int | None) -> list[tuple
 
 def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: RunDir,
                 clients: Mapping[str, docker.DockerClient], image: str,
-                opts: UpOptions, progress: Progress, result: UpResult) -> None:
+                opts: UpOptions, progress: Progress, result: UpResult, launch: Any = None) -> None:
     todo = _todo(run, cells, opts.repeats)
     total = len(todo)
     throughput = _Throughput(manifest.measure.parser)
@@ -266,7 +300,7 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
         progress(Event("cell", f"{cell.key} repeat {repeat}", data={"cell": cell.key, "repeat": repeat, "index": i,
                                                                       "total": total}))
         ok = _run_repeat(manifest, cell, repeat, hosts, run, clients, image, progress, throughput, result,
-                         strict=opts.strict)
+                         strict=opts.strict, launch=launch)
         if ok:
             result.done += 1
         else:
@@ -277,9 +311,11 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
 
 
 def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: RunDir,
-                clients: Mapping[str, docker.DockerClient], image: str,
-                progress: Progress, throughput: _Throughput, result: UpResult, *, strict: bool = False) -> bool:
-    """One repeat, retried up to the manifest's limit; its status is in the state file on every path."""
+                clients: Mapping[str, docker.DockerClient], image: str, progress: Progress,
+                throughput: _Throughput, result: UpResult, *, strict: bool = False, launch: Any = None) -> bool:
+    """One repeat, retried up to the manifest's limit; its status is in the state file on every path.
+    ``launch``: the scheduler's cell launcher (default: over SSH, :func:`repro.launch.launch_cell`)."""
+    launch = launch or launch_cell
     attempts = manifest.retries + 1
     for attempt in range(1, attempts + 1):
         run.set_status(cell, repeat, RUNNING)
@@ -299,9 +335,9 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
         t0 = time.monotonic()
         env = manifest.launch.env_for(cell, hosts.env)
         try:
-            nodes_ran = launch_cell(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
-                                    on_event=on_event,
-                                    log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
+            nodes_ran = launch(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
+                               on_event=on_event,
+                               log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
             _commands(result, cell, repeat, nodes_ran, env, image)
         except CellFailed as e:
             _commands(result, cell, repeat, e.results, env, image)

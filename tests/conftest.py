@@ -53,7 +53,21 @@ def _ssh_reason() -> str | None:
     return None
 
 
-_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason}
+def _slurm_reason() -> str | None:
+    import subprocess
+
+    info = _cluster()
+    if info is None or not info.get("slurm_conf"):
+        return f"no Slurm in the test cluster at {CLUSTER_ENV} (run: scripts/test-cluster up)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20,
+                              env={**os.environ, "SLURM_CONF": info["slurm_conf"]})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"scontrol ping failed: {e}"
+    return None if "UP" in ping.stdout else f"slurmctld does not answer: {ping.stdout.strip()}"
+
+
+_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "slurm": _slurm_reason}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,0 +1,531 @@
+"""``slurm``: one allocation for the run, one job step per cell.
+
+The allocation is a batch job whose script only holds the nodes (the kit runs each cell
+in it with ``srun --jobid``), or the allocation the kit already runs in (``SLURM_JOB_ID``).
+Node names come from Slurm (``scontrol show hostnames``), addresses from ``scontrol show
+node``, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
+
+``container: docker`` (nodes with a Docker engine): the step runs the agent
+(``repro/schedulers/agent.py``) on every node, which creates that rank's container with the
+kit's labels, starts it attached and removes it on every way out. srun labels each line
+with its rank, and the kit streams them into the per-node logs of the run directory.
+MPI targets keep their own ``mpirun`` inside the allocation (the head container starts the
+other ranks through the per-run sshd in each node's container): Slurm's PMI does not reach
+into containers the Docker engine starts, and the images' Open MPI needs no Slurm support.
+
+``container: pyxis``: the step is rendered as ``srun --container-image=…`` text (``render_pyxis``);
+MPI targets then use ``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from repro.errors import EnvironmentUnavailable, PluginUnavailable, RunFailed, UsageError
+from repro.hosts import Hosts, Node
+from repro.images.events import Event
+from repro.manifest import Cell, Manifest
+from repro.schedulers import KEYS, SCHEDULERS
+
+AGENT = Path(__file__).with_name("agent.py")
+ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
+LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
+HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
+        "exec sleep 2147483647")
+
+
+class SchedulerStopped(RunFailed):
+    """Slurm ended the job (time limit, node failure, scancel): the run directory resumes."""
+
+
+def seconds(text: str) -> int | None:
+    """A Slurm time (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None for no limit."""
+    t = text.strip()
+    if t.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = t.rpartition("-") if "-" in t else ("0", "", t)
+    parts = [int(p) for p in rest.split(":")]
+    if days != "0" or "-" in t:
+        h, m, s = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + s
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def _cli(argv: Sequence[str], *, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise EnvironmentUnavailable(f"{argv[0]} is not installed on this machine",
+                                     hint="run repro where Slurm's client commands are (a login node)") from e
+    except subprocess.TimeoutExpired as e:
+        raise EnvironmentUnavailable(f"`{shlex.join(argv)}` did not answer in {timeout:.0f} s",
+                                     hint="is slurmctld up? (scontrol ping)") from e
+
+
+def _fields(line: str) -> dict[str, str]:
+    """``scontrol show -o`` output as a dict (values may hold spaces only in the last fields we do not read)."""
+    return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+
+
+def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOLD, *, per_node: int = 1,
+                  output: str = "/dev/null") -> str:
+    """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
+    lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive"]
+    for key in ("partition", "account", "time", "constraint"):
+        if cfg.get(key):
+            lines.append(f"#SBATCH --{key}={cfg[key]}")
+    lines += [f"#SBATCH --output={output}", body]
+    return "\n".join(lines) + "\n"
+
+
+def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
+    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
+            f"--job-name={step}", "python3", "-c", AGENT.read_text(encoding="utf-8")]
+
+
+def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: Mapping[str, tuple[bytes, int]],
+              ssh_port: int | None) -> dict[str, Any]:
+    """What the agent on each node does: the docker create flags (the plan's container options, InfiniBand
+    devices included), files, the ports to wait for."""
+    from repro.plan import docker_run_flags
+
+    workers = [p.command.node.address for p in plans if p.command.role == "mpi-sshd"]
+    ranks = []
+    for p in plans:
+        c = p.command
+        labels = {**p.container["labels"], "repro.run": run_id}
+        flags = [f"--label={k}={v}" for k, v in sorted(labels.items())] + docker_run_flags(p.container)
+        mine = {path: (data.decode(), mode) for path, (data, mode) in files.items()} if c.role.startswith("mpi") else {}
+        mine.update({path: (text, 0o644) for path, text in c.files.items()})
+        ranks.append({"node": c.node.name, "role": c.role, "name": f"repro-{run_id}-{cell.key}-rank{c.rank}",
+                      "create": [*flags, image, *c.command], "files": mine,
+                      "wait_for": [[a, ssh_port] for a in workers] if c.role == "mpi-head" else []})
+    return {"ranks": ranks, "ready_s": 60}
+
+
+def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, cfg: Mapping[str, str]) -> str:
+    """The batch script that runs one cell under pyxis/enroot: exact text (pyxis is not installable here).
+
+    The image by digest from its registry, the manifest's mounts, env and workdir; no sshd.
+    Per-rank commands go through ``--multi-prog``; MPI targets run one task per rank with PMIx.
+    Every rank's output is labelled with its rank in the job's output file.
+    """
+    from repro.launchers.base import fill
+
+    first = plans[0]
+    registry, _, path = image.partition("/")
+    uri = f"{registry}#{path}" if "." in registry or ":" in registry else image
+    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
+                      for src, m in first.container.get("volumes", {}).items())
+    env = dict(first.container["environment"])
+    srun = ["srun", f"--container-image={uri}", "--no-container-mount-home"]
+    srun += [f"--container-mounts={mounts}"] if mounts else []
+    if "working_dir" in first.container:
+        srun.append(f"--container-workdir={first.container['working_dir']}")
+    if env:
+        srun.append(f"--container-env={','.join(sorted(env))}")
+    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    per_node = 1
+    if manifest.launch.kind == "mpi":
+        per_node = cell.gpus_per_node if manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node" else 1
+        nodes = [p.command.node for p in plans]
+        argv = fill(manifest.launch.command, manifest.launch, cell, nodes, 0)
+        body.append(shlex.join(["srun", "--mpi=pmix", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
+                                f"--ntasks-per-node={per_node}", "--label", *srun[1:], *argv]))
+    else:
+        conf = "\n".join(f"{p.command.rank} {shlex.join(p.command.command)}" for p in plans)
+        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf, "REPRO_EOF",
+                 shlex.join(["srun", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1",
+                             "--label", *srun[1:], "--multi-prog", "repro-multi-prog.conf"])]
+    return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body), per_node=per_node,
+                         output=f"repro-{manifest.id}-{cell.key}-%j.out")
+
+
+def _now(epoch: float | None = None) -> str:
+    return datetime.fromtimestamp(epoch if epoch is not None else time.time(), UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _Step:
+    proc: subprocess.Popen[bytes]
+    events: queue.Queue[tuple[str, int, str]] = field(default_factory=queue.Queue)
+    step_id: str | None = None
+    other: list[str] = field(default_factory=list)  # srun's own lines
+
+
+@SCHEDULERS.register("slurm")
+class SlurmScheduler:
+    def __init__(self, config: Mapping[str, str], manifest: Manifest, cells: Sequence[Cell], hosts: Hosts,
+                 progress: Callable[[Event], None] | None = None) -> None:
+        self.cfg, self.manifest, self.cells, self.inventory = dict(config), manifest, cells, hosts
+        self.progress = progress or (lambda e: None)
+        self.given = set(self.cfg.pop("_option", "").split(","))
+        self.job: str | None = None
+        self.owned = False
+        self.script: str | None = None
+        self.nodes: list[Node] = []
+        self.steps: list[dict[str, Any]] = []
+        self.waited_s: float | None = None
+        self.released = False
+        self.probed: list[dict[str, Any]] = []
+
+    def where(self, key: str) -> str:
+        """Where a setting came from, for errors: the command line or the inventory."""
+        if key in self.given or not (self.inventory.path and self.inventory.scheduler):
+            return f"--scheduler {key}"
+        return f"{self.inventory.path}: scheduler.{key}"
+
+    # -- checks (nothing is submitted until all pass) --------------------------------------
+    def check(self, need: int) -> None:
+        ping = _cli(["scontrol", "ping"])
+        if ping.returncode != 0 or "UP" not in ping.stdout:
+            text = (ping.stdout + ping.stderr).strip().splitlines()[0] if (ping.stdout + ping.stderr).strip() else ""
+            raise EnvironmentUnavailable(f"Slurm does not answer: {text or 'scontrol ping failed'}",
+                                         hint="start slurmctld, or set SLURM_CONF to this cluster's slurm.conf")
+        if self.cfg.get("container", "docker") not in ("docker", "pyxis"):
+            raise UsageError(f"{self.where('container')}: {self.cfg['container']!r} is not docker or pyxis",
+                             hint="container: docker (nodes with a Docker engine) or pyxis (srun --container-image)")
+        if self.cfg.get("container") == "pyxis" and "--container-image" not in _cli(["srun", "--help"]).stdout:
+            raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no --container-image "
+                             "(the pyxis plugin is not installed)",
+                             hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
+        if self.cfg.get("container") == "pyxis":
+            raise PluginUnavailable(f"{self.where('container')}: pyxis: this version renders a cell's pyxis job "
+                                    "script (render_pyxis) but does not run it yet",
+                                    hint="use container: docker where nodes run a Docker engine")
+        if os.environ.get("SLURM_JOB_ID"):
+            return
+        partitions = [p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()]
+        part = self.cfg.get("partition") or next((p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()
+                                                 if p.endswith("*")), None)
+        if part is None or part not in partitions:
+            raise UsageError(f"{self.where('partition')}: no partition {part!r} in this cluster "
+                             f"(it has: {', '.join(partitions) or 'none'})",
+                             hint="set scheduler.partition (or --scheduler slurm:partition=NAME) to one of them")
+        info = _fields(_cli(["scontrol", "show", "partition", "-o", part]).stdout)
+        total = int(info.get("TotalNodes", "0"))
+        if need > total:
+            raise UsageError(f"{self.where('partition')}: the matrix needs {need} nodes, partition {part} has {total}",
+                             hint="choose a larger partition, or filter the cells: --cells nodes=" + str(total))
+        limit = seconds(self.cfg["time"]) if self.cfg.get("time") else None
+        longest = self.manifest.launch.timeout_s
+        if limit is not None and limit < longest:
+            raise UsageError(f"{self.where('time')}: {self.cfg['time']} ({limit} s) is shorter than one repeat of "
+                             f"{self.manifest.id} may take (launch.timeout_s {longest} s)",
+                             hint=f"give at least time={-(-longest // 60)} (minutes); a run cut off by the limit "
+                                  "resumes with repro up --resume RUN_DIR")
+        self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need)
+        test = _cli(["sbatch", "--test-only"], stdin=self.script)
+        if test.returncode != 0:
+            why = " ".join(test.stderr.replace("sbatch: error:", "").split())
+            key = "account" if "account" in why.lower() else "time" if "time" in why.lower() else "constraint" \
+                if "feature" in why.lower() or "constraint" in why.lower() else "partition"
+            raise UsageError(f"{self.where(key)}: Slurm refuses the job: {why}",
+                             hint="fix the scheduler settings (sinfo, sacctmgr show assoc user=$USER show what "
+                                  "this account may use); nothing was submitted")
+
+    # -- the allocation ----------------------------------------------------------------------
+    def open(self, need: int) -> Hosts:
+        self.check(need)
+        t0 = time.monotonic()
+        if os.environ.get("SLURM_JOB_ID"):
+            self.job = os.environ["SLURM_JOB_ID"]
+            nodelist = os.environ.get("SLURM_JOB_NODELIST") or _fields(
+                _cli(["scontrol", "show", "job", "-o", self.job]).stdout).get("NodeList", "")
+            self.progress(Event("info", f"inside Slurm allocation {self.job} ({nodelist})"))
+        else:
+            sub = _cli(["sbatch", "--parsable"], stdin=self.script)
+            if sub.returncode != 0:
+                raise RunFailed(f"sbatch failed: {' '.join(sub.stderr.split())}")
+            self.job, self.owned = sub.stdout.strip().split(";")[0], True
+            self.progress(Event("step", f"Slurm job {self.job}: waiting for {need} node(s)"))
+            nodelist = self._wait_running()
+        self.waited_s = time.monotonic() - t0
+        names = _cli(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+        if len(names) < need:
+            raise UsageError(f"Slurm allocation {self.job} has {len(names)} node(s), the matrix needs {need}",
+                             hint="salloc/sbatch with more nodes, or filter the cells with --cells")
+        known = {n.name: n for n in self.inventory.nodes}
+        for name in names[:need]:
+            addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
+            base = known.get(name)
+            self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
+        if self.cfg.get("container", "docker") == "docker":
+            self.probe()
+        inv = self.inventory
+        # the settings in effect (inventory and command line) go with the nodes, so a run directory resumes with them
+        settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
+        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings)
+
+    def probe(self) -> None:
+        """A job step on every allocated node before any cell: each must reach a Docker engine from inside a step."""
+        names = [n.name for n in self.nodes]
+        out = _cli(srun_argv(str(self.job), names, "repro-probe"), stdin=json.dumps({"probe": True}), timeout=120)
+        found = {}
+        for line in out.stdout.splitlines():
+            m = LABELLED.match(line)
+            if m and m.group(2).startswith("##repro probe "):
+                info = json.loads(m.group(2)[len("##repro probe "):])
+                found[info["node"]] = info
+        self.probed = [found.get(n, {"node": n}) for n in names]
+        bad = [f"{n}: " + (found[n]["docker_error"] or "no engine") if n in found else
+               f"{n}: the probe step did not run ({' '.join(out.stderr.split())[:300] or 'no output'})"
+               for n in names if n not in found or not found[n]["docker"]]
+        if bad:
+            raise EnvironmentUnavailable("container: docker, but a job step cannot reach a Docker engine on:\n  "
+                                         + "\n  ".join(bad),
+                                         hint="use container: pyxis where the cluster has pyxis/enroot, or nodes "
+                                              "whose job steps may use Docker")
+        self.progress(Event("info", "job step probe: " + "; ".join(
+            f"{i['node']} docker {i['docker']}, {i['cpus']} CPUs, {i['gpus']} GPUs"
+            + (", InfiniBand" if i["infiniband"] else "") for i in self.probed)))
+
+    def _wait_running(self) -> str:
+        last = ""
+        while True:
+            info = _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout)
+            state = info.get("JobState", "")
+            if state == "RUNNING":
+                return info.get("NodeList", "")
+            if state not in ("PENDING", "CONFIGURING", ""):
+                raise RunFailed(f"Slurm job {self.job} is {state} before it ran ({info.get('Reason', '')})")
+            if info.get("Reason", "None") not in (last, "None"):
+                last = info["Reason"]
+                self.progress(Event("info", f"job {self.job} {state}: {last}"))
+            time.sleep(0.1)
+
+    def facts(self) -> dict[str, Any]:
+        return {"kind": "slurm", "job_id": self.job, "allocation": "submitted" if self.owned else "existing",
+                "partition": self.cfg.get("partition") or _fields(
+                    _cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("Partition"),
+                "account": self.cfg.get("account"), "time": self.cfg.get("time"),
+                "constraint": self.cfg.get("constraint"), "container": self.cfg.get("container", "docker"),
+                "nodes": [n.name for n in self.nodes], "sbatch_script": self.script,
+                "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed, "steps": self.steps}
+
+    def job_state(self) -> str:
+        """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""
+        for _ in range(120):
+            state = _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("JobState", "UNKNOWN")
+            if state != "COMPLETING":
+                break
+            time.sleep(0.5)
+        return state
+
+    def close(self, interrupted: bool = False) -> None:
+        if self.owned and self.job and not self.released:
+            self.released = True
+            _cli(["scancel", self.job])
+            self.progress(Event("info", f"Slurm job {self.job} cancelled" if interrupted else
+                                f"Slurm job {self.job} released"))
+
+    # -- one cell = one job step -------------------------------------------------------------
+    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
+                    clients: Any = None, timeout_s: float | None = None,
+                    on_event: Callable[[tuple[str, str, str]], None] | None = None,
+                    image: str | None = None,
+                    log_writer: Callable[[int, str], Any] | None = None) -> list[Any]:
+        from repro.launch import CellFailed, NodeResult, _FileSink, mpi_files
+        from repro.launchers.mpi import DEFAULT_SSH_PORT
+        from repro.plan import plan_cell
+
+        plans = plan_cell(manifest, cell, hosts)
+        image = image or plans[0].image
+        port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if manifest.launch.kind == "mpi" else None
+        files = mpi_files(plans, port) if port else {}
+        spec = step_spec(plans, run_id, cell, image, files, port)
+        emit = on_event or (lambda e: None)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        writer = log_writer or (lambda rank, node: _FileSink(log_dir / f"{rank}-{node}.log"))
+        results = [NodeResult(p.command.node.name, p.command.node.address, p.command.rank, p.command.role,
+                              p.command.command, str(log_dir / f"{p.command.rank}-{p.command.node.name}.log"),
+                              container=spec["ranks"][i]["name"]) for i, p in enumerate(plans)]
+        sinks = []
+        for r in results:
+            sinks.append(writer(r.rank, r.node))
+            r.log = str(sinks[-1].path)
+        argv = srun_argv(str(self.job), [r.node for r in results], f"repro-{cell.key}")
+        submitted = time.time()
+        step = _Step(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+        reader = threading.Thread(target=self._read, args=(step, results, sinks), daemon=True)
+        reader.start()
+        assert step.proc.stdin is not None
+        step.proc.stdin.write(json.dumps(spec).encode())
+        step.proc.stdin.close()
+        decisive = {r.rank for r in results if r.role != "mpi-sshd"}
+        deadline = time.monotonic() + (timeout_s or manifest.launch.timeout_s)
+        stopped = False
+        try:
+            while decisive and step.proc.poll() is None or not step.events.empty():
+                if time.monotonic() > deadline:
+                    for r in results:
+                        if r.rank in decisive:
+                            r.error = f"timed out after {timeout_s or manifest.launch.timeout_s:.0f} s"
+                    break
+                try:
+                    kind, rank, text = step.events.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                emit((kind, results[rank].node, text))
+                if kind == "error" or (kind == "exited" and text != "0"):
+                    break
+                if kind == "exited":
+                    decisive.discard(rank)
+            if not decisive and all(r.role != "mpi-sshd" for r in results):
+                try:
+                    step.proc.wait(30)  # every rank exited: the agents finish their removal
+                except subprocess.TimeoutExpired:
+                    pass
+            self._stop(step, quiet=not decisive)
+            stopped = True
+            reader.join(60)
+        except BaseException:
+            if not stopped:
+                with _sigint_ignored():
+                    self._stop(step, quiet=False)
+                    reader.join(30)
+                    _await_removal(clients, results)
+            raise
+        finally:
+            for s in sinks:
+                s.close()
+            ended = _now()
+            for r in results:
+                r.ended = r.ended or ended
+            self.steps.append({"cell": cell.key, "step": step.step_id, "srun": argv[:-1] + ["<agent>"],
+                               "submitted": _now(submitted), "exit_code": step.proc.returncode,
+                               "started": {r.node: r.started for r in results}})
+        state = "RUNNING"
+        if step.proc.returncode not in (0, None) or not all(r.ok for r in results):
+            # a step killed from outside (no exit from a container): give slurmctld a moment to say why
+            killed = any(r.exit_code is None and r.error is None for r in results)
+            for _ in range(20 if killed else 1):
+                state = self.job_state()
+                if state != "RUNNING":
+                    break
+                time.sleep(0.5)
+        _await_removal(clients, results)
+        if state in ENDED_BY_SLURM:
+            raise SchedulerStopped(f"Slurm ended job {self.job} ({state}) while cell {cell.key} ran",
+                                   hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
+        for r in results:
+            if r.exit_code is None and r.error is None:
+                r.error = "the job step ended without the container's exit: " + " | ".join(step.other[-3:])
+        if not all(r.ok for r in results):
+            self._sweep(run_id, [r.node for r in results])
+            raise CellFailed(cell, results)
+        return results
+
+    def _read(self, step: _Step, results: list[Any], sinks: list[Any]) -> None:
+        """srun's merged output: labelled lines to the rank's log (or events), the rest kept as srun's own."""
+        assert step.proc.stdout is not None
+        for raw in step.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            m = LABELLED.match(line)
+            if not m or int(m.group(1)) >= len(results):
+                step.other.append(line)
+                continue
+            rank, text = int(m.group(1)), m.group(2)
+            r = results[rank]
+            if text.startswith("slurmstepd"):  # Slurm's own word about the step, not the rank's output
+                step.other.append(text)
+                continue
+            if text.startswith("##repro "):
+                word, _, rest = text[8:].partition(" ")
+                if word == "step":
+                    step.step_id = rest.split()[0]
+                elif word == "started":
+                    r.started = _now(float(rest))
+                    step.events.put(("started", rank, r.started))
+                elif word == "exited":
+                    if not rest.startswith("signal"):
+                        r.exit_code = int(rest)
+                    elif r.role == "mpi-sshd":
+                        r.exit_code = 0
+                    step.events.put(("exited", rank, rest))
+                elif word == "error":
+                    r.error = rest
+                    step.events.put(("error", rank, rest))
+                continue
+            sinks[rank].write((text + "\n").encode())
+            sinks[rank].flush()
+            r.tail = (r.tail + [text])[-20:]
+            step.events.put(("line", rank, text))
+
+    def _stop(self, step: _Step, *, quiet: bool) -> None:
+        """End a step that still runs: SIGTERM to its tasks (the agents remove their containers)."""
+        if step.proc.poll() is not None:
+            return
+        if step.step_id:
+            _cli(["scancel", "--signal=TERM", step.step_id])
+        else:
+            step.proc.send_signal(signal.SIGINT)
+        try:
+            step.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            _cli(["scancel", step.step_id or str(self.job)])
+            step.proc.wait(60)
+
+    def _sweep(self, run_id: str, nodes: Sequence[str]) -> None:
+        """After a failed step: remove whatever container of this run a killed agent left (job still running)."""
+        if self.job_state() != "RUNNING":
+            return
+        argv = srun_argv(str(self.job), nodes, "repro-sweep")
+        _cli(argv, stdin=json.dumps({"sweep": run_id}), timeout=60)
+
+
+def _await_removal(clients: Mapping[str, Any] | None, results: Sequence[Any], wait_s: float = 30) -> None:
+    """Where the kit reaches the nodes' engines: wait until the agents' removals are done (a killed agent's
+    request still completes in the engine), and remove what is left after ``wait_s``."""
+    import docker
+
+    for r in results:
+        client = (clients or {}).get(r.node)
+        if client is None:
+            continue
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                try:
+                    c = client.containers.get(r.container)
+                except docker.errors.NotFound:
+                    break
+                if time.monotonic() > deadline:
+                    c.remove(force=True)
+                    break
+                time.sleep(0.2)
+        except docker.errors.APIError:
+            pass  # being removed right now
+
+
+class _sigint_ignored:
+    def __enter__(self) -> None:
+        try:
+            self.prev = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            self.prev = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.prev is not None:
+            signal.signal(signal.SIGINT, self.prev)

@@ -1,0 +1,195 @@
+"""The Slurm back end's pure parts: times, --scheduler specs, the inventory section, and the
+exact text of what it submits (the allocation's batch script, a cell's job step, the agent's
+per-node spec, and a cell under pyxis, which cannot be installed here and is tested only as text).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from repro.errors import InputError, UnknownPlugin, UsageError
+from repro.hosts import Hosts, Node, load_hosts
+from repro.manifest import find_target
+from repro.plan import plan_cell, select_cells
+from repro.schedulers import parse_spec, scheduler_config
+from repro.schedulers.slurm import AGENT, render_pyxis, render_sbatch, seconds, srun_argv, step_spec
+
+DIGEST = "sha256:" + "a" * 64
+
+
+def cell_of(target: str, nodes: int, gpus_per_node: int | None = None):
+    m = find_target(target)
+    cells = [c for c in select_cells(m) if c.nodes == nodes and gpus_per_node in (None, c.gpus_per_node)]
+    return m, cells[-1]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("30", 1800), ("0:45", 45), ("10:30", 630), ("1:02:03", 3723), ("2-0", 172800), ("1-02:03", 93780),
+    ("1-00:00:10", 86410), ("UNLIMITED", None), ("infinite", None),
+])
+def test_slurm_times_in_seconds(text, expected):
+    assert seconds(text) == expected
+
+
+def test_scheduler_spec_and_inventory_section_merge_key_by_key():
+    assert parse_spec("slurm:partition=gpu,time=2:00:00") == {"kind": "slurm", "partition": "gpu",
+                                                              "time": "2:00:00"}
+    inv = {"kind": "slurm", "partition": "debug", "time": 20, "container": "docker"}
+    assert scheduler_config(inv, "slurm:time=45") == {"kind": "slurm", "partition": "debug", "time": "45",
+                                                      "container": "docker", "_option": "kind,time"}
+    assert scheduler_config(inv, "ssh") == {"kind": "ssh", "_option": "kind"}  # another kind drops the section
+    assert scheduler_config(None, None) == {"kind": "ssh"}
+
+
+def test_bad_scheduler_specs_name_the_fix():
+    with pytest.raises(UsageError, match=r"'queue=gpu' is not KEY=VALUE with KEY one of partition, account, time"):
+        parse_spec("slurm:queue=gpu")
+    with pytest.raises(UnknownPlugin, match=r"no scheduler 'pbs'; available: slurm, ssh"):
+        scheduler_config(None, "pbs")
+
+
+def test_inventory_with_only_a_slurm_section_is_valid(tmp_path: Path):
+    f = tmp_path / "hosts.yaml"
+    f.write_text("schema_version: 1\nscheduler: {kind: slurm, partition: gpu, time: '1:00:00', container: pyxis}\n")
+    hosts = load_hosts(f)
+    assert hosts.nodes == () and hosts.scheduler == {"kind": "slurm", "partition": "gpu", "time": "1:00:00",
+                                                     "container": "pyxis"}
+
+
+def test_inventory_scheduler_errors_name_file_and_field(tmp_path: Path):
+    f = tmp_path / "hosts.yaml"
+    f.write_text("schema_version: 1\nscheduler: {kind: slurm, container: singularity}\n")
+    with pytest.raises(InputError) as e:
+        load_hosts(f)
+    assert str(e.value) == f"{f}:2: scheduler.container: 'singularity' is not one of: docker, pyxis"
+    f.write_text("schema_version: 1\nscheduler: {kind: ssh}\n")  # ssh needs nodes
+    with pytest.raises(InputError) as e:
+        load_hosts(f)
+    assert str(e.value).endswith("nodes: no nodes: only a Slurm inventory may leave them to the scheduler")
+    assert e.value.hint == "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"
+
+
+def test_allocation_batch_script_exact():
+    cfg = {"kind": "slurm", "partition": "gpu", "account": "bench", "time": "2:00:00", "constraint": "v100"}
+    assert render_sbatch(cfg, "repro-torch-rn50-cpu", 2) == """\
+#!/bin/sh
+#SBATCH --job-name=repro-torch-rn50-cpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --partition=gpu
+#SBATCH --account=bench
+#SBATCH --time=2:00:00
+#SBATCH --constraint=v100
+#SBATCH --output=/dev/null
+# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)
+exec sleep 2147483647
+"""
+
+
+def test_cell_job_step_argv_exact():
+    argv = srun_argv("42", ["n1", "n2"], "repro-2n1g-fp32-bs8")
+    assert argv[:-1] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
+                         "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
+                         "--job-name=repro-2n1g-fp32-bs8", "python3", "-c"]
+    assert argv[-1] == AGENT.read_text()
+    compile(argv[-1], "agent", "exec")  # the agent runs as python3 -c on the node
+
+
+def test_mpi_step_spec_head_waits_for_worker_sshd_and_only_mpi_ranks_get_keys():
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)))
+    spec = step_spec(plan_cell(m, cell, hosts), "RUN", cell, "img@" + DIGEST, {"/run/repro-mpi/id": (b"KEY", 0o600)},
+                     12345)
+    head, worker = spec["ranks"]
+    common = ["--label=repro.cell=2n1g-fp32-bs8", "--label=repro.rank={}", "--label=repro.run=RUN",
+              "--label=repro.target=mpi-rn50-cpu", "--network=host", "--ipc=host", "--shm-size=1g",
+              "--ulimit=memlock=8388608", "-e=OMPI_ALLOW_RUN_AS_ROOT=1", "-e=OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+              "-e=OMP_NUM_THREADS=2"]
+    assert head["node"] == "n1" and head["role"] == "mpi-head" and head["name"] == "repro-RUN-2n1g-fp32-bs8-rank0"
+    assert head["create"][:len(common)] == [c.format(0) for c in common]
+    assert head["create"][len(common):len(common) + 5] == ["img@" + DIGEST, "mpirun", "--allow-run-as-root", "-np", "2"]
+    assert head["files"] == {"/run/repro-mpi/id": ("KEY", 0o600),
+                             "/run/repro-mpi/hostfile": ("10.0.0.1 slots=1\n10.0.0.2 slots=1\n", 0o644)}
+    assert head["wait_for"] == [["10.0.0.2", 12345]]
+    assert worker["create"][:len(common)] == [c.format(1) for c in common]
+    # the plan's container options as they are (a CPU target: no InfiniBand devices), as over SSH
+    assert worker["create"][len(common):len(common) + 2] == ["img@" + DIGEST, "/usr/sbin/sshd"]
+    assert worker["wait_for"] == [] and worker["files"]["/run/repro-mpi/id"] == ("KEY", 0o600)
+    sshd_config, mode = worker["files"]["/run/repro-mpi/sshd_config"]  # the per-run sshd of the worker
+    assert set(worker["files"]) == {"/run/repro-mpi/id", "/run/repro-mpi/sshd_config"} and mode == 0o644
+    assert sshd_config.startswith("Port 12345\nListenAddress 10.0.0.2\n")
+
+
+def test_torch_step_spec_carries_the_launchers_argv_unchanged():
+    m, cell = cell_of("torch-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)))
+    plans = plan_cell(m, cell, hosts)
+    spec = step_spec(plans, "RUN", cell, "img@" + DIGEST, {}, None)
+    for plan, rank in zip(plans, spec["ranks"], strict=True):
+        i = rank["create"].index("img@" + DIGEST)
+        assert tuple(rank["create"][i + 1:]) == plan.command.command
+        assert rank["files"] == {} and rank["wait_for"] == []
+
+
+PYXIS_TORCH = """\
+#!/bin/sh
+#SBATCH --job-name=repro-torch-rn50-cpu-2n1g-fp32-bs8
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --partition=gpu
+#SBATCH --time=30
+#SBATCH --output=repro-torch-rn50-cpu-2n1g-fp32-bs8-%j.out
+export GLOO_SOCKET_IFNAME=eth0
+cat > repro-multi-prog.conf <<'REPRO_EOF'
+0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
+/opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32
+1 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
+/opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32
+REPRO_EOF
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label \
+'--container-image=registry.example.org:5000#repro/cpu-torch@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' \
+--no-container-mount-home --container-env=GLOO_SOCKET_IFNAME --multi-prog repro-multi-prog.conf
+"""
+
+
+def _unwrap(text: str) -> str:
+    return text.replace(" \\\n", " ").replace("\\\n", "")
+
+
+def test_pyxis_torch_cell_exact():
+    m, cell = cell_of("torch-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
+    text = render_pyxis(m, cell, plan_cell(m, cell, hosts), "registry.example.org:5000/repro/cpu-torch@" + DIGEST,
+                        {"partition": "gpu", "time": "30"})
+    assert text == _unwrap(PYXIS_TORCH)
+
+
+def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)))
+    text = render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST, {})
+    last = shlex.split(text.splitlines()[-1])
+    assert last == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
+                    "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS",
+                    "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
+                    "64", "--precision", "fp32"]
+    assert "sshd" not in text and "mpirun" not in text
+    assert text.splitlines()[-4:-1] == ["export OMPI_ALLOW_RUN_AS_ROOT=1", "export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                        "export OMP_NUM_THREADS=2"]
+
+
+def test_pyxis_gpu_cell_mounts_dataset_read_only_and_sets_workdir():
+    m, cell = cell_of("dlperf-ngc-pytorch-rn50-v100", 2, 8)
+    hosts = Hosts((Node("g1", "10.0.0.1", gpus=8), Node("g2", "10.0.0.2", gpus=8)), data="/data/imagenet")
+    last = shlex.split(render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST,
+                                    {}).splitlines()[-1])
+    assert last[:9] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                        "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
+                        "--container-mounts=/data/imagenet:/data/imagenet:ro",
+                        "--container-workdir=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets"]
