@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # imported where used: `repro parse` reads no manifest and ne
     from repro.manifest import Cell, Manifest, PublishedCell, PublishedTable
 
 MATCH, DEVIATES, NOT_DERIVABLE, NO_LOG = "match", "deviates", "not derivable", "no log"
+NOT_PUBLISHED = "not published"  # the table prints a dash where this cell would be
 MEASURED = "measured"  # a target that reproduces no publication
 
 
@@ -107,6 +108,13 @@ def _floor(result: ParseResult) -> int:
 
 
 def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCell, logs: Sequence[Path]) -> CellResult:
+    if cell.value == "-":  # nothing to compare with; a run's own figure is still shown
+        r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
+                       cell.batch_size, None, verdict=NOT_PUBLISHED, label=cell.label, logs=[str(p) for p in logs])
+        if logs:
+            _measure_logs(manifest, cell, logs, r)
+        r.verdict, r.detail = NOT_PUBLISHED, cell.note or "the table prints '-' here"
+        return r
     r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
                    cell.batch_size, cell.value, published_speedup=cell.speedup, label=cell.label,
                    logs=[str(p) for p in logs])
@@ -119,6 +127,8 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
     if issues:
         r.detail = "; ".join([r.detail, *issues]).strip("; ")
+    if cell.note and not r.exact:  # the manifest's reason why this cell does not re-derive exactly
+        r.detail = "; ".join(filter(None, [r.detail, cell.note]))
     return r
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from repro.manifest import find_target
 from repro.report import RENDERERS, plot_scaling
-from repro.reproduce import MATCH, NO_LOG, NOT_DERIVABLE, is_exact, reproduce_table, resolve_tables
+from repro.reproduce import DEVIATES, MATCH, NO_LOG, NOT_DERIVABLE, NOT_PUBLISHED, is_exact, reproduce_table, resolve_tables
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,8 +82,48 @@ def test_published_repeats_are_checked_when_no_log_exists() -> None:
 
 
 def test_targets_without_bundled_logs_say_no_log() -> None:
-    got = cells(table("paddle-rn50-a100"))
+    got = [c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "fp32"]
     assert got and all(c.verdict == NO_LOG and c.reproduced is None for c in got)
+
+
+A100 = {  # PaddlePaddle/Perf@c1ad14b ResNet50V1.5/README.md, A100-FP32 and A100-AMP tables
+    ("paddle-rn50-a100", 1, "fp32"): "908.244", ("paddle-rn50-a100", 8, "fp32"): "5333.558",
+    ("paddle-rn50-a100", 1, "fp16"): "2602.629", ("paddle-rn50-a100", 8, "fp16"): "17587.654",
+    ("ngc-tf1-rn50-a100", 1, "fp32"): "975.374", ("ngc-tf1-rn50-a100", 8, "fp32"): None,
+    ("ngc-tf1-rn50-a100", 1, "amp"): "2064.8", ("ngc-tf1-rn50-a100", 8, "amp"): None,
+    ("ngc-pytorch-rn50-a100", 1, "fp32"): "924.989", ("ngc-pytorch-rn50-a100", 8, "fp32"): "7020.9",
+    ("ngc-pytorch-rn50-a100", 1, "amp"): "1449.65", ("ngc-pytorch-rn50-a100", 8, "amp"): "10744.6",
+    ("ngc-mxnet-rn50-a100", 1, "fp32"): "1015.8", ("ngc-mxnet-rn50-a100", 8, "fp32"): "7848.2",
+    ("ngc-mxnet-rn50-a100", 1, "fp16"): "3046.4", ("ngc-mxnet-rn50-a100", 8, "fp16"): "22690",
+}
+
+
+def test_perf_2_5_a100_every_cell_from_its_log_or_not_published() -> None:
+    got = {(c.target, c.gpus, c.precision): c for c in cells(table("perf-2.5-a100"))}
+    assert {k: c.published for k, c in got.items()} == A100
+    dashes = [c for c in got.values() if c.published is None]
+    assert len(dashes) == 2 and all(c.verdict == NOT_PUBLISHED and c.reproduced is None and c.logs == [] for c in dashes)
+    derived = [c for c in got.values() if c.published is not None]
+    assert len(derived) == 14 and all(len(c.logs) == 1 and "A100" in c.logs[0] for c in derived)
+    assert all(c.exact and c.verdict == MATCH for c in derived if not c.target.startswith("paddle"))
+    # Paddle 2.5 cells: within 0.1 % as on V100, each with its reason; 8-GPU FP32 is not its log's figure.
+    for gpus, prec, value in [(1, "fp32", 908.246), (1, "fp16", 2602.554), (8, "fp16", 17598.478)]:
+        c = got[("paddle-rn50-a100", gpus, prec)]
+        assert round(c.reproduced, 3) == value and c.verdict == MATCH and not c.exact and "within 0.1 %" in c.detail
+    odd = got[("paddle-rn50-a100", 8, "fp32")]
+    assert round(odd.reproduced, 1) == 4388.6 and odd.verdict == DEVIATES
+    assert "does not come from its log" in odd.detail and "-17.72%" in odd.detail
+
+
+def test_perf_2_5_a100_markdown() -> None:
+    md = RENDERERS["md"](table("perf-2.5-a100"))
+    assert ("| 8 GPUs (1 node) | 7848.2 → 7848.21 (exact) match | 22690 → 22690.0 (exact) match  "
+            "| 7020.9 → 7020.90 (exact) match   | 10744.6 → 10744.60 (exact) match | — (not published)                "
+            "| — (not published)               | 5333.558 → 4388.6484 (-17.72%) deviates "
+            "| 17587.654 → 17598.4784 (+0.06%) match |") in md
+    assert ("- ngc-tf1-rn50-a100 8 GPU amp bs256: not published: the table prints - (no 8-GPU A100 TF run; no log)"
+            in md)
+    assert md.rstrip().endswith("Verdict: 13 match, 2 not published, 1 deviates of 16 cells.")
 
 
 def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
