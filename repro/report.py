@@ -93,7 +93,7 @@ def render_markdown(results: Sequence[TableResult]) -> str:
 def _scaling_section(df: pd.DataFrame) -> list[str]:
     def text(c: CellResult) -> str:
         if c.speedup is None:
-            return ""
+            return f"published {c.published_speedup}" if c.published_speedup else ""
         pub = f"published {c.published_speedup}, " if c.published_speedup else ""
         return f"{pub}reproduced {c.speedup:.2f} ({c.efficiency:.0%} of linear)"
 

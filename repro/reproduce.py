@@ -211,10 +211,21 @@ def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
     for r in cells:
         base = next((b for b in cells if b.column_key == r.column_key and b.column == r.column
                      and all(getattr(b, k) == v for k, v in sp["base"].items() if hasattr(b, k))), None)
+        if base is not None and r.reproduced is None and r.published_speedup and base.published:
+            _published_speedup_check(r, base, digits)
         if base is None or base.reproduced is None or r.reproduced is None:
             continue
         r.speedup = speedup(r.reproduced, base.reproduced, digits)
         r.efficiency = r.reproduced / base.reproduced / (r.gpus / base.gpus)
+
+
+def _published_speedup_check(r: CellResult, base: CellResult, digits: int | None) -> None:
+    """Without a log, at least check the publication's speedup against its own figures."""
+    assert r.published and base.published and r.published_speedup
+    got = speedup(float(r.published), float(base.published), digits)
+    verdict = "consistent with" if is_exact(got, r.published_speedup) else "INCONSISTENT with"
+    r.detail = "; ".join(filter(None, [r.detail, f"published {r.published} / {base.published} gives speedup {got}, "
+                                                 f"{verdict} the published {r.published_speedup}"]))
 
 
 def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,

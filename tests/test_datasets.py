@@ -27,6 +27,7 @@ SHELLS = [s for s in ("dash", "bash", "zsh", "ksh", "busybox") if shutil.which(s
 #: class folders; DLE TF1, TF2 models, tf_cnn_benchmarks: train-* TFRecord shards; DLE MXNet: .rec/.idx).
 FORMATS = {
     "dlperf-ngc-pytorch-rn50-v100": "imagenet-jpeg",
+    "dlperf-ngc-pytorch-rn50-v100-static": "imagenet-jpeg",
     "dlperf-tf2-rn50-v100": "imagenet-tfrecord",
     "ngc-mxnet-rn50-a100": "imagenet-recordio",
     "ngc-mxnet-rn50-v100": "imagenet-recordio",
@@ -65,6 +66,7 @@ def test_the_schemas_know_the_same_formats_as_the_checks() -> None:
 #: DLE TF1 without --data_dir in training_benchmark mode, DLE MXNet's --data-backend passed on by benchmark.py.
 SYNTHETIC = {
     "dlperf-ngc-pytorch-rn50-v100": (["--data-backend", "dali-cpu"], ["--data-backend", "syntetic"]),
+    "dlperf-ngc-pytorch-rn50-v100-static": (["--data-backend", "dali-cpu"], ["--data-backend", "syntetic"]),
     "ngc-pytorch-rn50-v100": (["/imagenet"], ["--data-backend", "synthetic", "/imagenet"]),
     "ngc-pytorch-rn50-a100": (["/imagenet"], ["--data-backend", "synthetic", "/imagenet"]),
     "ngc-pytorch-rn50-v100-20.07": (["/imagenet"], ["--data-backend", "syntetic", "/imagenet"]),

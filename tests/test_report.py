@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,31 @@ def test_published_repeats_are_checked_when_no_log_exists() -> None:
     got = {c.gpus: c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "amp"}
     assert all(c.verdict == NO_LOG and c.reproduced is None for c in got.values())
     assert "give median 22551.16, consistent with the published 22551.16" in got[32].detail
+
+
+def test_dlperf_ngc_pytorch_cites_every_speedup_and_the_static_loss_scale_table() -> None:
+    # DLPerf NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md @c89430b: the three tables
+    published = {("fp32", 1): ("367.29", "1.00"), ("fp32", 4): ("1449.48", "3.95"), ("fp32", 8): ("2887.65", "7.86"),
+                 ("fp32", 16): ("5716.79", "15.56"), ("fp32", 32): ("10917.09", "29.72"),
+                 ("amp", 1): ("802.9", "1.00"), ("amp", 4): ("3137.44", "3.91"), ("amp", 8): ("6154.66", "7.67"),
+                 ("amp", 16): ("11991.94", "14.94"), ("amp", 32): ("22551.16", "28.09")}
+    got = {(c.precision, c.gpus): c for c in cells(table("dlperf-ngc-pytorch-rn50-v100"))}
+    assert {k: (c.published, c.published_speedup) for k, c in got.items()} == published
+    for (prec, gpus), (value, sp) in published.items():
+        assert f"gives speedup {float(sp)}, consistent with the published {sp}" in got[(prec, gpus)].detail
+    static = {c.gpus: c for c in cells(table("dlperf-ngc-pytorch-v1-static"))}
+    assert {g: (c.precision, c.batch_size, c.published, c.published_speedup) for g, c in static.items()} == {
+        1: ("amp", 256, "827.86", "1.00"), 4: ("amp", 256, "3253.68", "3.93"), 8: ("amp", 256, "6446.74", "7.79")}
+    md = RENDERERS["md"](table("dlperf-ngc-pytorch-v1-static"))
+    assert "| 4 GPUs (1 node) | published 3.93 |" in md
+
+
+def test_a_published_speedup_that_its_own_figures_do_not_give_is_flagged() -> None:
+    m = find_target("dlperf-ngc-pytorch-rn50-v100-static")
+    t = m.table()
+    wrong = replace(t, cells=(t.cells[0], replace(t.cells[1], speedup="3.99"), t.cells[2]))
+    got = {c.gpus: c for c in reproduce_table(m, wrong).cells}
+    assert "gives speedup 3.93, INCONSISTENT with the published 3.99" in got[4].detail
 
 
 def test_targets_without_bundled_logs_say_no_log() -> None:
