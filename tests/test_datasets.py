@@ -45,7 +45,18 @@ FORMATS = {
     "paddle-rn50-v100": "imagenet-jpeg-list",
     "paddle-rn50-v100-2.3": "imagenet-jpeg-list",
     "tf-cnn-rn50-p100-real": "imagenet-tfrecord",
+    "tf-cnn-alexnet-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-inception3-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-rn152-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-rn50-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-vgg16-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-alexnet-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-inception3-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-rn152-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-rn50-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-vgg16-k80-gce-real": "imagenet-tfrecord",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
+    "tf-cnn-alexnet-k80-ec2-synthetic": None, "tf-cnn-inception3-k80-ec2-synthetic": None, "tf-cnn-rn152-k80-ec2-synthetic": None, "tf-cnn-rn50-k80-ec2-synthetic": None, "tf-cnn-vgg16-k80-ec2-synthetic": None, "tf-cnn-alexnet-k80-gce-synthetic": None, "tf-cnn-inception3-k80-gce-synthetic": None, "tf-cnn-rn152-k80-gce-synthetic": None, "tf-cnn-rn50-k80-gce-synthetic": None, "tf-cnn-vgg16-k80-gce-synthetic": None, "tf-cnn-inception3-k80-ec2-dist-synthetic": None, "tf-cnn-rn152-k80-ec2-dist-synthetic": None, "tf-cnn-rn50-k80-ec2-dist-synthetic": None,
 }
 
 

@@ -460,3 +460,67 @@ def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) ->
     env4 = plan_cell(m, four, hosts)[0].command.env
     assert "NCCL_IB_GID_INDEX" not in env1 and env1["NCCL_SOCKET_IFNAME"] == "ib0"
     assert env4["NCCL_IB_GID_INDEX"] == "3" and env4["NCCL_SOCKET_IFNAME"] == "ib0"
+
+
+# --- tf-ps: a parameter server and a worker on every node (TensorFlow benchmarks, EC2 distributed K80) ---------
+
+# tf_cnn_benchmarks @9165a70 flags --job_name --ps_hosts --worker_hosts --task_index; the page's configuration for
+# ResNet-50: distributed_replicated, cross_replica_sync True, batch 64, sgd, 10 warmup + 100 steps; workers on
+# launch.master_port 50000 and parameter servers on 50001 of every node.
+TF_PS_ARGS = ("tf_cnn_benchmarks.py --num_gpus=8 --batch_size=64 --model=resnet50 "
+              "--variable_update=distributed_replicated --cross_replica_sync=True --optimizer=sgd "
+              "--num_warmup_batches=10 --num_batches=100 --job_name={job} "
+              "--ps_hosts=10.11.0.2:50001,10.11.0.3:50001 --worker_hosts=10.11.0.2:50000,10.11.0.3:50000 "
+              "--task_index={rank}")
+TF_PS_DOCKER = ("docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus=\"device=0,1,2,3,4,5,6,7\"' "
+                "-w=/workspace/benchmarks/scripts/tf_cnn_benchmarks IMAGE")
+TF_PS_2N = "".join(f"""\
+  rank {r} on node{r + 1} (10.11.0.{r + 2}) [worker]
+    {TF_PS_DOCKER}
+    $ python /tmp/repro-tf-ps-pair.py 14 python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
+    file /tmp/repro-tf-ps-pair.py:
+      \"\"\"Run one TensorFlow parameter server and one worker side by side (the ``tf-ps`` launcher).
+      
+      ... (52 lines)
+""" for r in (0, 1))
+
+
+def test_tf_ps_plan_two_nodes() -> None:
+    proc = repro("plan", "tf-cnn-rn50-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-4.yaml"),
+                 "--cells", "nodes=2")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.endswith("cell 2n8g-fp32-bs64: 2 node(s) x 8 GPU(s) = 16 GPU(s), fp32, batch 64/GPU\n"
+                                "  image: repro/tf-cnn-benchmarks:1.2.0-9165a70\n" + TF_PS_2N)
+
+
+def test_tf_ps_render_at_api_level() -> None:
+    m = find_target("tf-cnn-rn152-k80-ec2-dist-synthetic")
+    hosts = load_hosts(GOOD / "hosts-4.yaml")
+    plans = plan_cell(m, Cell(4, 8, "fp32", 32), hosts)
+    assert [p.command.rank for p in plans] == [0, 1, 2, 3] and {p.command.role for p in plans} == {"worker"}
+    for rank, p in enumerate(plans):
+        argv = list(p.command.command)
+        assert argv[:2] == ["python", "/tmp/repro-tf-ps-pair.py"]
+        n = int(argv[2])
+        ps, worker = argv[3:3 + n], argv[3 + n:]
+        assert [a for a in ps if not a.startswith("--job_name")] == [a for a in worker if not a.startswith("--job_name")]
+        assert "--job_name=ps" in ps and "--job_name=worker" in worker
+        assert f"--task_index={rank}" in worker
+        assert "--ps_hosts=" + ",".join(f"10.11.0.{i}:50001" for i in (2, 3, 4, 5)) in worker
+        assert "--worker_hosts=" + ",".join(f"10.11.0.{i}:50000" for i in (2, 3, 4, 5)) in worker
+        assert "--model=resnet152" in worker and "--batch_size=32" in worker
+        runner = p.command.files["/tmp/repro-tf-ps-pair.py"]
+        assert runner == (REPO / "repro/launchers/tf_ps_pair.py").read_text(encoding="utf-8")
+
+
+def test_dlperf_tf2_multi_node_worker_hosts_carry_the_port() -> None:
+    # DLPerf TensorFlow/resnet50v1.5/scripts/two_node_gpu.yaml @c89430b: worker_hosts '10.11.0.2:11111,10.11.0.3:11111'
+    m = find_target("dlperf-tf2-rn50-v100")
+    hosts = load_hosts(GOOD / "hosts-4.yaml")
+    for rank, p in enumerate(plan_cell(m, Cell(2, 8, "fp32", 128), hosts)):
+        assert p.command.command[-1] == (
+            "--params_override={runtime: {distribution_strategy: multi_worker_mirrored, all_reduce_alg: nccl, "
+            "batchnorm_spatial_persistent: false, worker_hosts: '10.11.0.2:11111,10.11.0.3:11111', "
+            f"task_index: {rank}}}, model: {{learning_rate: {{initial_lr: 1.024, warmup_epochs: 1}}}}}}")
+    one = plan_cell(m, Cell(1, 8, "fp32", 128), hosts)[0].command.command
+    assert not any("worker_hosts" in a for a in one)

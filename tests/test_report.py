@@ -241,3 +241,36 @@ def test_cli_parse_reads_several_logs_in_one_process(tmp_path: Path) -> None:
     assert [d.get("parser") for d in docs] == ["ngc-mxnet", None] and "the file is empty" in docs[1]["error"]
     assert bad.returncode == 2 and bad.stderr.startswith("error: 1 of 2 logs gave no figure:")
     assert f"\n  {empty}: the file is empty" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# TensorFlow benchmarks page, tensorflow/tensorflow@5984ffe tensorflow/docs_src/performance/benchmarks.md:
+# columns InceptionV3, ResNet-50, ResNet-152, AlexNet, VGG16; rows 1/2/4/8 GPUs ("-" where the page prints N/A).
+K80 = {
+    "tf-benchmarks-gce-k80-synthetic": ["30.5 51.9 20.0 656 35.4", "57.8 99.0 38.2 1209 64.8",
+                                        "116 195 75.8 2328 120", "227 387 148 4640 234"],
+    "tf-benchmarks-gce-k80-real": ["30.6 51.2 20.0 639 34.2", "58.4 98.8 38.3 1136 62.9",
+                                   "115 194 75.4 2067 118", "225 381 148 4056 230"],
+    "tf-benchmarks-ec2-k80-synthetic": ["30.8 51.5 19.7 684 36.3", "58.7 98.0 37.6 1244 69.4",
+                                        "117 195 74.9 2479 141", "230 384 149 4853 260"],
+    "tf-benchmarks-ec2-k80-real": ["30.5 51.3 19.7 674 36.3", "59.0 94.9 38.2 1227 67.5",
+                                   "118 188 75.2 2201 136", "228 373 149 - 242"],
+}
+K80_COLUMNS = ["InceptionV3", "ResNet-50", "ResNet-152", "AlexNet", "VGG16"]
+K80_BATCH = {"InceptionV3": 64, "ResNet-50": 64, "ResNet-152": 32, "AlexNet": 512, "VGG16": 32}
+
+
+@pytest.mark.parametrize("table_id", sorted(K80))
+def test_k80_single_server_tables_cite_every_number(table_id: str) -> None:
+    got = {(c.column, c.gpus): c for c in cells(table(table_id))}
+    want = {(col, gpus): v for gpus, row in zip([1, 2, 4, 8], K80[table_id])
+            for col, v in zip(K80_COLUMNS, row.split())}
+    assert {k: (c.published or "-") for k, c in got.items()} == want
+    assert all(c.batch_size == K80_BATCH[col] and c.nodes == 1 for (col, _), c in got.items())
+    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NO_LOG) for c in got.values())
+
+
+def test_k80_distributed_table_cites_every_number() -> None:
+    got = {(c.column, c.nodes, c.gpus): c.published for c in cells(table("tf-benchmarks-ec2-k80-distributed-synthetic"))}
+    rows = [(1, 1, "29.7 52.4 19.4"), (1, 8, "229 378 146"), (2, 16, "459 751 291"), (4, 32, "902 1388 565"),
+            (8, 64, "1783 2744 981")]
+    assert got == {(col, n, g): v for n, g, row in rows for col, v in zip(K80_COLUMNS[:3], row.split())}
