@@ -224,8 +224,9 @@ def _published_speedup_check(r: CellResult, base: CellResult, digits: int | None
     assert r.published and base.published and r.published_speedup
     got = speedup(float(r.published), float(base.published), digits)
     verdict = "consistent with" if is_exact(got, r.published_speedup) else "INCONSISTENT with"
-    r.detail = "; ".join(filter(None, [r.detail, f"published {r.published} / {base.published} gives speedup {got}, "
-                                                 f"{verdict} the published {r.published_speedup}"]))
+    check = (f"published {r.published} / {base.published} gives speedup {got}, "
+             f"{verdict} the published {r.published_speedup}")
+    r.detail = "; ".join(filter(None, [r.detail, check]))
 
 
 def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,

@@ -17,7 +17,16 @@ import pytest
 
 from repro.manifest import find_target
 from repro.report import RENDERERS, plot_scaling
-from repro.reproduce import DEVIATES, MATCH, NO_LOG, NOT_DERIVABLE, NOT_PUBLISHED, is_exact, reproduce_table, resolve_tables
+from repro.reproduce import (
+    DEVIATES,
+    MATCH,
+    NO_LOG,
+    NOT_DERIVABLE,
+    NOT_PUBLISHED,
+    is_exact,
+    reproduce_table,
+    resolve_tables,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

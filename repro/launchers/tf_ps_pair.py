@@ -40,7 +40,7 @@ def main(argv):
     while worker.poll() is None:
         code = ps.poll()
         if code is not None:
-            sys.stderr.write("repro: the parameter server exited with status %d before the worker\n" % code)
+            sys.stderr.write("repro: the parameter server exited with status %d before the worker\n" % code)  # noqa: UP031 - Python 2 too
             _stop(worker)
             return code or 1
         time.sleep(0.2)
