@@ -82,6 +82,7 @@ def list_targets(fmt: str) -> None:
 
     catalog = load_catalog(manifest_files())
     rows = [{"id": m.id, "framework": m.framework, "cells": len(m.cells()),
+             "tables": ", ".join(t.id for t in m.published) or "-",
              "published": ", ".join(f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
                                     f"{t.cite['path']}" for t in m.published) or "(none: measures only)"}
             for m in catalog.values()]

@@ -65,7 +65,8 @@ def describe_manifest(m: Manifest) -> str:
         lines.append(f"    {c['repository']} @ {c['commit']} {c['path']} (tolerance {t.tolerance_pct}%)")
         for cell in t.cells:
             log = f"  log: {cell.logs[0].name}" + (f" (+{len(cell.logs) - 1})" if len(cell.logs) > 1 else "") if cell.logs else ""
-            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: {cell.value} {t.unit}{log}")
+            sp = f", speedup {cell.speedup}" if cell.speedup else ""
+            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: {cell.value} {t.unit}{sp}{log}")
     if m.expect:
         lines.append("  expect: " + ", ".join(f"{k}={v}" for k, v in m.expect.items()))
     lines += [f"  note: {n}" for n in m.notes]

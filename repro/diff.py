@@ -102,7 +102,7 @@ def side_from_target(m: Manifest, table_id: str | None = None) -> Side:
     if m.published:
         table = m.table(table_id)
         unit = table.unit
-        results = {_cell(c.__dict__): float(c.value) for c in table.cells}
+        results = {_cell(c.__dict__): float(c.value) for c in table.cells if c.value != "-"}
     return Side(f"{m.id} (published)", "target", env, pins, results, unit, expect=m.expect)
 
 

@@ -134,6 +134,10 @@ def docker_run_flags(opts: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+#: longer files a launcher writes into the containers are shown by their first lines only
+FILE_LINES_SHOWN = 16
+
+
 def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
     """The human-readable plan: exact-text tested, printed by ``repro plan``."""
     lines = [f"target {manifest.id}: {manifest.title}",
@@ -150,6 +154,9 @@ def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
             lines.append(f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE")
             lines.append(f"    $ {shlex.join(redact_argv(c.command))}")
             for path, text in c.files.items():
+                body = text.splitlines()
+                if len(body) > FILE_LINES_SHOWN:  # a program the kit ships (tf-ps's runner): its first lines
+                    body = [*body[:2], f"... ({len(body)} lines)"]
                 lines.append(f"    file {path}:")
-                lines += [f"      {redact_text(ln)}" for ln in text.splitlines()]
+                lines += [f"      {redact_text(ln)}" for ln in body]
     return "\n".join(lines) + "\n"

@@ -211,7 +211,7 @@ def _visible_len(line: str) -> int:
 
 def _scaling_text(c: CellResult) -> str:
     if c.speedup is None:
-        return ""
+        return f"published x{c.published_speedup}" if c.published_speedup else ""
     pub = f"; published x{c.published_speedup}" if c.published_speedup else ""
     return f"x{c.speedup:.2f} ({c.efficiency:.0%} of linear{pub})"
 

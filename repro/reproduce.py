@@ -29,6 +29,7 @@ from repro.verdict import (
     NEW_RUN,
     NO_LOG,
     NOT_DERIVABLE,
+    NOT_PUBLISHED,
     REDERIVATION,
     estimate,
     judge_new_run,
@@ -145,6 +146,13 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
                    kind: str | None = None) -> CellResult:
     """Judge one published cell on ``logs``: a re-derivation when they are the publication's own logs
     (or byte-identical copies), otherwise (or when ``kind`` says so: a run) a new run."""
+    if cell.value == "-":  # nothing to compare with; a run's own figure is still shown
+        r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
+                       cell.batch_size, None, verdict=NOT_PUBLISHED, label=cell.label, logs=[str(p) for p in logs])
+        if logs:
+            _measure_logs(manifest, cell, logs, r)
+        r.verdict, r.detail = NOT_PUBLISHED, cell.note or "the table prints '-' here"
+        return r
     r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
                    cell.batch_size, cell.value, published_speedup=cell.speedup, label=cell.label,
                    logs=[str(p) for p in logs])
@@ -161,6 +169,8 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
         _judge_new_run(r, cell, run_tolerance(table.run_tolerance))
     if issues:
         r.detail = "; ".join([r.detail, *issues]).strip("; ")
+    if cell.note and not r.exact:  # the manifest's reason why this cell does not re-derive exactly
+        r.detail = "; ".join(filter(None, [r.detail, cell.note]))
     return r
 
 
@@ -257,10 +267,22 @@ def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
     for r in cells:
         base = next((b for b in cells if b.column_key == r.column_key and b.column == r.column
                      and all(getattr(b, k) == v for k, v in sp["base"].items() if hasattr(b, k))), None)
+        if base is not None and r.reproduced is None and r.published_speedup and base.published:
+            _published_speedup_check(r, base, digits)
         if base is None or base.reproduced is None or r.reproduced is None:
             continue
         r.speedup = speedup(r.reproduced, base.reproduced, digits)
         r.efficiency = r.reproduced / base.reproduced / (r.gpus / base.gpus)
+
+
+def _published_speedup_check(r: CellResult, base: CellResult, digits: int | None) -> None:
+    """Without a log, at least check the publication's speedup against its own figures."""
+    assert r.published and base.published and r.published_speedup
+    got = speedup(float(r.published), float(base.published), digits)
+    verdict = "consistent with" if is_exact(got, r.published_speedup) else "INCONSISTENT with"
+    check = (f"published {r.published} / {base.published} gives speedup {got}, "
+             f"{verdict} the published {r.published_speedup}")
+    r.detail = "; ".join(filter(None, [r.detail, check]))
 
 
 def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,

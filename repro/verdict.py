@@ -27,6 +27,7 @@ REDERIVATION, NEW_RUN = "re-derivation", "new run"
 MATCH, DEVIATES, NOT_DERIVABLE = "match", "deviates", "not derivable"
 REPRODUCED, SLOWER, FASTER, INCONCLUSIVE = "reproduced", "slower", "faster", "inconclusive"
 NO_LOG, MEASURED = "no log", "measured"
+NOT_PUBLISHED = "not published"  # the table prints a dash where this cell would be
 
 CONFIDENCE = 0.95
 INTERVAL = "95% Student-t interval of the mean of the repeats"

@@ -172,7 +172,7 @@ ALL_CASES: list[Case] = CASES + DLPERF_CASES
 
 def reference_logs() -> list[Path]:
     """Every bundled log with a published figure case (the README, .gitattributes and DLPerf's
-    result JSON are not logs; the A100 logs have no shipped table yet: see a100_logs())."""
+    result JSON are not logs; the A100 logs are checked by their own table: see a100_logs())."""
     return sorted(
         p
         for p in PUBLISHED.rglob("*")

@@ -80,7 +80,7 @@ def test_show_dlperf_text() -> None:
         "    base OS ubuntu18.04, tag published 2020-03 (NGC monthly release 20.03; the push date was not read from "
         "the registry here)",
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
-        "-> /workspace/DeepLearningExamples",
+        "-> /workspace/rn50",
         "    patch PyTorch/Classification/ConvNets/main.py: DLPerf README requires this edit for multi-node runs",
         "      '        torch.cuda.set_device(args.gpu)\\n' -> '        torch.cuda.set_device(args.gpu)\\n"
         "        args.gpu = torch.cuda.device_count()\\n'",
@@ -98,16 +98,16 @@ def test_show_dlperf_text() -> None:
         "  published dlperf-ngc-pytorch-v1: DLPerf: NVIDIA-DeepLearningExamples PyTorch ResNet50 v1.5 test report",
         "    https://github.com/Oneflow-Inc/DLPerf @ c89430bac64f64caabb0445ff7eb80175641454c "
         "NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md (tolerance 3%)",
-        "    1n 1 GPU fp32 bs128: 367.29 images/s",
-        "    1n 4 GPU fp32 bs128: 1449.48 images/s",
-        "    1n 8 GPU fp32 bs128: 2887.65 images/s",
-        "    2n 16 GPU fp32 bs128: 5716.79 images/s",
-        "    4n 32 GPU fp32 bs128: 10917.09 images/s",
-        "    1n 1 GPU amp bs256: 802.9 images/s",
-        "    1n 4 GPU amp bs256: 3137.44 images/s",
-        "    1n 8 GPU amp bs256: 6154.66 images/s",
-        "    2n 16 GPU amp bs256: 11991.94 images/s",
-        "    4n 32 GPU amp bs256: 22551.16 images/s",
+        "    1n 1 GPU fp32 bs128: 367.29 images/s, speedup 1.00",
+        "    1n 4 GPU fp32 bs128: 1449.48 images/s, speedup 3.95",
+        "    1n 8 GPU fp32 bs128: 2887.65 images/s, speedup 7.86",
+        "    2n 16 GPU fp32 bs128: 5716.79 images/s, speedup 15.56",
+        "    4n 32 GPU fp32 bs128: 10917.09 images/s, speedup 29.72",
+        "    1n 1 GPU amp bs256: 802.9 images/s, speedup 1.00",
+        "    1n 4 GPU amp bs256: 3137.44 images/s, speedup 3.91",
+        "    1n 8 GPU amp bs256: 6154.66 images/s, speedup 7.67",
+        "    2n 16 GPU amp bs256: 11991.94 images/s, speedup 14.94",
+        "    4n 32 GPU amp bs256: 22551.16 images/s, speedup 28.09",
     ]
     for line in expected:
         assert line in lines, line
@@ -123,7 +123,7 @@ def test_show_dlperf_text() -> None:
 
 def test_show_lists_cell_args() -> None:
     proc = repro("show", DLPERF)
-    assert "8.192" in proc.stdout and "0.128" in proc.stdout
+    assert "--lr 2.048" in proc.stdout and "--lr 0.128" in proc.stdout and "8.192" not in proc.stdout
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])

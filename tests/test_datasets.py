@@ -27,13 +27,17 @@ SHELLS = [s for s in ("dash", "bash", "zsh", "ksh", "busybox") if shutil.which(s
 #: class folders; DLE TF1, TF2 models, tf_cnn_benchmarks: train-* TFRecord shards; DLE MXNet: .rec/.idx).
 FORMATS = {
     "dlperf-ngc-pytorch-rn50-v100": "imagenet-jpeg",
+    "dlperf-ngc-pytorch-rn50-v100-static": "imagenet-jpeg",
     "dlperf-tf2-rn50-v100": "imagenet-tfrecord",
+    "ngc-mxnet-rn50-a100": "imagenet-recordio",
     "ngc-mxnet-rn50-v100": "imagenet-recordio",
     "ngc-mxnet-rn50-v100-19.07": "imagenet-recordio",
     "ngc-mxnet-rn50-v100-2.3": "imagenet-recordio",
+    "ngc-pytorch-rn50-a100": "imagenet-jpeg",
     "ngc-pytorch-rn50-v100": "imagenet-jpeg",
     "ngc-pytorch-rn50-v100-20.07": "imagenet-jpeg",
     "ngc-pytorch-rn50-v100-2.3": "imagenet-jpeg",
+    "ngc-tf1-rn50-a100": "imagenet-tfrecord",
     "ngc-tf1-rn50-v100": "imagenet-tfrecord",
     "ngc-tf1-rn50-v100-20.06": "imagenet-tfrecord",
     "ngc-tf1-rn50-v100-2.3": "imagenet-tfrecord",
@@ -41,7 +45,19 @@ FORMATS = {
     "paddle-rn50-v100": "imagenet-jpeg-list",
     "paddle-rn50-v100-2.3": "imagenet-jpeg-list",
     "tf-cnn-rn50-p100-real": "imagenet-tfrecord",
+    "tf-cnn-alexnet-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-inception3-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-rn152-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-rn50-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-vgg16-k80-ec2-real": "imagenet-tfrecord",
+    "tf-cnn-alexnet-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-inception3-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-rn152-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-rn50-k80-gce-real": "imagenet-tfrecord",
+    "tf-cnn-vgg16-k80-gce-real": "imagenet-tfrecord",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
+    "tf-cnn-ps-cpu": None,
+    "tf-cnn-alexnet-k80-ec2-synthetic": None, "tf-cnn-inception3-k80-ec2-synthetic": None, "tf-cnn-rn152-k80-ec2-synthetic": None, "tf-cnn-rn50-k80-ec2-synthetic": None, "tf-cnn-vgg16-k80-ec2-synthetic": None, "tf-cnn-alexnet-k80-gce-synthetic": None, "tf-cnn-inception3-k80-gce-synthetic": None, "tf-cnn-rn152-k80-gce-synthetic": None, "tf-cnn-rn50-k80-gce-synthetic": None, "tf-cnn-vgg16-k80-gce-synthetic": None, "tf-cnn-inception3-k80-ec2-dist-synthetic": None, "tf-cnn-rn152-k80-ec2-dist-synthetic": None, "tf-cnn-rn50-k80-ec2-dist-synthetic": None,
 }
 
 
@@ -62,13 +78,17 @@ def test_the_schemas_know_the_same_formats_as_the_checks() -> None:
 #: DLE TF1 without --data_dir in training_benchmark mode, DLE MXNet's --data-backend passed on by benchmark.py.
 SYNTHETIC = {
     "dlperf-ngc-pytorch-rn50-v100": (["--data-backend", "dali-cpu"], ["--data-backend", "syntetic"]),
+    "dlperf-ngc-pytorch-rn50-v100-static": (["--data-backend", "dali-cpu"], ["--data-backend", "syntetic"]),
     "ngc-pytorch-rn50-v100": (["/imagenet"], ["--data-backend", "synthetic", "/imagenet"]),
+    "ngc-pytorch-rn50-a100": (["/imagenet"], ["--data-backend", "synthetic", "/imagenet"]),
     "ngc-pytorch-rn50-v100-20.07": (["/imagenet"], ["--data-backend", "syntetic", "/imagenet"]),
     "ngc-pytorch-rn50-v100-2.3": (["/imagenet"], ["--data-backend", "syntetic", "/imagenet"]),
     "ngc-tf1-rn50-v100": (["--data_dir=/data/tfrecords/"], []),
+    "ngc-tf1-rn50-a100": (["--data_dir=/data/tfrecords/"], []),
     "ngc-tf1-rn50-v100-20.06": (["--data_dir=/data/tfrecords/"], []),
     "ngc-tf1-rn50-v100-2.3": (["--data_dir=/data/tfrecords/"], []),
     "ngc-mxnet-rn50-v100": (["--mode", "train"], ["--mode", "train", "--data-backend", "synthetic"]),
+    "ngc-mxnet-rn50-a100": (["--mode", "train"], ["--mode", "train", "--data-backend", "synthetic"]),
     "ngc-mxnet-rn50-v100-19.07": (["--mode", "train"], ["--mode", "train", "--data-backend", "synthetic"]),
     "ngc-mxnet-rn50-v100-2.3": (["--mode", "train"], ["--mode", "train", "--data-backend", "synthetic"]),
 }

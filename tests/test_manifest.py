@@ -61,8 +61,10 @@ def test_repro_list_shows_every_shipped_id() -> None:
     assert as_json.returncode == 0, as_json.stderr
     rows = json.loads(as_json.stdout)
     assert sorted(r["id"] for r in rows) == sorted(shipped_ids())
+    assert {r["id"] for r in rows if "perf-2.5-a100" in r["tables"].split(", ")} == {
+        "paddle-rn50-a100", "ngc-tf1-rn50-a100", "ngc-pytorch-rn50-a100", "ngc-mxnet-rn50-a100"}
     dlperf = next(r for r in rows if r["id"] == DLPERF)
-    assert dlperf == {"id": DLPERF, "framework": "pytorch", "cells": 10,
+    assert dlperf == {"id": DLPERF, "framework": "pytorch", "cells": 10, "tables": "dlperf-ngc-pytorch-v1",
                       "published": "Oneflow-Inc/DLPerf@c89430b NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md"}
 
 

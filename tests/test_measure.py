@@ -273,3 +273,32 @@ def test_from_dict_field_names_and_skip_forms() -> None:
 def test_from_dict_rejects(d: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Protocol.from_dict(d)
+
+
+def test_dlperf_ngc_pytorch_harmonic_mean_is_the_reports_timestamp_rule(tmp_path) -> None:
+    """DLPerf's extract_pytorch_logs_time.py: global batch x 100 / (time of iteration 125 - time of iteration 25).
+    DLE logs total_ips = global batch / it_time with it_times that tile the time line, so the manifest's harmonic
+    mean over iterations 26-125 is that figure, up to the 2-dp printing of total_ips."""
+    import datetime
+
+    from repro.manifest import find_target
+
+    m = find_target("dlperf-ngc-pytorch-rn50-v100")
+    batch, t = 128 * 8, datetime.datetime(2020, 9, 15, 14, 29, 13)
+    rng = random.Random(7)
+    lines, stamps = [], {}
+    for it in range(1, 151):
+        it_time = 0.33 + rng.random() * 0.08 + (2.0 if it < 3 else 0.0)
+        t += datetime.timedelta(seconds=it_time)
+        stamps[it] = t
+        lines.append(f"DLL {t:%Y-%m-%d %H:%M:%S.%f} - Epoch: 0 Iteration: {it}  train.loss : 6.9  "
+                     f"train.total_ips : {batch / it_time:.2f} img/s")
+    log = tmp_path / "r50_b128_fp32_1.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = round(batch * 100 / (stamps[125] - stamps[25]).total_seconds(), 2)
+    (series,) = parse_file(log, "ngc-pytorch").series
+    got = measure(series, Protocol.from_dict(m.measure.protocol), gpus=8)
+    assert got.records_used == 100
+    assert abs(got.value - report) <= 0.01, (got.value, report)
+    mean = measure(series, Protocol.from_dict({**m.measure.protocol, "aggregate": "mean"}), gpus=8)
+    assert abs(mean.value - report) > 1, "the arithmetic mean of the same records is not the report's figure"

@@ -39,16 +39,24 @@ def repro(*args: str) -> subprocess.CompletedProcess[str]:
 
 # --- torch: DLPerf NGC PyTorch on 4 nodes --------------------------------------------------------------
 
-# multiproc.py --nnodes N --node_rank R --nproc_per_node G --master_addr M --master_port=P main.py ... with
-# LR = total batch / 1000 = 256 * 32 / 1000 = 8.192, TRAIN_STEPS 150, PREC "--amp --dynamic-loss-scale".
+# multiproc.py --nnodes N --node_rank R --nproc_per_node G --master_addr M --master_port=P main.py ... as the
+# report's logged 4-node command (DLPerf NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md @c89430b):
+# --raport-file /workspace/rn50/raport.json, --workspace /workspace/rn50, data /data/image, and LR = batch per GPU x
+# GPUs per node / 1000 (single_node_train.sh with num_gpus 8) = 256 * 8 / 1000 = 2.048 at any node count;
+# TRAIN_STEPS 150, PREC "--amp --dynamic-loss-scale".
 DLPERF_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
                  "'--gpus=\"device=0,1,2,3,4,5,6,7\"' --device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK "
-                 "-v=/datasets/imagenet:/data/imagenet:ro "
-                 "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
-DLPERF_MAIN = ("./main.py --data-backend dali-cpu --raport-file raport.json -j8 -p 1 --lr 8.192 "
+                 "-v=/datasets/imagenet:/data/image:ro "
+                 "-w=/workspace/rn50/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
+DLPERF_MAIN = ("./main.py --data-backend dali-cpu --raport-file /workspace/rn50/raport.json -j8 -p 1 --lr 2.048 "
                "--optimizer-batch-size -1 --warmup 8 --arch resnet50 -c fanin --label-smoothing 0.1 "
-               "--lr-schedule cosine --mom 0.125 --wd 3.0517578125e-05 --workspace /tmp/repro-workspace -b 256 "
-               "--epochs 1 --prof 150 --training-only --no-checkpoints --amp --dynamic-loss-scale /data/imagenet")
+               "--lr-schedule cosine --mom 0.125 --wd 3.0517578125e-05 --workspace /workspace/rn50 -b 256 "
+               "--epochs 1 --prof 150 --training-only --no-checkpoints --amp --dynamic-loss-scale /data/image")
+# The report's logged 2-node FP32 command, token for token from main.py on (its --prof 121 aside: see the manifest).
+DLPERF_2N_FP32_MAIN = ("./main.py --data-backend dali-cpu --raport-file /workspace/rn50/raport.json -j8 -p 1 --lr 1.024 "
+                       "--optimizer-batch-size -1 --warmup 8 --arch resnet50 -c fanin --label-smoothing 0.1 "
+                       "--lr-schedule cosine --mom 0.125 --wd 3.0517578125e-05 --workspace /workspace/rn50 -b 128 "
+                       "--epochs 1 --prof 150 --training-only --no-checkpoints /data/image")
 
 DLPERF_4N_AMP = f"""\
 target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
@@ -89,17 +97,34 @@ def test_torch_ranks_and_master_at_api_level() -> None:
         argv = p.command.command
         assert argv[argv.index("--node_rank") + 1] == str(rank)
         assert argv[argv.index("--master_addr") + 1] == "10.11.0.2"
-        assert argv[argv.index("--lr") + 1] == "8.192"
+        assert argv[argv.index("--lr") + 1] == "2.048"
         assert p.image == "repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca"
         assert p.container["labels"] == {"repro.target": DLPERF, "repro.cell": "4n8g-amp-bs256",
                                          "repro.rank": str(rank)}
-    # the learning rate follows the GPU count of each cell (DLPerf: total batch / 1000)
+    # the learning rate follows the GPUs per node (DLPerf: batch per GPU x num_gpus / 1000, num_gpus 8 on 2/4 nodes)
     lrs = {c.key: (lambda a: a[a.index("--lr") + 1])(plan_cell(m, c, hosts)[0].command.command)
            for c in m.cells()}
     assert lrs == {"1n1g-fp32-bs128": "0.128", "1n1g-amp-bs256": "0.256", "1n4g-fp32-bs128": "0.512",
                    "1n4g-amp-bs256": "1.024", "1n8g-fp32-bs128": "1.024", "1n8g-amp-bs256": "2.048",
-                   "2n8g-fp32-bs128": "2.048", "2n8g-amp-bs256": "4.096", "4n8g-fp32-bs128": "4.096",
-                   "4n8g-amp-bs256": "8.192"}
+                   "2n8g-fp32-bs128": "1.024", "2n8g-amp-bs256": "2.048", "4n8g-fp32-bs128": "1.024",
+                   "4n8g-amp-bs256": "2.048"}
+
+
+def test_torch_plan_dlperf_2_nodes_fp32_is_the_logged_command() -> None:
+    proc = repro("plan", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=2,precision=fp32")
+    assert proc.returncode == 0, proc.stderr
+    cmds = [ln for ln in proc.stdout.splitlines() if ln.startswith("    $ ")]
+    assert cmds == [f"    $ python ./multiproc.py --nnodes 2 --node_rank {r} --nproc_per_node 8 --master_addr 10.11.0.2 "
+                    f"--master_port=22333 {DLPERF_2N_FP32_MAIN}" for r in (0, 1)]
+
+
+def test_torch_plan_dlperf_static_loss_scale() -> None:
+    proc = repro("plan", "dlperf-ngc-pytorch-rn50-v100-static", "--hosts", rel(GOOD / "hosts-4.yaml"),
+                 "--cells", "gpus=8")
+    assert proc.returncode == 0, proc.stderr
+    (cmd,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("    $ ")]
+    assert cmd == ("    $ python ./multiproc.py --nnodes 1 --node_rank 0 --nproc_per_node 8 --master_addr 10.11.0.2 "
+                   "--master_port=22333 " + DLPERF_MAIN.replace(" --dynamic-loss-scale", ""))
 
 
 # --- paddle: the same command, with --ips=<all nodes>, on every node ---------------------------------------
@@ -360,8 +385,8 @@ def test_a_hosts_file_maps_formats_to_directories(tmp_path: Path) -> None:
 
 NO_HOSTS_DOCKER = ("docker run --network=host --ipc=host --shm-size=16g --ulimit=memlock=-1 "
                    "'--gpus=\"device=0,1,2,3,4,5,6,7\"' --device=/dev/infiniband:/dev/infiniband --cap-add=IPC_LOCK "
-                   "-v=/path/to/imagenet-jpeg:/data/imagenet:ro "
-                   "-w=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
+                   "-v=/path/to/imagenet-jpeg:/data/image:ro "
+                   "-w=/workspace/rn50/PyTorch/Classification/ConvNets -e=NCCL_DEBUG=INFO IMAGE")
 NO_HOSTS_2N = f"""\
 target dlperf-ngc-pytorch-rn50-v100: DLPerf NGC PyTorch 20.03 ResNet-50 v1.5 training throughput, 1-32 V100-SXM2-16GB, FP32 bs128 and AMP bs256
 launcher torch, 1 cells x 5 repeats
@@ -372,10 +397,10 @@ cell 2n8g-amp-bs256: 2 node(s) x 8 GPU(s) = 16 GPU(s), amp, batch 256/GPU
   image: repro/dlperf-ngc-pytorch-rn50:20.03-5cc03ca
   rank 0 on node1 (node1) [worker]
     {NO_HOSTS_DOCKER}
-    $ python ./multiproc.py --nnodes 2 --node_rank 0 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN.replace("8.192", "4.096")}
+    $ python ./multiproc.py --nnodes 2 --node_rank 0 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN}
   rank 1 on node2 (node2) [worker]
     {NO_HOSTS_DOCKER}
-    $ python ./multiproc.py --nnodes 2 --node_rank 1 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN.replace("8.192", "4.096")}
+    $ python ./multiproc.py --nnodes 2 --node_rank 1 --nproc_per_node 8 --master_addr node1 --master_port=22333 {DLPERF_MAIN}
 """
 
 
@@ -438,3 +463,67 @@ def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) ->
     assert "NCCL_IB_GID_INDEX" not in env1 and env1["NCCL_SOCKET_IFNAME"] == "ib0"
     assert env4["NCCL_DEBUG"] == "INFO" and env4["NCCL_SOCKET_IFNAME"] == "ib0"
     assert "NCCL_IB_GID_INDEX" not in env4  # the publisher's GID index is not a default
+
+
+# --- tf-ps: a parameter server and a worker on every node (TensorFlow benchmarks, EC2 distributed K80) ---------
+
+# tf_cnn_benchmarks @9165a70 flags --job_name --ps_hosts --worker_hosts --task_index; the page's configuration for
+# ResNet-50: distributed_replicated, cross_replica_sync True, batch 64, sgd, 10 warmup + 100 steps; workers on
+# launch.master_port 50000 and parameter servers on 50001 of every node.
+TF_PS_ARGS = ("tf_cnn_benchmarks.py --num_gpus=8 --batch_size=64 --model=resnet50 "
+              "--variable_update=distributed_replicated --cross_replica_sync=True --optimizer=sgd "
+              "--num_warmup_batches=10 --num_batches=100 --job_name={job} "
+              "--ps_hosts=10.11.0.2:50001,10.11.0.3:50001 --worker_hosts=10.11.0.2:50000,10.11.0.3:50000 "
+              "--task_index={rank}")
+TF_PS_DOCKER = ("docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus=\"device=0,1,2,3,4,5,6,7\"' "
+                "-w=/workspace/benchmarks/scripts/tf_cnn_benchmarks IMAGE")
+TF_PS_2N = "".join(f"""\
+  rank {r} on node{r + 1} (10.11.0.{r + 2}) [worker]
+    {TF_PS_DOCKER}
+    $ python /tmp/repro-tf-ps-pair.py 14 python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
+    file /tmp/repro-tf-ps-pair.py:
+      \"\"\"Run one TensorFlow parameter server and one worker side by side (the ``tf-ps`` launcher).
+      
+      ... (52 lines)
+""" for r in (0, 1))
+
+
+def test_tf_ps_plan_two_nodes() -> None:
+    proc = repro("plan", "tf-cnn-rn50-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-4.yaml"),
+                 "--cells", "nodes=2")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.endswith("cell 2n8g-fp32-bs64: 2 node(s) x 8 GPU(s) = 16 GPU(s), fp32, batch 64/GPU\n"
+                                "  image: repro/tf-cnn-benchmarks:1.2.0-9165a70\n" + TF_PS_2N)
+
+
+def test_tf_ps_render_at_api_level() -> None:
+    m = find_target("tf-cnn-rn152-k80-ec2-dist-synthetic")
+    hosts = load_hosts(GOOD / "hosts-4.yaml")
+    plans = plan_cell(m, Cell(4, 8, "fp32", 32), hosts)
+    assert [p.command.rank for p in plans] == [0, 1, 2, 3] and {p.command.role for p in plans} == {"worker"}
+    for rank, p in enumerate(plans):
+        argv = list(p.command.command)
+        assert argv[:2] == ["python", "/tmp/repro-tf-ps-pair.py"]
+        n = int(argv[2])
+        ps, worker = argv[3:3 + n], argv[3 + n:]
+        assert [a for a in ps if not a.startswith("--job_name")] == [a for a in worker if not a.startswith("--job_name")]
+        assert "--job_name=ps" in ps and "--job_name=worker" in worker
+        assert f"--task_index={rank}" in worker
+        assert "--ps_hosts=" + ",".join(f"10.11.0.{i}:50001" for i in (2, 3, 4, 5)) in worker
+        assert "--worker_hosts=" + ",".join(f"10.11.0.{i}:50000" for i in (2, 3, 4, 5)) in worker
+        assert "--model=resnet152" in worker and "--batch_size=32" in worker
+        runner = p.command.files["/tmp/repro-tf-ps-pair.py"]
+        assert runner == (REPO / "repro/launchers/tf_ps_pair.py").read_text(encoding="utf-8")
+
+
+def test_dlperf_tf2_multi_node_worker_hosts_carry_the_port() -> None:
+    # DLPerf TensorFlow/resnet50v1.5/scripts/two_node_gpu.yaml @c89430b: worker_hosts '10.11.0.2:11111,10.11.0.3:11111'
+    m = find_target("dlperf-tf2-rn50-v100")
+    hosts = load_hosts(GOOD / "hosts-4.yaml")
+    for rank, p in enumerate(plan_cell(m, Cell(2, 8, "fp32", 128), hosts)):
+        assert p.command.command[-1] == (
+            "--params_override={runtime: {distribution_strategy: multi_worker_mirrored, all_reduce_alg: nccl, "
+            "batchnorm_spatial_persistent: false, worker_hosts: '10.11.0.2:11111,10.11.0.3:11111', "
+            f"task_index: {rank}}}, model: {{learning_rate: {{initial_lr: 1.024, warmup_epochs: 1}}}}}}")
+    one = plan_cell(m, Cell(1, 8, "fp32", 128), hosts)[0].command.command
+    assert not any("worker_hosts" in a for a in one)

@@ -10,13 +10,23 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from repro.manifest import find_target
 from repro.report import RENDERERS, plot_report
-from repro.reproduce import MATCH, NO_LOG, NOT_DERIVABLE, is_exact, reproduce_table, resolve_tables
+from repro.reproduce import (
+    DEVIATES,
+    MATCH,
+    NO_LOG,
+    NOT_DERIVABLE,
+    NOT_PUBLISHED,
+    is_exact,
+    reproduce_table,
+    resolve_tables,
+)
 from repro.verdict import NEW_RUN, REPRODUCED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,9 +92,74 @@ def test_published_repeats_are_checked_when_no_log_exists() -> None:
     assert "give median 22551.16, consistent with the published 22551.16" in got[32].detail
 
 
+def test_dlperf_ngc_pytorch_cites_every_speedup_and_the_static_loss_scale_table() -> None:
+    # DLPerf NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md @c89430b: the three tables
+    published = {("fp32", 1): ("367.29", "1.00"), ("fp32", 4): ("1449.48", "3.95"), ("fp32", 8): ("2887.65", "7.86"),
+                 ("fp32", 16): ("5716.79", "15.56"), ("fp32", 32): ("10917.09", "29.72"),
+                 ("amp", 1): ("802.9", "1.00"), ("amp", 4): ("3137.44", "3.91"), ("amp", 8): ("6154.66", "7.67"),
+                 ("amp", 16): ("11991.94", "14.94"), ("amp", 32): ("22551.16", "28.09")}
+    got = {(c.precision, c.gpus): c for c in cells(table("dlperf-ngc-pytorch-rn50-v100"))}
+    assert {k: (c.published, c.published_speedup) for k, c in got.items()} == published
+    for (prec, gpus), (value, sp) in published.items():
+        assert f"gives speedup {float(sp)}, consistent with the published {sp}" in got[(prec, gpus)].detail
+    static = {c.gpus: c for c in cells(table("dlperf-ngc-pytorch-v1-static"))}
+    assert {g: (c.precision, c.batch_size, c.published, c.published_speedup) for g, c in static.items()} == {
+        1: ("amp", 256, "827.86", "1.00"), 4: ("amp", 256, "3253.68", "3.93"), 8: ("amp", 256, "6446.74", "7.79")}
+    md = RENDERERS["md"](table("dlperf-ngc-pytorch-v1-static"))
+    assert "| 4 GPUs (1 node) | published x3.93 |" in md
+
+
+def test_a_published_speedup_that_its_own_figures_do_not_give_is_flagged() -> None:
+    m = find_target("dlperf-ngc-pytorch-rn50-v100-static")
+    t = m.table()
+    wrong = replace(t, cells=(t.cells[0], replace(t.cells[1], speedup="3.99"), t.cells[2]))
+    got = {c.gpus: c for c in reproduce_table(m, wrong).cells}
+    assert "gives speedup 3.93, INCONSISTENT with the published 3.99" in got[4].detail
+
+
 def test_targets_without_bundled_logs_say_no_log() -> None:
-    got = cells(table("paddle-rn50-a100"))
+    got = [c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "fp32"]
     assert got and all(c.verdict == NO_LOG and c.reproduced is None for c in got)
+
+
+A100 = {  # PaddlePaddle/Perf@c1ad14b ResNet50V1.5/README.md, A100-FP32 and A100-AMP tables
+    ("paddle-rn50-a100", 1, "fp32"): "908.244", ("paddle-rn50-a100", 8, "fp32"): "5333.558",
+    ("paddle-rn50-a100", 1, "fp16"): "2602.629", ("paddle-rn50-a100", 8, "fp16"): "17587.654",
+    ("ngc-tf1-rn50-a100", 1, "fp32"): "975.374", ("ngc-tf1-rn50-a100", 8, "fp32"): None,
+    ("ngc-tf1-rn50-a100", 1, "amp"): "2064.8", ("ngc-tf1-rn50-a100", 8, "amp"): None,
+    ("ngc-pytorch-rn50-a100", 1, "fp32"): "924.989", ("ngc-pytorch-rn50-a100", 8, "fp32"): "7020.9",
+    ("ngc-pytorch-rn50-a100", 1, "amp"): "1449.65", ("ngc-pytorch-rn50-a100", 8, "amp"): "10744.6",
+    ("ngc-mxnet-rn50-a100", 1, "fp32"): "1015.8", ("ngc-mxnet-rn50-a100", 8, "fp32"): "7848.2",
+    ("ngc-mxnet-rn50-a100", 1, "fp16"): "3046.4", ("ngc-mxnet-rn50-a100", 8, "fp16"): "22690",
+}
+
+
+def test_perf_2_5_a100_every_cell_from_its_log_or_not_published() -> None:
+    got = {(c.target, c.gpus, c.precision): c for c in cells(table("perf-2.5-a100"))}
+    assert {k: c.published for k, c in got.items()} == A100
+    dashes = [c for c in got.values() if c.published is None]
+    assert len(dashes) == 2 and all(c.verdict == NOT_PUBLISHED and c.reproduced is None and c.logs == [] for c in dashes)
+    derived = [c for c in got.values() if c.published is not None]
+    assert len(derived) == 14 and all(len(c.logs) == 1 and "A100" in c.logs[0] for c in derived)
+    assert all(c.exact and c.verdict == MATCH for c in derived if not c.target.startswith("paddle"))
+    # Paddle 2.5 cells: within 0.1 % as on V100, each with its reason; 8-GPU FP32 is not its log's figure.
+    for gpus, prec, value in [(1, "fp32", 908.246), (1, "fp16", 2602.554), (8, "fp16", 17598.478)]:
+        c = got[("paddle-rn50-a100", gpus, prec)]
+        assert round(c.reproduced, 3) == value and c.verdict == MATCH and not c.exact and "within 0.1 %" in c.detail
+    odd = got[("paddle-rn50-a100", 8, "fp32")]
+    assert round(odd.reproduced, 1) == 4388.6 and odd.verdict == DEVIATES
+    assert "does not come from its log" in odd.detail and "-17.72%" in odd.detail
+
+
+def test_perf_2_5_a100_markdown() -> None:
+    md = RENDERERS["md"](table("perf-2.5-a100"))
+    assert ("| 8 GPUs (1 node) | 7848.2 → 7848.21 (exact) match | 22690 → 22690.0 (exact) match  "
+            "| 7020.9 → 7020.90 (exact) match   | 10744.6 → 10744.60 (exact) match | — (not published)                "
+            "| — (not published)               | 5333.558 → 4388.6484 (-17.72%) deviates "
+            "| 17587.654 → 17598.4784 (+0.06%) match |") in md
+    assert ("- ngc-tf1-rn50-a100 8 GPUs amp bs256: not published: the table prints - (no 8-GPU A100 TF run; no log)"
+            in md)
+    assert md.rstrip().endswith("Verdict: 13 match, 2 not published, 1 deviates of 16 cells.")
 
 
 def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
@@ -178,3 +253,36 @@ def test_cli_parse_reads_several_logs_in_one_process(tmp_path: Path) -> None:
     assert [d.get("parser") for d in docs] == ["ngc-mxnet", None] and "the file is empty" in docs[1]["error"]
     assert bad.returncode == 2 and bad.stderr.startswith("error: 1 of 2 logs gave no figure:")
     assert f"\n  {empty}: the file is empty" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# TensorFlow benchmarks page, tensorflow/tensorflow@5984ffe tensorflow/docs_src/performance/benchmarks.md:
+# columns InceptionV3, ResNet-50, ResNet-152, AlexNet, VGG16; rows 1/2/4/8 GPUs ("-" where the page prints N/A).
+K80 = {
+    "tf-benchmarks-gce-k80-synthetic": ["30.5 51.9 20.0 656 35.4", "57.8 99.0 38.2 1209 64.8",
+                                        "116 195 75.8 2328 120", "227 387 148 4640 234"],
+    "tf-benchmarks-gce-k80-real": ["30.6 51.2 20.0 639 34.2", "58.4 98.8 38.3 1136 62.9",
+                                   "115 194 75.4 2067 118", "225 381 148 4056 230"],
+    "tf-benchmarks-ec2-k80-synthetic": ["30.8 51.5 19.7 684 36.3", "58.7 98.0 37.6 1244 69.4",
+                                        "117 195 74.9 2479 141", "230 384 149 4853 260"],
+    "tf-benchmarks-ec2-k80-real": ["30.5 51.3 19.7 674 36.3", "59.0 94.9 38.2 1227 67.5",
+                                   "118 188 75.2 2201 136", "228 373 149 - 242"],
+}
+K80_COLUMNS = ["InceptionV3", "ResNet-50", "ResNet-152", "AlexNet", "VGG16"]
+K80_BATCH = {"InceptionV3": 64, "ResNet-50": 64, "ResNet-152": 32, "AlexNet": 512, "VGG16": 32}
+
+
+@pytest.mark.parametrize("table_id", sorted(K80))
+def test_k80_single_server_tables_cite_every_number(table_id: str) -> None:
+    got = {(c.column, c.gpus): c for c in cells(table(table_id))}
+    want = {(col, gpus): v for gpus, row in zip([1, 2, 4, 8], K80[table_id])
+            for col, v in zip(K80_COLUMNS, row.split())}
+    assert {k: (c.published or "-") for k, c in got.items()} == want
+    assert all(c.batch_size == K80_BATCH[col] and c.nodes == 1 for (col, _), c in got.items())
+    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NO_LOG) for c in got.values())
+
+
+def test_k80_distributed_table_cites_every_number() -> None:
+    got = {(c.column, c.nodes, c.gpus): c.published for c in cells(table("tf-benchmarks-ec2-k80-distributed-synthetic"))}
+    rows = [(1, 1, "29.7 52.4 19.4"), (1, 8, "229 378 146"), (2, 16, "459 751 291"), (4, 32, "902 1388 565"),
+            (8, 64, "1783 2744 981")]
+    assert got == {(col, n, g): v for n, g, row in rows for col, v in zip(K80_COLUMNS[:3], row.split())}

@@ -191,5 +191,5 @@ def test_pyxis_gpu_cell_mounts_dataset_read_only_and_sets_workdir():
                                     {}).splitlines()[-1])
     assert last[:9] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
                         "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
-                        "--container-mounts=/data/imagenet:/data/imagenet:ro",
-                        "--container-workdir=/workspace/DeepLearningExamples/PyTorch/Classification/ConvNets"]
+                        "--container-mounts=/data/imagenet:/data/image:ro",
+                        "--container-workdir=/workspace/rn50/PyTorch/Classification/ConvNets"]

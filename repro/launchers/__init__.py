@@ -4,7 +4,9 @@ from repro.launchers.base import Launcher, NodeCommand
 from repro.registry import Registry
 
 LAUNCHERS: Registry[Launcher] = Registry(
-    "launcher", ["repro.launchers.torch", "repro.launchers.paddle", "repro.launchers.mpi", "repro.launchers.plain"]
+    "launcher",
+    ["repro.launchers.torch", "repro.launchers.paddle", "repro.launchers.mpi", "repro.launchers.plain",
+     "repro.launchers.tf_ps"],
 )
 
 __all__ = ["LAUNCHERS", "Launcher", "NodeCommand"]

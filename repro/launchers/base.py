@@ -29,7 +29,9 @@ class NodeCommand:
     files: Mapping[str, str] = field(default_factory=dict)  # container path -> text the kit writes there
 
 
-def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int) -> dict[str, str]:
+def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
+                       job_name: str = "worker") -> dict[str, str]:
+    worker_port, ps_port = launch.master_port, launch.master_port + 1
     return {
         "batch_size": str(cell.batch_size),
         "global_batch_size": str(cell.batch_size * cell.gpus),
@@ -41,13 +43,19 @@ def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: 
         "master_addr": nodes[0].rendezvous,
         "master_port": str(launch.master_port),
         "hosts": ",".join(n.rendezvous for n in nodes),
+        "host_ports": ",".join(f"{n.rendezvous}:{launch.master_port}" for n in nodes),
+        "worker_hosts": ",".join(f"{n.rendezvous}:{worker_port}" for n in nodes),
+        "ps_hosts": ",".join(f"{n.rendezvous}:{ps_port}" for n in nodes),
+        "job_name": job_name,
+        "task_index": str(rank),
         "precision": cell.precision,
     }
 
 
-def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int) -> tuple[str, ...]:
-    """The command tokens with every placeholder filled for one node."""
-    values = placeholder_values(launch, cell, nodes, rank)
+def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
+         job_name: str = "worker") -> tuple[str, ...]:
+    """The command tokens with every placeholder filled for one node (and TensorFlow job)."""
+    values = placeholder_values(launch, cell, nodes, rank, job_name)
     out: list[str] = []
     for tok in tokens:
         if tok == "{precision_args}":

@@ -1,0 +1,43 @@
+"""The runner the tf-ps launcher writes into each container: a parameter server beside a worker.
+
+Real processes (the interpreter running small scripts), no TensorFlow: a parameter server never
+ends on its own, so the pair must end it when the worker is done, and must not wait forever on a
+worker whose parameter server died.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUNNER = Path(__file__).resolve().parents[1] / "repro" / "launchers" / "tf_ps_pair.py"
+SERVE = "import time\nprint('ps up', flush=True)\nwhile True: time.sleep(0.1)"
+
+
+def pair(ps: list[str], worker: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(RUNNER), str(len(ps)), *ps, *worker], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_the_workers_status_is_the_pairs_and_the_parameter_server_is_stopped(tmp_path: Path) -> None:
+    pid_file = tmp_path / "ps.pid"
+    ps = [sys.executable, "-c", f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n{SERVE}"]
+    worker = [sys.executable, "-c", "import sys, time; time.sleep(1); print('worker done'); sys.exit(3)"]
+    started = time.monotonic()
+    proc = pair(ps, worker)
+    assert proc.returncode == 3
+    assert "ps up" in proc.stdout and "worker done" in proc.stdout
+    assert time.monotonic() - started < 30
+    pid = int(pid_file.read_text())
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False)
+    assert state.stdout.strip() in ("", "Z"), "the parameter server was left running"
+
+
+def test_a_parameter_server_that_dies_first_ends_the_worker() -> None:
+    ps = [sys.executable, "-c", "import sys; sys.exit(5)"]
+    worker = [sys.executable, "-c", SERVE]
+    proc = pair(ps, worker)
+    assert proc.returncode == 5
+    assert "repro: the parameter server exited with status 5 before the worker" in proc.stderr
