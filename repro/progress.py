@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from repro.images.events import Event
+from repro.events import Event
 
 
 def _clock(seconds: float) -> str:

@@ -20,12 +20,12 @@ from typing import Any
 
 import docker
 
-from repro import lock
+from repro.images import lock
 from repro.errors import ReproError, RunFailed, UsageError
 from repro.hosts import Hosts, load_hosts
 from repro.images import ImagesOptions, check_pins, prepare
 from repro.images.engine import node_client
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.launch import CellFailed, NodeResult, launch_cell
 from repro.manifest import Cell, Manifest, find_target, synthetic
 from repro.parsers import PARSERS
