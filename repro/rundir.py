@@ -187,9 +187,6 @@ class RunDir:
     def cells_dir(self) -> Path:
         return self.path / "cells"
 
-    def report_file(self, fmt: str) -> Path:
-        return self.path / REPORTS[fmt]
-
     def log_dir(self, cell: Cell | str, repeat: int) -> Path:
         """``cells/<cell-key>/r<repeat>``: where one repeat's per-node logs go."""
         key = cell if isinstance(cell, str) else cell.key
@@ -247,12 +244,6 @@ class RunDir:
 
     def load_manifest(self) -> Manifest:
         return load_manifest(self.file(MANIFEST))
-
-    def hosts_doc(self) -> dict[str, Any]:
-        try:
-            return yaml.safe_load(self.file(HOSTS).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
-            return {}
 
     # ------------------------------------------------------------ writing
     def write_text(self, name: str, text: str) -> Path:
