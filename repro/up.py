@@ -222,7 +222,7 @@ def _seal(result: UpResult, progress: Progress) -> None:
     from repro import provenance
 
     try:
-        provenance.finalize(result.run, result.record, reports=False)
+        provenance.finalize(result.run, result.record)
     except ReproError as e:
         progress(Event("warn", f"provenance not written: {e}"))
 
@@ -347,7 +347,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
     and return the table with a closing summary for the CLI to print."""
     from repro.audit import environment_checks
-    from repro.report import RENDERERS, plot_report, render_html, render_text
+    from repro.report import plot_report, render_html, render_text
     from repro.reproduce import reproduce_run
 
     from repro import archive
@@ -356,8 +356,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     table = reproduce_run(run.path)
     result.verdicts = [c.verdict for c in table.cells]
     findings = findings_section(result.record)
-    for fmt, render in RENDERERS.items():
-        run.write_text(f"report.{fmt}", render([table]) + (findings if fmt == "md" else ""))
+    write_reports(run, [table], findings)
     plot_report([table], run.file("report.png"))
     try:  # the environment against the publication's, as far as the record has it
         environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
@@ -376,6 +375,14 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
     return render_text([table], colour=colour) + findings + summary
+
+
+def write_reports(run: RunDir, tables: Sequence[Any], findings: str = "") -> None:
+    """report.md/csv/json of the run's tables; ``findings`` (a markdown section) closes report.md."""
+    from repro.report import RENDERERS
+
+    for fmt, render in RENDERERS.items():
+        run.write_text(f"report.{fmt}", render(tables) + (findings if fmt == "md" else ""))
 
 
 def findings_section(record: Mapping[str, Any]) -> str:
