@@ -40,6 +40,18 @@ from repro.errors import EnvironmentUnavailable
 from repro.hosts import Hosts, Node
 from repro.manifest import Manifest
 from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
+from repro.probes import (  # noqa: F401 - the node-facts parsers, named here too
+    Gpu,
+    GpuProcess,
+    IbPort,
+    parse_compute_apps,
+    parse_df,
+    parse_ib,
+    parse_ibstat,
+    parse_ibv_devinfo,
+    parse_nvidia_smi,
+    parse_ofed_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,27 +65,6 @@ class Probe:
     value: Any = None
     reason: str | None = None
     detail: str | None = None
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    memory_mib: int
-    driver: str
-
-
-@dataclass(frozen=True)
-class IbPort:
-    device: str
-    port: int
-    state: str
-    rate_gbps: float | None
-    link_layer: str | None
-    fw: str | None = field(default=None, compare=False)  # the HCA's firmware, where the tool prints it
-
-    @property
-    def active(self) -> bool:
-        return self.state.lower() in ("active", "port_active")
 
 
 @dataclass(frozen=True)
@@ -104,81 +95,6 @@ class Deviation:
 
     def __str__(self) -> str:
         return f"{self.node or 'inventory'}: {self.what}: expected {self.expected}, found {self.found}"
-
-
-# ---------------------------------------------------------------- parsers (pure)
-
-def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
-    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader``."""
-    gpus, other = [], []
-    for line in filter(None, (ln.strip() for ln in text.splitlines())):
-        m = re.fullmatch(r"(.+?),\s*(\d+)\s*MiB,\s*(\S+)", line)
-        if m:
-            gpus.append(Gpu(m[1].strip(), int(m[2]), m[3]))
-        elif line != "No devices were found":
-            other.append(line)
-    if other and not gpus:
-        raise ValueError(other[0])
-    return tuple(gpus)
-
-
-def parse_ibstat(text: str) -> tuple[IbPort, ...]:
-    """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
-    ports: list[dict[str, Any]] = []
-    ca, fw, cur = None, None, None
-    for line in text.splitlines():
-        if m := re.match(r"CA '(.+)'", line.strip()):
-            ca, fw, cur = m[1], None, None
-        elif (m := re.fullmatch(r"Port (\d+):", line.strip())) and ca:
-            ports.append(cur := {"device": ca, "port": int(m[1]), "fw": fw})
-        elif line.strip().startswith("Firmware version:") and cur is None:
-            fw = line.partition(":")[2].strip() or None
-        elif cur is not None and ":" in line:
-            key, _, val = (s.strip() for s in line.partition(":"))
-            cur[key.lower()] = val
-    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _num(p.get("rate")), p.get("link layer"), p["fw"])
-                 for p in ports)
-
-
-def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
-    """``ibv_devinfo -v``: ``hca_id:`` blocks with ``port:`` sections; rate = width x lane speed."""
-    ports: list[dict[str, Any]] = []
-    hca, fw, cur = None, None, None
-    for line in text.splitlines():
-        key, _, val = (s.strip() for s in line.partition(":"))
-        if key == "hca_id":
-            hca, fw, cur = val, None, None
-        elif key == "fw_ver" and cur is None:
-            fw = val or None
-        elif key == "port" and hca:
-            ports.append(cur := {"device": hca, "port": int(val), "fw": fw})
-        elif cur is not None and key in ("state", "link_layer", "active_width", "active_speed"):
-            cur[key] = val
-    out = []
-    for p in ports:
-        width = re.match(r"(\d+)X", p.get("active_width", ""))
-        speed = _num(p.get("active_speed"))
-        rate = int(width[1]) * speed if width and speed else None
-        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer"), p["fw"]))
-    return tuple(out)
-
-
-def parse_ib(text: str) -> tuple[IbPort, ...]:
-    """Either format, told apart by its first block header."""
-    return parse_ibv_devinfo(text) if re.search(r"^\s*hca_id:", text, re.MULTILINE) else parse_ibstat(text)
-
-
-def parse_df(text: str) -> int:
-    """Available bytes from ``df -Pk PATH``."""
-    rows = [ln.split() for ln in text.splitlines() if ln.strip()]
-    if len(rows) < 2 or len(rows[-1]) < 6 or not rows[-1][3].isdigit():
-        raise ValueError(text.strip().splitlines()[-1] if text.strip() else "no output")
-    return int(rows[-1][3]) * 1024
-
-
-def _num(text: str | None) -> float | None:
-    m = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
-    return float(m[1]) if m else None
 
 
 def parse_sections(text: str) -> dict[str, tuple[str, int]]:
@@ -398,15 +314,6 @@ def _compare_ib(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
 
 #: The variables naming the interfaces NCCL's and Gloo's sockets use; a site sets them in the hosts file's env.
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-def parse_ofed_info(text: str) -> str:
-    """The version in ``ofed_info -s`` (``MLNX_OFED_LINUX-5.0-2.1.8.0:``, ``OFED-internal-25.01-0.6.0:``)."""
-    line = next((ln.strip().rstrip(":") for ln in text.splitlines() if ln.strip()), "")
-    m = re.search(r"(\d+\.\d+-\d+(?:\.\d+)*)$", line)
-    if not m:
-        raise ValueError(f"ofed_info -s printed no version: {line[:100]!r}")
-    return m[1]
 
 
 def _rdma_driver(sec: Mapping[str, tuple[str, int]]) -> Probe:
