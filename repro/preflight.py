@@ -41,6 +41,8 @@ from repro.hosts import Hosts, Node
 from repro.manifest import Manifest
 from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
 from repro.probes import (  # noqa: F401 - the node-facts parsers, named here too
+    COMPUTE_APPS_QUERY,
+    HOST_SCRIPT,
     Gpu,
     GpuProcess,
     IbPort,
@@ -51,6 +53,7 @@ from repro.probes import (  # noqa: F401 - the node-facts parsers, named here to
     parse_ibv_devinfo,
     parse_nvidia_smi,
     parse_ofed_info,
+    host_facts,
 )
 
 log = logging.getLogger(__name__)
@@ -74,12 +77,14 @@ class NodeReport:
     ssh: Probe
     docker: Probe = field(default_factory=Probe)
     gpus: Probe = field(default_factory=Probe)
+    gpu_processes: Probe = field(default_factory=Probe)  # GpuProcess per process on the node's GPUs
     infiniband: Probe = field(default_factory=Probe)
     disk: Probe = field(default_factory=Probe)
     clock: Probe = field(default_factory=Probe)
     rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
     interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
     dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
+    host: dict[str, Any] = field(default_factory=dict, compare=False)  # probes.host_facts: what provenance records
 
     @property
     def reachable(self) -> bool:
@@ -117,6 +122,8 @@ s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$
 else echo 'no data root on this machine'; false; fi; e
 s gpus; if has nvidia-smi; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
 else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s gpu_apps; if has nvidia-smi; then nvidia-smi --query-compute-apps={apps_query} --format=csv,noheader 2>&1
+else echo 'nvidia-smi: not found'; (exit 127); fi; e
 s ibdev; ls /dev/infiniband 2>&1; e
 s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
 else echo 'neither ibstat nor ibv_devinfo is installed'; (exit 127); fi; e
@@ -128,10 +135,12 @@ s netifs; ls /sys/class/net 2>&1; e
 
 
 def probe_script(node: Node, dataset: Dataset | None = None) -> str:
-    """The one shell script run per node; inventory values enter it shell-quoted only."""
+    """The one shell script run per node: preflight's sections, then the host facts the provenance records
+    (``probes.HOST_SCRIPT``); inventory values enter it shell-quoted only."""
     local_engine = int(node.docker_host is None or node.docker_host.startswith("unix://"))
-    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine)
-    return script + dataset_section(dataset) if dataset else script
+    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine,
+                            apps_query=COMPUTE_APPS_QUERY)
+    return script + (dataset_section(dataset) if dataset else "") + HOST_SCRIPT
 
 
 # ---------------------------------------------------------------- the dataset
@@ -208,7 +217,7 @@ def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Da
         clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
     sections = parse_sections(rest)
     return NodeReport(node.name, node.address, ssh, clock=clock, dataset=dataset_probe(sections, dataset),
-                      **_from_sections(sections))
+                      host=host_facts(r.stdout, f"exit {r.exited}"), **_from_sections(sections))
 
 
 def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
@@ -231,6 +240,8 @@ def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
            "disk": parsed("df", parse_df)}
     out["gpus"] = (Probe((), detail="no nvidia-smi") if sec.get("gpus", ("", 0))[1] == 127
                    else parsed("gpus", parse_nvidia_smi))
+    out["gpu_processes"] = (Probe((), detail="no nvidia-smi") if sec.get("gpu_apps", ("", 0))[1] == 127
+                            else parsed("gpu_apps", parse_compute_apps))
     out["infiniband"] = (Probe((), detail="no /dev/infiniband") if failed("ibdev")
                          else parsed("ib", parse_ib, detail="/dev/infiniband"))
     out["rdma_driver"] = _rdma_driver(sec)
@@ -262,8 +273,19 @@ def compare(reports: Sequence[NodeReport], expect: Mapping[str, Any], inventory_
     for r in reports:
         if not r.reachable:
             continue
-        out += _compare_gpus(r, expect) + _compare_ib(r, expect)
+        out += _compare_gpus(r, expect) + _compare_ib(r, expect) + _compare_busy(r)
     return out
+
+
+def _compare_busy(r: NodeReport) -> list[Deviation]:
+    """Processes already on the node's GPUs: they share its memory and compute with the run."""
+    procs: tuple[GpuProcess, ...] = r.gpu_processes.value or ()
+    if not procs:
+        return []
+    found = "; ".join(f"pid {p.pid if p.pid is not None else '?'} {p.name}"
+                      f"{f' ({p.used_mib} MiB)' if p.used_mib is not None else ''} on {p.gpu_uuid}" for p in procs)
+    return [Deviation(r.node, "gpus_in_use", "no other process on the GPUs",
+                      f"{len(procs)} process(es): {found}")]
 
 
 def _compare_gpus(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
@@ -517,5 +539,6 @@ def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviati
 
 
 def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation], blocking: Sequence[str] = ()) -> str:
-    return json.dumps({"nodes": [asdict(r) for r in reports], "problems": problems(reports) + list(blocking),
+    nodes = [{k: v for k, v in asdict(r).items() if k != "host"} for r in reports]  # host: the provenance's
+    return json.dumps({"nodes": nodes, "problems": problems(reports) + list(blocking),
                        "deviations": [asdict(d) for d in deviations]}, indent=2)

@@ -263,11 +263,17 @@ def _why(section: tuple[int, str] | None, what: str) -> str:
 
 
 def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Probe]:
-    """Every host probe of one node; ``docker_client`` (the node's engine) replaces the docker CLI."""
+    """Every host probe of one node, run on its own; ``docker_client`` (the node's engine) replaces the docker CLI."""
     rc, stdout, stderr = runner(HOST_SCRIPT)
+    return host_facts(stdout, stderr.strip()[-300:] or f"exit {rc}", docker_client)
+
+
+def host_facts(stdout: str, why_not: str = "no output", docker_client: Any | None = None) -> dict[str, Probe]:
+    """The host facts in the output of HOST_SCRIPT (alone, or within preflight's script); ``why_not``: what
+    to say when the output holds none of its sections."""
     s = _sections(stdout)
     if not s:
-        return _not_run(f"host probe did not run: {stderr.strip()[-300:] or f'exit {rc}'}")
+        return not_run(f"host probe did not run: {why_not}")
 
     def text(name: str, what: str) -> Probe:
         sec = s.get(name)
@@ -294,7 +300,7 @@ def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Pr
     }
 
 
-def _not_run(reason: str) -> dict[str, Probe]:
+def not_run(reason: str) -> dict[str, Probe]:
     return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
                                       "gpu_topology", "hcas", "mlx5_core", "mofed", "docker")}
 
@@ -481,5 +487,5 @@ def probe_hosts(nodes: Sequence[Node], *, clients: Mapping[str, Any] | None = No
     clients = clients or {}
     found = run_on_all(nodes, lambda s: probe_host(session_runner(s, timeout_s), clients.get(s.node.name)),
                        timeout=timeout_s)
-    return {name: facts if not isinstance(facts, Exception) else _not_run(f"host probe did not run: {facts}")
+    return {name: facts if not isinstance(facts, Exception) else not_run(f"host probe did not run: {facts}")
             for name, facts in found.items()}
