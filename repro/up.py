@@ -92,12 +92,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
                progress: Progress) -> list[Any]:
-    """Check every node first; returns the nodes' reports."""
+    """Probe every node once (the reports also carry the host facts the provenance records); unless
+    ``--skip-preflight``, check them against the target. Returns the nodes' reports."""
     from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
 
-    progress(Event("step", f"preflight of {len(hosts.nodes)} node(s)"))
+    progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
     reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
-                            dataset=dataset_to_check(manifest, hosts))
+                            dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
+    if opts.skip_preflight:
+        return reports
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
     more, blocking = site_checks(reports, manifest, hosts.env, cells)
     deviations += more
@@ -167,7 +170,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     used = Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env)
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
-    reports = [] if opts.skip_preflight else _preflight(used, manifest, cells, opts, progress)
+    recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
+    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
@@ -177,8 +181,9 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
     clients = _clients(used)
-    _image_mofed(manifest, cells, reports, clients[used.nodes[0].name], images.reference, opts, progress)
-    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
+    _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
+                 images.reference, opts, progress)
+    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress))
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result)
     except KeyboardInterrupt as e:
@@ -192,8 +197,9 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
 
 
 def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
-            progress: Progress) -> dict[str, Any]:
-    """The provenance record: resumed from the run directory, or new with every node's host and image facts."""
+            reports: Sequence[Any], progress: Progress) -> dict[str, Any]:
+    """The provenance record: resumed from the run directory, or new with every node's host facts (from the
+    probe preflight ran, with the engine's own account of itself) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
 
     from repro import probes, provenance
@@ -202,7 +208,9 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
         return provenance.load_record(run.file("provenance.json"))
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
-    host_facts = probes.probe_hosts(hosts.nodes, clients=clients)
+    by_node = {r.node: r for r in reports}
+    host_facts = {n: {**(r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")),
+                      "docker": probes.docker_facts(clients[n])} for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
