@@ -2,9 +2,11 @@
 
 Per node, in parallel, over one SSH session and one POSIX sh script run by the login shell
 (bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's version, GPUs
-(nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v; the MLNX_OFED and
-mlx5_core versions), the network interfaces, free disk under the engine's data root, and the
-clock offset against this machine. Every probe fails soft:
+(nvidia-smi) and the processes already on them, InfiniBand (/dev/infiniband, then ibstat or
+ibv_devinfo -v; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under the
+engine's data root, and the clock offset against this machine. The same command also gathers the
+host facts ``repro up`` records in the provenance (``probes.HOST_SCRIPT``), so a run probes each node
+once. The tools' output is read by the parsers in ``repro.probes``. Every probe fails soft:
 its value is None and its reason says why; the other probes and nodes still report.
 
 Two kinds of findings come out of it:
@@ -14,7 +16,7 @@ Two kinds of findings come out of it:
   A socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) that a node
   lacks is one too: NCCL's bootstrap aborts there.
 * deviations - the node works but differs from the manifest's ``expect`` (GPU model or
-  memory, driver, IB presence or rate, node count), or, for a multi-node RDMA target, has no
+  memory, driver, IB presence or rate, node count), has processes on its GPUs already, or, for a multi-node RDMA target, has no
   mlx5 driver or a MOFED older than the containers' user space. A reproduction on different hardware
   is still worth running, so these are warnings; ``--strict`` makes them errors.
 

@@ -1,7 +1,10 @@
-"""Facts about a node and an image, each failing soft: ``{"value": ..., "reason": ...}``.
+"""Node facts: the parsers of every node tool's output, and facts about a node and an image, each
+failing soft: ``{"value": ..., "reason": ...}``.
 
-Host probes run one POSIX shell script on the node (over SSH, or here for a local node)
-and parse its sections here, so a node needs no Python and one round trip suffices.
+Host probes are one POSIX shell script (``HOST_SCRIPT``); preflight runs it within its own script, on
+the same SSH command, and :func:`host_facts` reads its sections, so a node needs no Python and one
+round trip per node gives both preflight and the provenance. One parser per tool: nvidia-smi's CSV
+(:func:`smi_rows`), ibstat, ibv_devinfo, df, ofed_info.
 The container probe runs ``scripts/probe-container.py`` with the image's own Python.
 Nothing here raises for a missing tool, device or permission: the value is null and the
 reason says why.
