@@ -61,7 +61,9 @@ sec ibstat ibstat
 sec ibv_devinfo ibv_devinfo
 sec mlx5 cat /sys/module/mlx5_core/version
 sec ofed ofed_info -s
-sec docker_version docker version --format '{{{{json .Server}}}}'
+"""
+#: The engine's facts by its CLI, for a probe without the engine's SDK client (``repro up`` has one).
+DOCKER_SCRIPT = f"""sec docker_version docker version --format '{{{{json .Server}}}}'
 sec docker_info docker info --format \
   '[{{{{json .ServerVersion}}}},{{{{json .DefaultRuntime}}}},{{{{json .Driver}}}},{{{{json .Runtimes}}}}]'
 """
@@ -267,7 +269,7 @@ def _why(section: tuple[int, str] | None, what: str) -> str:
 
 def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Probe]:
     """Every host probe of one node, run on its own; ``docker_client`` (the node's engine) replaces the docker CLI."""
-    rc, stdout, stderr = runner(HOST_SCRIPT)
+    rc, stdout, stderr = runner(HOST_SCRIPT + ("" if docker_client is not None else DOCKER_SCRIPT))
     return host_facts(stdout, stderr.strip()[-300:] or f"exit {rc}", docker_client)
 
 
