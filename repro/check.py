@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro import lock
+from repro.images import lock
 from repro.errors import BuildError, ReproError
 from repro.images import rdma as rdma_layer
 from repro.images.build import BuildOptions, build_args, dockerfile_dir

@@ -2,9 +2,11 @@
 
 Per node, in parallel, over one SSH session and one POSIX sh script run by the login shell
 (bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's version, GPUs
-(nvidia-smi), InfiniBand (/dev/infiniband, then ibstat or ibv_devinfo -v; the MLNX_OFED and
-mlx5_core versions), the network interfaces, free disk under the engine's data root, and the
-clock offset against this machine. Every probe fails soft:
+(nvidia-smi) and the processes already on them, InfiniBand (/dev/infiniband, then ibstat or
+ibv_devinfo -v; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under the
+engine's data root, and the clock offset against this machine. The same command also gathers the
+host facts ``repro up`` records in the provenance (``probes.HOST_SCRIPT``), so a run probes each node
+once. The tools' output is read by the parsers in ``repro.probes``. Every probe fails soft:
 its value is None and its reason says why; the other probes and nodes still report.
 
 Two kinds of findings come out of it:
@@ -14,7 +16,7 @@ Two kinds of findings come out of it:
   A socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) that a node
   lacks is one too: NCCL's bootstrap aborts there.
 * deviations - the node works but differs from the manifest's ``expect`` (GPU model or
-  memory, driver, IB presence or rate, node count), or, for a multi-node RDMA target, has no
+  memory, driver, IB presence or rate, node count), has processes on its GPUs already, or, for a multi-node RDMA target, has no
   mlx5 driver or a MOFED older than the containers' user space. A reproduction on different hardware
   is still worth running, so these are warnings; ``--strict`` makes them errors.
 
@@ -40,6 +42,21 @@ from repro.errors import EnvironmentUnavailable
 from repro.hosts import Hosts, Node
 from repro.manifest import Manifest
 from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
+from repro.probes import (  # noqa: F401 - the node-facts parsers, named here too
+    COMPUTE_APPS_QUERY,
+    HOST_SCRIPT,
+    Gpu,
+    GpuProcess,
+    IbPort,
+    parse_compute_apps,
+    parse_df,
+    parse_ib,
+    parse_ibstat,
+    parse_ibv_devinfo,
+    parse_nvidia_smi,
+    parse_ofed_info,
+    host_facts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,39 +73,20 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class Gpu:
-    name: str
-    memory_mib: int
-    driver: str
-
-
-@dataclass(frozen=True)
-class IbPort:
-    device: str
-    port: int
-    state: str
-    rate_gbps: float | None
-    link_layer: str | None
-    fw: str | None = field(default=None, compare=False)  # the HCA's firmware, where the tool prints it
-
-    @property
-    def active(self) -> bool:
-        return self.state.lower() in ("active", "port_active")
-
-
-@dataclass(frozen=True)
 class NodeReport:
     node: str
     address: str
     ssh: Probe
     docker: Probe = field(default_factory=Probe)
     gpus: Probe = field(default_factory=Probe)
+    gpu_processes: Probe = field(default_factory=Probe)  # GpuProcess per process on the node's GPUs
     infiniband: Probe = field(default_factory=Probe)
     disk: Probe = field(default_factory=Probe)
     clock: Probe = field(default_factory=Probe)
     rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
     interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
     dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
+    host: dict[str, Any] = field(default_factory=dict, compare=False)  # probes.host_facts: what provenance records
 
     @property
     def reachable(self) -> bool:
@@ -104,81 +102,6 @@ class Deviation:
 
     def __str__(self) -> str:
         return f"{self.node or 'inventory'}: {self.what}: expected {self.expected}, found {self.found}"
-
-
-# ---------------------------------------------------------------- parsers (pure)
-
-def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
-    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader``."""
-    gpus, other = [], []
-    for line in filter(None, (ln.strip() for ln in text.splitlines())):
-        m = re.fullmatch(r"(.+?),\s*(\d+)\s*MiB,\s*(\S+)", line)
-        if m:
-            gpus.append(Gpu(m[1].strip(), int(m[2]), m[3]))
-        elif line != "No devices were found":
-            other.append(line)
-    if other and not gpus:
-        raise ValueError(other[0])
-    return tuple(gpus)
-
-
-def parse_ibstat(text: str) -> tuple[IbPort, ...]:
-    """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
-    ports: list[dict[str, Any]] = []
-    ca, fw, cur = None, None, None
-    for line in text.splitlines():
-        if m := re.match(r"CA '(.+)'", line.strip()):
-            ca, fw, cur = m[1], None, None
-        elif (m := re.fullmatch(r"Port (\d+):", line.strip())) and ca:
-            ports.append(cur := {"device": ca, "port": int(m[1]), "fw": fw})
-        elif line.strip().startswith("Firmware version:") and cur is None:
-            fw = line.partition(":")[2].strip() or None
-        elif cur is not None and ":" in line:
-            key, _, val = (s.strip() for s in line.partition(":"))
-            cur[key.lower()] = val
-    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _num(p.get("rate")), p.get("link layer"), p["fw"])
-                 for p in ports)
-
-
-def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
-    """``ibv_devinfo -v``: ``hca_id:`` blocks with ``port:`` sections; rate = width x lane speed."""
-    ports: list[dict[str, Any]] = []
-    hca, fw, cur = None, None, None
-    for line in text.splitlines():
-        key, _, val = (s.strip() for s in line.partition(":"))
-        if key == "hca_id":
-            hca, fw, cur = val, None, None
-        elif key == "fw_ver" and cur is None:
-            fw = val or None
-        elif key == "port" and hca:
-            ports.append(cur := {"device": hca, "port": int(val), "fw": fw})
-        elif cur is not None and key in ("state", "link_layer", "active_width", "active_speed"):
-            cur[key] = val
-    out = []
-    for p in ports:
-        width = re.match(r"(\d+)X", p.get("active_width", ""))
-        speed = _num(p.get("active_speed"))
-        rate = int(width[1]) * speed if width and speed else None
-        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer"), p["fw"]))
-    return tuple(out)
-
-
-def parse_ib(text: str) -> tuple[IbPort, ...]:
-    """Either format, told apart by its first block header."""
-    return parse_ibv_devinfo(text) if re.search(r"^\s*hca_id:", text, re.MULTILINE) else parse_ibstat(text)
-
-
-def parse_df(text: str) -> int:
-    """Available bytes from ``df -Pk PATH``."""
-    rows = [ln.split() for ln in text.splitlines() if ln.strip()]
-    if len(rows) < 2 or len(rows[-1]) < 6 or not rows[-1][3].isdigit():
-        raise ValueError(text.strip().splitlines()[-1] if text.strip() else "no output")
-    return int(rows[-1][3]) * 1024
-
-
-def _num(text: str | None) -> float | None:
-    m = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
-    return float(m[1]) if m else None
 
 
 def parse_sections(text: str) -> dict[str, tuple[str, int]]:
@@ -201,6 +124,8 @@ s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$
 else echo 'no data root on this machine'; false; fi; e
 s gpus; if has nvidia-smi; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
 else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s gpu_apps; if has nvidia-smi; then nvidia-smi --query-compute-apps={apps_query} --format=csv,noheader 2>&1
+else echo 'nvidia-smi: not found'; (exit 127); fi; e
 s ibdev; ls /dev/infiniband 2>&1; e
 s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
 else echo 'neither ibstat nor ibv_devinfo is installed'; (exit 127); fi; e
@@ -212,10 +137,12 @@ s netifs; ls /sys/class/net 2>&1; e
 
 
 def probe_script(node: Node, dataset: Dataset | None = None) -> str:
-    """The one shell script run per node; inventory values enter it shell-quoted only."""
+    """The one shell script run per node: preflight's sections, then the host facts the provenance records
+    (``probes.HOST_SCRIPT``); inventory values enter it shell-quoted only."""
     local_engine = int(node.docker_host is None or node.docker_host.startswith("unix://"))
-    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine)
-    return script + dataset_section(dataset) if dataset else script
+    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine,
+                            apps_query=COMPUTE_APPS_QUERY)
+    return script + (dataset_section(dataset) if dataset else "") + HOST_SCRIPT
 
 
 # ---------------------------------------------------------------- the dataset
@@ -292,7 +219,7 @@ def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Da
         clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
     sections = parse_sections(rest)
     return NodeReport(node.name, node.address, ssh, clock=clock, dataset=dataset_probe(sections, dataset),
-                      **_from_sections(sections))
+                      host=host_facts(r.stdout, f"exit {r.exited}"), **_from_sections(sections))
 
 
 def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
@@ -315,6 +242,8 @@ def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
            "disk": parsed("df", parse_df)}
     out["gpus"] = (Probe((), detail="no nvidia-smi") if sec.get("gpus", ("", 0))[1] == 127
                    else parsed("gpus", parse_nvidia_smi))
+    out["gpu_processes"] = (Probe((), detail="no nvidia-smi") if sec.get("gpu_apps", ("", 0))[1] == 127
+                            else parsed("gpu_apps", parse_compute_apps))
     out["infiniband"] = (Probe((), detail="no /dev/infiniband") if failed("ibdev")
                          else parsed("ib", parse_ib, detail="/dev/infiniband"))
     out["rdma_driver"] = _rdma_driver(sec)
@@ -346,8 +275,19 @@ def compare(reports: Sequence[NodeReport], expect: Mapping[str, Any], inventory_
     for r in reports:
         if not r.reachable:
             continue
-        out += _compare_gpus(r, expect) + _compare_ib(r, expect)
+        out += _compare_gpus(r, expect) + _compare_ib(r, expect) + _compare_busy(r)
     return out
+
+
+def _compare_busy(r: NodeReport) -> list[Deviation]:
+    """Processes already on the node's GPUs: they share its memory and compute with the run."""
+    procs: tuple[GpuProcess, ...] = r.gpu_processes.value or ()
+    if not procs:
+        return []
+    found = "; ".join(f"pid {p.pid if p.pid is not None else '?'} {p.name}"
+                      f"{f' ({p.used_mib} MiB)' if p.used_mib is not None else ''} on {p.gpu_uuid}" for p in procs)
+    return [Deviation(r.node, "gpus_in_use", "no other process on the GPUs",
+                      f"{len(procs)} process(es): {found}")]
 
 
 def _compare_gpus(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
@@ -398,15 +338,6 @@ def _compare_ib(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
 
 #: The variables naming the interfaces NCCL's and Gloo's sockets use; a site sets them in the hosts file's env.
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-def parse_ofed_info(text: str) -> str:
-    """The version in ``ofed_info -s`` (``MLNX_OFED_LINUX-5.0-2.1.8.0:``, ``OFED-internal-25.01-0.6.0:``)."""
-    line = next((ln.strip().rstrip(":") for ln in text.splitlines() if ln.strip()), "")
-    m = re.search(r"(\d+\.\d+-\d+(?:\.\d+)*)$", line)
-    if not m:
-        raise ValueError(f"ofed_info -s printed no version: {line[:100]!r}")
-    return m[1]
 
 
 def _rdma_driver(sec: Mapping[str, tuple[str, int]]) -> Probe:
@@ -610,5 +541,6 @@ def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviati
 
 
 def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation], blocking: Sequence[str] = ()) -> str:
-    return json.dumps({"nodes": [asdict(r) for r in reports], "problems": problems(reports) + list(blocking),
+    nodes = [{k: v for k, v in asdict(r).items() if k != "host"} for r in reports]  # host: the provenance's
+    return json.dumps({"nodes": nodes, "problems": problems(reports) + list(blocking),
                        "deviations": [asdict(d) for d in deviations]}, indent=2)

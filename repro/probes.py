@@ -1,7 +1,10 @@
-"""Facts about a node and an image, each failing soft: ``{"value": ..., "reason": ...}``.
+"""Node facts: the parsers of every node tool's output, and facts about a node and an image, each
+failing soft: ``{"value": ..., "reason": ...}``.
 
-Host probes run one POSIX shell script on the node (over SSH, or here for a local node)
-and parse its sections here, so a node needs no Python and one round trip suffices.
+Host probes are one POSIX shell script (``HOST_SCRIPT``); preflight runs it within its own script, on
+the same SSH command, and :func:`host_facts` reads its sections, so a node needs no Python and one
+round trip per node gives both preflight and the provenance. One parser per tool: nvidia-smi's CSV
+(:func:`smi_rows`), ibstat, ibv_devinfo, df, ofed_info.
 The container probe runs ``scripts/probe-container.py`` with the image's own Python.
 Nothing here raises for a missing tool, device or permission: the value is null and the
 reason says why.
@@ -15,13 +18,13 @@ import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro import paths
 from repro.hosts import Node
 from repro.nodes import Session, run_on_all
-from repro.preflight import parse_ibstat, parse_ofed_info
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,9 @@ sec ibstat ibstat
 sec ibv_devinfo ibv_devinfo
 sec mlx5 cat /sys/module/mlx5_core/version
 sec ofed ofed_info -s
-sec docker_version docker version --format '{{{{json .Server}}}}'
+"""
+#: The engine's facts by its CLI, for a probe without the engine's SDK client (``repro up`` has one).
+DOCKER_SCRIPT = f"""sec docker_version docker version --format '{{{{json .Server}}}}'
 sec docker_info docker info --format \
   '[{{{{json .ServerVersion}}}},{{{{json .DefaultRuntime}}}},{{{{json .Driver}}}},{{{{json .Runtimes}}}}]'
 """
@@ -74,6 +79,146 @@ def fail(reason: str) -> Probe:
 
 def value(probe: Mapping[str, Any] | None) -> Any:
     return probe.get("value") if isinstance(probe, Mapping) else None
+
+
+# ---------------------------------------------------------------- tool parsers (pure): one per tool
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_mib: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str
+    rate_gbps: float | None
+    link_layer: str | None
+    fw: str | None = field(default=None, compare=False)  # the HCA's firmware, where the tool prints it
+
+    @property
+    def active(self) -> bool:
+        return self.state.lower() in ("active", "port_active")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding a GPU context (``nvidia-smi --query-compute-apps``)."""
+
+    gpu_uuid: str
+    pid: int | None
+    name: str  # ``[Not Found]`` for a process in another PID namespace (another container's)
+    used_mib: int | None  # None where the driver does not say (``[N/A]``)
+
+
+#: The query of the processes on a node's GPUs; every field is one nvidia-smi documents for --query-compute-apps.
+COMPUTE_APPS_QUERY = "gpu_uuid,pid,process_name,used_gpu_memory"
+
+
+def smi_rows(text: str, width: int, free: int) -> list[list[str]]:
+    """The rows of ``nvidia-smi --query-...=F1,F2,... --format=csv,noheader``: ``width`` fields split at commas,
+    field ``free`` (a name, which may hold commas) taking what is left over. ValueError with the first line
+    when no line is a row (the driver's error message); ``No devices were found`` is no rows."""
+    rows, other = [], []
+    for line in filter(None, (ln.strip() for ln in text.splitlines())):
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < width:
+            if line != "No devices were found":
+                other.append(line)
+            continue
+        extra = len(parts) - width
+        rows.append([*parts[:free], ", ".join(parts[free:free + extra + 1]), *parts[free + extra + 1:]])
+    if other and not rows:
+        raise ValueError(other[0])
+    return rows
+
+
+def _mib(text: str) -> int | None:
+    m = re.fullmatch(r"(\d+)(?:\s*MiB)?", text.strip())
+    return int(m[1]) if m else None
+
+
+def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
+    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader``."""
+    rows = smi_rows(text, 3, 0)
+    gpus = tuple(Gpu(name, mib, driver) for name, mem, driver in rows
+                 if (mib := _mib(mem)) is not None and mem.endswith("MiB") and " " not in driver)
+    if rows and not gpus:
+        raise ValueError(", ".join(rows[0]))
+    return gpus
+
+
+def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
+    """``nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv,noheader``:
+    one line per process and GPU, none when the GPUs are idle."""
+    return tuple(GpuProcess(uuid, int(pid) if pid.isdigit() else None, name, _mib(used))
+                 for uuid, pid, name, used in smi_rows(text, 4, 2))
+
+
+def parse_ibstat(text: str) -> tuple[IbPort, ...]:
+    """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
+    ports: list[dict[str, Any]] = []
+    ca, fw, cur = None, None, None
+    for line in text.splitlines():
+        if m := re.match(r"CA '(.+)'", line.strip()):
+            ca, fw, cur = m[1], None, None
+        elif (m := re.fullmatch(r"Port (\d+):", line.strip())) and ca:
+            ports.append(cur := {"device": ca, "port": int(m[1]), "fw": fw})
+        elif line.strip().startswith("Firmware version:") and cur is None:
+            fw = line.partition(":")[2].strip() or None
+        elif cur is not None and ":" in line:
+            key, _, val = (s.strip() for s in line.partition(":"))
+            cur[key.lower()] = val
+    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _rate(p.get("rate")), p.get("link layer"), p["fw"])
+                 for p in ports)
+
+
+def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
+    """``ibv_devinfo -v``: ``hca_id:`` blocks with ``port:`` sections; rate = width x lane speed."""
+    ports: list[dict[str, Any]] = []
+    hca, fw, cur = None, None, None
+    for line in text.splitlines():
+        key, _, val = (s.strip() for s in line.partition(":"))
+        if key == "hca_id":
+            hca, fw, cur = val, None, None
+        elif key == "fw_ver" and cur is None:
+            fw = val or None
+        elif key == "port" and hca:
+            ports.append(cur := {"device": hca, "port": int(val), "fw": fw})
+        elif cur is not None and key in ("state", "link_layer", "active_width", "active_speed"):
+            cur[key] = val
+    out = []
+    for p in ports:
+        width = re.match(r"(\d+)X", p.get("active_width", ""))
+        speed = _rate(p.get("active_speed"))
+        rate = int(width[1]) * speed if width and speed else None
+        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer"), p["fw"]))
+    return tuple(out)
+
+
+def parse_ib(text: str) -> tuple[IbPort, ...]:
+    """Either format, told apart by its first block header."""
+    return parse_ibv_devinfo(text) if re.search(r"^\s*hca_id:", text, re.MULTILINE) else parse_ibstat(text)
+
+
+def parse_df(text: str) -> int:
+    """Available bytes from ``df -Pk PATH``."""
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()]
+    if len(rows) < 2 or len(rows[-1]) < 6 or not rows[-1][3].isdigit():
+        raise ValueError(text.strip().splitlines()[-1] if text.strip() else "no output")
+    return int(rows[-1][3]) * 1024
+
+
+def parse_ofed_info(text: str) -> str:
+    """The version in ``ofed_info -s`` (``MLNX_OFED_LINUX-5.0-2.1.8.0:``, ``OFED-internal-25.01-0.6.0:``)."""
+    line = next((ln.strip().rstrip(":") for ln in text.splitlines() if ln.strip()), "")
+    m = re.search(r"(\d+\.\d+-\d+(?:\.\d+)*)$", line)
+    if not m:
+        raise ValueError(f"ofed_info -s printed no version: {line[:100]!r}")
+    return m[1]
 
 
 # ---------------------------------------------------------------- runners
@@ -123,11 +268,17 @@ def _why(section: tuple[int, str] | None, what: str) -> str:
 
 
 def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Probe]:
-    """Every host probe of one node; ``docker_client`` (the node's engine) replaces the docker CLI."""
-    rc, stdout, stderr = runner(HOST_SCRIPT)
+    """Every host probe of one node, run on its own; ``docker_client`` (the node's engine) replaces the docker CLI."""
+    rc, stdout, stderr = runner(HOST_SCRIPT + ("" if docker_client is not None else DOCKER_SCRIPT))
+    return host_facts(stdout, stderr.strip()[-300:] or f"exit {rc}", docker_client)
+
+
+def host_facts(stdout: str, why_not: str = "no output", docker_client: Any | None = None) -> dict[str, Probe]:
+    """The host facts in the output of HOST_SCRIPT (alone, or within preflight's script); ``why_not``: what
+    to say when the output holds none of its sections."""
     s = _sections(stdout)
     if not s:
-        return _not_run(f"host probe did not run: {stderr.strip()[-300:] or f'exit {rc}'}")
+        return not_run(f"host probe did not run: {why_not}")
 
     def text(name: str, what: str) -> Probe:
         sec = s.get(name)
@@ -154,7 +305,7 @@ def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Pr
     }
 
 
-def _not_run(reason: str) -> dict[str, Probe]:
+def not_run(reason: str) -> dict[str, Probe]:
     return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
                                       "gpu_topology", "hcas", "mlx5_core", "mofed", "docker")}
 
@@ -223,14 +374,16 @@ def _gpus(s: dict[str, tuple[int, str]]) -> Probe:
     sec = s.get("gpus")
     if not sec or sec[0] != 0:
         return fail(_why(sec, "nvidia-smi"))
+    try:
+        rows = smi_rows(sec[1], len(_GPU_KEYS), 1)
+    except ValueError:
+        rows = []
     gpus = []
-    for line in sec[1].splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == len(_GPU_KEYS):
-            row = {k: _num(v) for k, v in zip(_GPU_KEYS, parts)}
-            for k in ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios"):
-                row[k] = None if row[k] is None else str(parts[_GPU_KEYS.index(k)])
-            gpus.append(row)
+    for parts in rows:
+        row = {k: _num(v) for k, v in zip(_GPU_KEYS, parts)}
+        for k in ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios"):
+            row[k] = None if row[k] is None else str(parts[_GPU_KEYS.index(k)])
+        gpus.append(row)
     return ok(gpus) if gpus else fail(f"nvidia-smi printed no GPU rows: {sec[1][:200]}")
 
 
@@ -240,9 +393,10 @@ def _cuda_driver(s: dict[str, tuple[int, str]]) -> Probe:
     return ok(m.group(1)) if m else fail(_why(sec, "nvidia-smi"))
 
 
-def _rate(text: str) -> float | None:
-    m = re.search(r"(\d+(?:\.\d+)?)", text or "")
-    return float(m.group(1)) if m else None
+def _rate(text: str | None) -> float | None:
+    """The number a value starts with (``100 Gb/sec (4X EDR)``, ``25.0 Gbps``)."""
+    m = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
+    return float(m[1]) if m else None
 
 
 def _hcas(s: dict[str, tuple[int, str]]) -> Probe:
@@ -338,5 +492,5 @@ def probe_hosts(nodes: Sequence[Node], *, clients: Mapping[str, Any] | None = No
     clients = clients or {}
     found = run_on_all(nodes, lambda s: probe_host(session_runner(s, timeout_s), clients.get(s.node.name)),
                        timeout=timeout_s)
-    return {name: facts if not isinstance(facts, Exception) else _not_run(f"host probe did not run: {facts}")
+    return {name: facts if not isinstance(facts, Exception) else not_run(f"host probe did not run: {facts}")
             for name, facts in found.items()}

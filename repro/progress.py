@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from repro.images.events import Event
+from repro.events import Event
 from repro.redact import redact_text
 
 

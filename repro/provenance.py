@@ -1,7 +1,7 @@
 """The provenance record of one run: what ran, where, from what, and what it produced.
 
 ``repro up`` builds the record as the run goes (:func:`new_record`, :func:`add_node`,
-:func:`add_command`) and seals the run directory with :func:`finalize`: reports,
+:func:`add_command`) and seals the run directory with :func:`finalize`: digests of the reports it wrote,
 ``provenance.json`` (validated against ``repro/schemas/provenance.v1.json``), the same
 facts as an in-toto Statement with a SLSA Provenance v1 predicate, and ``SHA256SUMS``.
 Environment values under secret-looking names are redacted before anything is written.
@@ -19,7 +19,7 @@ from typing import Any
 
 
 from repro import __version__, paths
-from repro.errors import ProvenanceError, UsageError
+from repro.errors import ProvenanceError
 from repro.hosts import Hosts, Node
 from repro.manifest import Cell, Manifest
 from repro.probes import Probe, fail, ok
@@ -145,29 +145,13 @@ def nccl_transport(path: Path) -> Probe:
     return ok({"transport": s.transport, "evidence": s.evidence, "missing_driver": s.missing_driver})
 
 
-def write_reports(run: RunDir) -> None:
-    """report.md/csv/json re-derived from the run's rank-0 logs."""
-    from repro.report import RENDERERS
-    from repro.reproduce import reproduce_run
+def finalize(run: RunDir, record: dict[str, Any], *, finished: str | None = None) -> dict[str, Any]:
+    """Seal the run directory: digests of its reports and logs, provenance.json, the in-toto export, SHA256SUMS.
 
-    results = [reproduce_run(run.path, source=run.run_id)]
-    for fmt, name in REPORTS.items():
-        run.write_text(name, RENDERERS[fmt](results))
-
-
-def finalize(run: RunDir, record: dict[str, Any], *, reports: bool = True,
-             finished: str | None = None) -> dict[str, Any]:
-    """Seal the run directory: reports, digests, provenance.json, the in-toto export, SHA256SUMS.
-
-    Files other code wrote (logs streamed by the launcher) are scrubbed of known secrets
-    first. ``reports=False`` keeps report.* files already written (their digests are taken).
+    Files other code wrote (logs streamed by the launcher) are scrubbed of known secrets first;
+    the reports are ``repro up``'s (:func:`repro.up.write_reports`), taken as they are.
     """
     run.scrub_files()
-    if reports:
-        try:
-            write_reports(run)
-        except UsageError:  # a target that reproduces no publication, with a kit that only re-derives
-            pass
     record["results"] = {name: sha256_file(run.file(name)) for name in (*REPORTS.values(), "report.png")
                          if run.file(name).is_file()}
     for cmd in record["commands"]:

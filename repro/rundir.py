@@ -27,7 +27,7 @@ import re
 import secrets
 import socket
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +37,6 @@ import yaml
 
 from repro.errors import ProvenanceError, UsageError
 from repro.redact import REDACTED, Redactor, is_secret_name, redact_document, redact_env  # noqa: F401
-from repro.schema import StrictLoader
 from repro.hosts import Hosts
 from repro.manifest import Cell, Manifest, canonical_sha256, load_manifest
 
@@ -145,9 +144,6 @@ class RunDir:
     def cells_dir(self) -> Path:
         return self.path / "cells"
 
-    def report_file(self, fmt: str) -> Path:
-        return self.path / REPORTS[fmt]
-
     def log_dir(self, cell: Cell | str, repeat: int) -> Path:
         """``cells/<cell-key>/r<repeat>``: where one repeat's per-node logs go."""
         key = cell if isinstance(cell, str) else cell.key
@@ -214,13 +210,6 @@ class RunDir:
 
     def load_manifest(self) -> Manifest:
         return load_manifest(self.file(MANIFEST))
-
-    def hosts_doc(self) -> dict[str, Any]:
-        try:
-            doc = yaml.load(self.file(HOSTS).read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506
-            return doc if isinstance(doc, dict) else {}
-        except (OSError, yaml.YAMLError, RecursionError):
-            return {}
 
     # ------------------------------------------------------------ writing
     def write_text(self, name: str, text: str) -> Path:

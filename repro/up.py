@@ -20,13 +20,13 @@ from typing import Any
 
 import docker
 
-from repro import lock
 from repro.clean import clean_clients
+from repro.images import lock
 from repro.errors import ReproError, RunFailed, UsageError
 from repro.hosts import Hosts, load_hosts
 from repro.images import ImagesOptions, check_pins, prepare
 from repro.images.engine import node_client
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.launch import CellFailed, NodeResult, launch_cell
 from repro.manifest import Cell, Manifest, find_target, synthetic
 from repro.parsers import PARSERS
@@ -103,12 +103,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
                progress: Progress) -> list[Any]:
-    """Check every node first; returns the nodes' reports."""
+    """Probe every node once (the reports also carry the host facts the provenance records); unless
+    ``--skip-preflight``, check them against the target. Returns the nodes' reports."""
     from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
 
-    progress(Event("step", f"preflight of {len(hosts.nodes)} node(s)"))
+    progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
     reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
-                            dataset=dataset_to_check(manifest, hosts))
+                            dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
+    if opts.skip_preflight:
+        return reports
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
     more, blocking = site_checks(reports, manifest, hosts.env, cells)
     deviations += more
@@ -209,7 +212,8 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
-    reports = [] if opts.skip_preflight else _preflight(used, manifest, cells, opts, progress)
+    recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
+    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:
@@ -220,8 +224,9 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
     clients = _clients(used)
     _remove_stale(clients, run.run_id, progress)
-    _image_mofed(manifest, cells, reports, clients[used.nodes[0].name], images.reference, opts, progress)
-    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, progress))
+    _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
+                 images.reference, opts, progress)
+    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress))
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
@@ -237,8 +242,9 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
 
 
 def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
-            progress: Progress) -> dict[str, Any]:
-    """The provenance record: resumed from the run directory, or new with every node's host and image facts."""
+            reports: Sequence[Any], progress: Progress) -> dict[str, Any]:
+    """The provenance record: resumed from the run directory, or new with every node's host facts (from the
+    probe preflight ran, with the engine's own account of itself) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
 
     from repro import probes, provenance
@@ -247,7 +253,9 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
         return provenance.load_record(run.file("provenance.json"))
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
-    host_facts = probes.probe_hosts(hosts.nodes, clients=clients)
+    by_node = {r.node: r for r in reports}
+    host_facts = {n: {**(r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")),
+                      "docker": probes.docker_facts(clients[n])} for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
@@ -277,7 +285,7 @@ def _seal(result: UpResult, progress: Progress) -> None:
     from repro import provenance
 
     try:
-        provenance.finalize(result.run, result.record, reports=False)
+        provenance.finalize(result.run, result.record)
     except ReproError as e:
         progress(Event("warn", f"provenance not written: {e}"))
 
@@ -404,7 +412,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
     and return the table with a closing summary for the CLI to print."""
     from repro.audit import environment_checks
-    from repro.report import RENDERERS, plot_report, render_html, render_text
+    from repro.report import plot_report, render_html, render_text
     from repro.reproduce import reproduce_run
 
     from repro import archive
@@ -413,8 +421,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     table = reproduce_run(run.path)
     result.verdicts = [c.verdict for c in table.cells]
     findings = findings_section(result.record)
-    for fmt, render in RENDERERS.items():
-        run.write_text(f"report.{fmt}", render([table]) + (findings if fmt == "md" else ""))
+    write_reports(run, [table], findings)
     plot_report([table], run.file("report.png"))
     try:  # the environment against the publication's, as far as the record has it
         environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
@@ -433,6 +440,14 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
     return render_text([table], colour=colour) + findings + summary
+
+
+def write_reports(run: RunDir, tables: Sequence[Any], findings: str = "") -> None:
+    """report.md/csv/json of the run's tables; ``findings`` (a markdown section) closes report.md."""
+    from repro.report import RENDERERS
+
+    for fmt, render in RENDERERS.items():
+        run.write_text(f"report.{fmt}", render(tables) + (findings if fmt == "md" else ""))
 
 
 def findings_section(record: Mapping[str, Any]) -> str:

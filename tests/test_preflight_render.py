@@ -142,7 +142,7 @@ def test_script_runs_here_and_never_runs_inventory_values(tmp_path: Path) -> Non
                          env={"PATH": "/usr/bin:/bin"})
     assert not marker.exists()
     sec = parse_sections(out.stdout.partition("\n")[2])
-    assert set(sec) == {"docker", "df", "gpus", "ibdev", "ib", "ofed", "mlx5", "netifs"}
+    assert set(sec) == {"docker", "df", "gpus", "gpu_apps", "ibdev", "ib", "ofed", "mlx5", "netifs"}
     assert sec["docker"][1] != 0 and sec["df"] == ("no data root on this machine\n", 1)
 
 

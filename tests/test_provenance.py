@@ -38,6 +38,7 @@ from repro.rundir import (
     parse_cell_key,
 )
 from repro.schema import load_schema
+from repro.up import write_reports
 
 TARGET = "ngc-pytorch-rn50-v100"
 SECRET_HOSTS = "hosts-Secret-0a1b2c3d4e"      # a hosts file env value under a secret name
@@ -113,6 +114,7 @@ def make_run(root: Path, *, driver_on_last: str = "525.60.11") -> RunDir:
                                    env={"NCCL_DEBUG": "INFO", "API_TOKEN": SECRET_CMD}, started="2026-11-22T11:15:01Z",
                                    ended="2026-11-22T11:20:00.123+00:00", exit_code=0, log=path)
         run.set_status(cell, 1, DONE)
+    write_reports(run, [reproduce_run(run.path, source=run.run_id)])
     provenance.finalize(run, record, finished="2026-11-22T12:00:00Z")
     return run
 

@@ -275,7 +275,7 @@ def run_repeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, 
     """One repeat of the 4-node cell through up's repeat step, the cell's logs being the captured NCCL lines
     (no GPU cluster here: the launch writes them where the containers' output would go)."""
     from repro import provenance, up
-    from repro.images.events import ignore
+    from repro.events import ignore
     from repro.rundir import RunDir
 
     m = find_target("ngc-pytorch-rn50-v100")

@@ -15,7 +15,7 @@ from repro import provenance
 from repro.audit import OK, _manifest_check
 from repro.cli import cli
 from repro.hosts import load_hosts
-from repro.images.events import Event
+from repro.events import Event
 from repro.manifest import load_manifest
 from repro.progress import PlainProgress
 from repro.redact import REDACTED, redact_argv, redact_document, redact_env, redact_text

@@ -7,7 +7,6 @@ one); the protocol that reproduces it comes from the manifest, never from the te
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import replace

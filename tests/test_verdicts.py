@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import random
 import re
 import struct

@@ -17,14 +17,14 @@ from typing import Any
 
 import docker
 
-from repro import lock
+from repro.images import lock
 from repro.errors import UsageError
 from repro.hosts import Hosts
 from repro.images import registry
 from repro.images.build import BuildOptions, Built, build_image, find_current
 from repro.images.distribute import NodeResult, distribute
 from repro.images.engine import connect
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref, retag
 from repro.images.source import git, repository_url
 from repro.manifest import Manifest

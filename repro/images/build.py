@@ -28,9 +28,9 @@ import docker
 
 from repro import __version__, paths
 from repro.errors import BuildError, ReproError, UsageError
-from repro import lock
+from repro.images import lock
 from repro.images import rdma as rdma_layer
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source

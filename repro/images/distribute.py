@@ -19,7 +19,7 @@ import docker
 from repro.errors import BuildError, EnvironmentUnavailable, ReproError
 from repro.hosts import Hosts, Node
 from repro.images.engine import node_client
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import local_image, pull, translate
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import docker
 
 from repro.errors import BuildError, EnvironmentUnavailable, UsageError
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.manifest import Manifest, Rdma
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import Any
 import docker
 
 from repro.errors import BuildError, EnvironmentUnavailable, ReproError
-from repro.images.events import Event, Progress, ignore
+from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from typing import Any
 
 from repro.errors import EnvironmentUnavailable, PluginUnavailable, RunFailed, UsageError
 from repro.hosts import Hosts, Node
-from repro.images.events import Event
+from repro.events import Event
 from repro.manifest import Cell, Manifest
 from repro.schedulers import KEYS, SCHEDULERS
 

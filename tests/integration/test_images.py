@@ -30,7 +30,7 @@ from repro.images import BuildOptions, ImagesOptions, ImagesResult, lock_target,
 from repro.images.build import CA_IMAGE_PATH
 from repro.images.engine import connect
 from repro.images.refs import parse_ref
-from repro.lock import lock_path, read_lock
+from repro.images.lock import lock_path, read_lock
 from repro.manifest import Manifest, load_manifest
 
 pytestmark = pytest.mark.docker

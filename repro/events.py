@@ -1,4 +1,4 @@
-"""Progress events: the images library reports through a callback and never prints."""
+"""Progress events: the kit's stages report through a callback; only the CLI prints."""
 
 from __future__ import annotations
 
