@@ -1,5 +1,5 @@
 """``repro clean`` without a cluster: what it selects, its per-node report, and its errors.
-(The kill -9 test on real nodes is tests/integration/test_clean.py.)"""
+(The kill -9 test on real nodes is tests/integration/test_clean_cluster.py.)"""
 
 from __future__ import annotations
 
