@@ -30,7 +30,7 @@ from repro.manifest import load_manifest
 from repro.measure import Protocol, measure
 from repro.parsers import parse_file
 
-pytestmark = [pytest.mark.ssh, pytest.mark.docker]
+pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.upstream]
 ROOT = Path(__file__).resolve().parents[2]
 CA = Path(os.environ.get("REPRO_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
 MIRROR = os.environ.get("REPRO_TEST_GIT_MIRROR", "")
