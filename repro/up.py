@@ -69,7 +69,8 @@ class UpResult:
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     cell_seconds: float = 0.0
-    verdicts: list[str] = field(default_factory=list)  # one per cell of the run's table, once finished
+    verdicts: list[str] = field(default_factory=list)  # one per cell this invocation ran, once finished
+    cells: Sequence[Cell] = ()  # the cells this invocation ran (--cells): what its exit status speaks of
 
 
 def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, Hosts, RunDir | None]:
@@ -226,7 +227,7 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     _remove_stale(clients, run.run_id, progress)
     _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
                  images.reference, opts, progress)
-    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress))
+    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress), cells=cells)
     try:
         _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
@@ -419,7 +420,9 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
 
     run = result.run
     table = reproduce_run(run.path)
-    result.verdicts = [c.verdict for c in table.cells]
+    ran = {(c.nodes, c.gpus, c.precision, c.batch_size) for c in result.cells}
+    result.verdicts = [c.verdict for c in table.cells
+                       if not ran or (c.nodes, c.gpus, c.precision, c.batch_size) in ran]
     findings = findings_section(result.record)
     write_reports(run, [table], findings)
     plot_report([table], run.file("report.png"))

@@ -167,6 +167,24 @@ def test_torch_gloo_ddp_across_two_nodes(hosts_file, clients, cpu_torch, node_en
     assert leftovers(node_engines, "t-ddp") == []
 
 
+def test_tf_ps_a_parameter_server_and_a_worker_on_each_node(hosts_file, clients, cpu_torch, node_engines, tmp_path):
+    """The tf-ps kind for real: on both nodes a ps and a worker of one command; each worker reaches the
+    parameter servers of both nodes, and each node's ps is stopped once its worker is done."""
+    text = (DATA / "tf-ps.yaml").read_text().replace("/replaced/by/the/test", str(DATA))
+    (tmp_path / "tf-ps.yaml").write_text(text)
+    m = load_manifest(tmp_path / "tf-ps.yaml")
+    hosts = load_hosts(hosts_file)
+    results = launch_cell(m, cell_of(m, nodes=2), hosts, tmp_path / "logs", run_id="t-tfps", clients=clients,
+                          image=cpu_torch["image"], timeout_s=240)
+    assert [(r.rank, r.exit_code) for r in results] == [(0, 0), (1, 0)]
+    for r in results:
+        log = Path(r.log).read_text()
+        assert f"Running parameter server {r.rank} on port 42311" in log, log
+        for i, node in enumerate(hosts.nodes):
+            assert f"worker {r.rank}: {node.address}:42311 answered: ps {i} got worker {r.rank} of 2" in log, log
+    assert leftovers(node_engines, "t-tfps") == []
+
+
 def test_mpi_allreduce_across_two_nodes_with_per_run_sshd(hosts_file, clients, cpu_torch, node_engines, tmp_path):
     m = load_manifest(DATA / "mpi.yaml")
     results = launch_cell(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-mpi", clients=clients,
