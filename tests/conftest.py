@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_ENV = Path(os.environ.get("REPRO_TEST_CLUSTER", "/tmp/repro-cluster/cluster.json"))
 
 
+#: What CI cannot have: an upstream repository's source (CI reaches the package registries only).
+NOT_IN_CI = {"upstream"}
+
+
 def _required(component: str) -> bool:
     wanted = {c.strip() for c in os.environ.get("REPRO_REQUIRE", "").split(",") if c.strip()}
+    if component in NOT_IN_CI:
+        return component in wanted
     return bool(os.environ.get("CI")) or component in wanted or "all" in wanted
 
 
