@@ -36,9 +36,11 @@ PLACEHOLDERS = {
     "hosts": "comma-separated node addresses, rank order",
     "host_ports": "comma-separated address:master_port of every node, rank order",
     "worker_hosts": "comma-separated address:master_port of every node (TensorFlow worker tasks)",
-    "ps_hosts": "comma-separated address:master_port+1 of every node (TensorFlow parameter servers)",
+    "ps_hosts": "comma-separated address:master_port+1 of the nodes that run a parameter server "
+                "(launch.parameter_servers; by default every node)",
     "job_name": "ps or worker (launch kind tf-ps renders the command once as each); worker elsewhere",
-    "task_index": "this node's rank (TensorFlow task index)",
+    "task_index": "the task's index in its job: a worker's is the node's rank, a parameter server's its place "
+                  "in ps_hosts",
     "precision": "the cell's precision name",
     "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
     "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
@@ -140,6 +142,12 @@ class Launch:
     timeout_s: int = 3600
     mpi: Mapping[str, Any] = field(default_factory=dict)
     container: Mapping[str, Any] = field(default_factory=dict)
+    parameter_servers: tuple[tuple[Mapping[str, Any], tuple[int, ...]], ...] = ()
+
+    def ps_ranks(self, cell: Cell) -> tuple[int, ...]:
+        """The ranks of the nodes that run a TensorFlow parameter server in this cell, in ps task order:
+        the matching launch.parameter_servers entry's, else every node."""
+        return next((ranks for when, ranks in self.parameter_servers if cell.matches(when)), tuple(range(cell.nodes)))
 
     def env_for(self, cell: Cell, site: Mapping[str, str] | None = None) -> dict[str, str]:
         """One cell's env: the manifest's, every matching cell_args entry's, then the site's (hosts file)."""
@@ -202,10 +210,7 @@ class Manifest:
 
     def cells(self) -> list[Cell]:
         """The matrix expanded in run order (fewest nodes first), excludes removed."""
-        m = self.matrix
-        out = [Cell(n, g, p, b) for n, g, p, b in itertools.product(
-            sorted(m["nodes"]), sorted(m["gpus_per_node"]), m["precision"], m["batch_size"])]
-        return [c for c in out if not any(c.matches(x) for x in m.get("exclude", []))]
+        return expand_matrix(self.matrix)
 
     def table(self, table_id: str | None = None) -> PublishedTable:
         if not self.published:
@@ -217,6 +222,13 @@ class Manifest:
             if t.id == table_id:
                 return t
         raise UsageError(f"{self.id}: no published table {table_id!r}; it has: {', '.join(t.id for t in self.published)}")
+
+
+def expand_matrix(m: Mapping[str, Any]) -> list[Cell]:
+    """A matrix expanded in run order (fewest nodes first), excludes removed."""
+    out = [Cell(n, g, p, b) for n, g, p, b in itertools.product(
+        sorted(m["nodes"]), sorted(m["gpus_per_node"]), m["precision"], m["batch_size"])]
+    return [c for c in out if not any(c.matches(x) for x in m.get("exclude", []))]
 
 
 def canonical_sha256(data: Any) -> str:
@@ -308,6 +320,7 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
         out.append(doc.problem(["matrix"], f"{n_cells} runs (cells x repeats), over the limit of {MAX_RUNS}",
                                "split the target into several manifests"))
         return out
+    out += _check_parameter_servers(doc)
     matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
                     for p in matrix["precision"] for b in matrix["batch_size"]}
     for mi, mount in enumerate(launch.get("container", {}).get("mounts", [])):
@@ -350,6 +363,38 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
     return out
 
 
+def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
+    """launch.parameter_servers: tf-ps only; each entry places the ps of some cells, each cell at most once."""
+    launch = doc.data["launch"]
+    entries = launch.get("parameter_servers", [])
+    if entries and launch["kind"] != "tf-ps":
+        return [doc.problem(["launch", "parameter_servers"], f"launch kind {launch['kind']!r} runs no parameter servers",
+                            "only launch kind tf-ps places parameter servers; remove the field or use kind tf-ps")]
+    out: list[Problem] = []
+    cells = expand_matrix(doc.data["matrix"])
+    placed: dict[Cell, int] = {}
+    for i, entry in enumerate(entries):
+        where = ["launch", "parameter_servers", i]
+        matched = [c for c in cells if c.matches(entry["when"])]
+        if not matched:
+            when = ", ".join(f"{k}: {v}" for k, v in entry["when"].items())
+            out.append(doc.problem([*where, "when"], f"{{{when}}} matches no cell of the matrix",
+                                   "name the cells whose parameter servers this entry places, e.g. when: {nodes: 8}"))
+        for c in matched:
+            if c in placed:
+                out.append(doc.problem([*where, "when"], f"cell {c.key} is placed by entry {placed[c]} as well",
+                                       "a cell has one placement: make the entries' 'when' match apart"))
+                break
+            placed[c] = i
+        for j, rank in enumerate(entry["ranks"]):
+            small = next((c for c in matched if rank >= c.nodes), None)
+            if small is not None:
+                out.append(doc.problem([*where, "ranks", j], f"rank {rank}, but cell {small.key} has {small.nodes} "
+                                       f"node(s): its highest rank is {small.nodes - 1}",
+                                       "a parameter server runs on one of the cell's nodes, by rank"))
+    return out
+
+
 def _build(doc: YamlDoc) -> Manifest:
     d = doc.data
     L = d["launch"]
@@ -360,6 +405,7 @@ def _build(doc: YamlDoc) -> Manifest:
         cell_env=tuple((dict(c["when"]), dict(c["env"])) for c in L.get("cell_args", []) if "env" in c),
         env=dict(L.get("env", {})), workdir=L.get("workdir"), master_port=L.get("master_port", 29500),
         timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})), container=dict(L.get("container", {})),
+        parameter_servers=tuple((dict(e["when"]), tuple(e["ranks"])) for e in L.get("parameter_servers", [])),
     )
     M = d["measure"]
     measure = Measure(

@@ -138,6 +138,14 @@ def docker_run_flags(opts: Mapping[str, Any]) -> list[str]:
 FILE_LINES_SHOWN = 16
 
 
+def _ps_placement(manifest: Manifest, cell: Cell) -> str:
+    ranks = manifest.launch.ps_ranks(cell)
+    if ranks == tuple(range(cell.nodes)):
+        return f"parameter servers: one beside the worker on every node ({cell.nodes})"
+    return (f"parameter servers: {len(ranks)} of {cell.nodes} nodes, on rank(s) {', '.join(map(str, ranks))} "
+            "in ps task order (launch.parameter_servers); a worker on every node")
+
+
 def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
     """The human-readable plan: exact-text tested, printed by ``repro plan``."""
     lines = [f"target {manifest.id}: {manifest.title}",
@@ -148,6 +156,8 @@ def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
         lines += ["", f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "
                       f"{cell.precision}, batch {cell.batch_size}/GPU",
                   f"  image: {plans[0].image}"]
+        if manifest.launch.kind == "tf-ps":
+            lines.append(f"  {_ps_placement(manifest, cell)}")
         for p in plans:
             c = p.command
             lines.append(f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]")

@@ -465,7 +465,7 @@ def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) ->
     assert "NCCL_IB_GID_INDEX" not in env4  # the publisher's GID index is not a default
 
 
-# --- tf-ps: a parameter server and a worker on every node (TensorFlow benchmarks, EC2 distributed K80) ---------
+# --- tf-ps: a worker on every node, parameter servers beside them (TensorFlow benchmarks, EC2 distributed K80) -
 
 # tf_cnn_benchmarks @9165a70 flags --job_name --ps_hosts --worker_hosts --task_index; the page's configuration for
 # ResNet-50: distributed_replicated, cross_replica_sync True, batch 64, sgd, 10 warmup + 100 steps; workers on
@@ -477,15 +477,40 @@ TF_PS_ARGS = ("tf_cnn_benchmarks.py --num_gpus=8 --batch_size=64 --model=resnet5
               "--task_index={rank}")
 TF_PS_DOCKER = ("docker run --network=host --ipc=host --ulimit=memlock=-1 '--gpus=\"device=0,1,2,3,4,5,6,7\"' "
                 "-w=/workspace/benchmarks/scripts/tf_cnn_benchmarks IMAGE")
-TF_PS_2N = "".join(f"""\
-  rank {r} on node{r + 1} (10.11.0.{r + 2}) [worker]
-    {TF_PS_DOCKER}
-    $ python /tmp/repro-tf-ps-pair.py 14 python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
+TF_PS_RUNNER = """\
     file /tmp/repro-tf-ps-pair.py:
       \"\"\"Run one TensorFlow parameter server and one worker side by side (the ``tf-ps`` launcher).
       
       ... (52 lines)
-""" for r in (0, 1))
+"""
+TF_PS_2N = "  parameter servers: one beside the worker on every node (2)\n" + "".join(f"""\
+  rank {r} on node{r + 1} (10.11.0.{r + 2}) [ps+worker]
+    {TF_PS_DOCKER}
+    $ python /tmp/repro-tf-ps-pair.py 14 python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
+{TF_PS_RUNNER}""" for r in (0, 1))
+
+# The page's exception "ResNet-152: 8 instances / 4 parameter servers" (benchmarks.md line 363 at 5984ffe): on 8
+# nodes, ps tasks 0-3 on nodes 1-4 beside their workers, nodes 5-8 a worker alone; ps_hosts names the four.
+RN152_8N_ARGS = ("tf_cnn_benchmarks.py --num_gpus=8 --batch_size=32 --model=resnet152 "
+                 "--variable_update=distributed_replicated --cross_replica_sync=True --optimizer=sgd "
+                 "--num_warmup_batches=10 --num_batches=100 --job_name={job} "
+                 "--ps_hosts=10.11.0.2:50001,10.11.0.3:50001,10.11.0.4:50001,10.11.0.5:50001 "
+                 "--worker_hosts=10.11.0.2:50000,10.11.0.3:50000,10.11.0.4:50000,10.11.0.5:50000,"
+                 "10.11.0.6:50000,10.11.0.7:50000,10.11.0.8:50000,10.11.0.9:50000 --task_index={rank}")
+RN152_8N = ("cell 8n8g-fp32-bs32: 8 node(s) x 8 GPU(s) = 64 GPU(s), fp32, batch 32/GPU\n"
+            "  image: repro/tf-cnn-benchmarks:1.2.0-9165a70\n"
+            "  parameter servers: 4 of 8 nodes, on rank(s) 0, 1, 2, 3 in ps task order (launch.parameter_servers); "
+            "a worker on every node\n"
+            + "".join(f"""\
+  rank {r} on node{r + 1} (10.11.0.{r + 2}) [ps+worker]
+    {TF_PS_DOCKER}
+    $ python /tmp/repro-tf-ps-pair.py 14 python {RN152_8N_ARGS.format(job="ps", rank=r)} python {RN152_8N_ARGS.format(job="worker", rank=r)}
+{TF_PS_RUNNER}""" for r in (0, 1, 2, 3))
+            + "".join(f"""\
+  rank {r} on node{r + 1} (10.11.0.{r + 2}) [worker]
+    {TF_PS_DOCKER}
+    $ python {RN152_8N_ARGS.format(job="worker", rank=r)}
+""" for r in (4, 5, 6, 7)))
 
 
 def test_tf_ps_plan_two_nodes() -> None:
@@ -496,11 +521,54 @@ def test_tf_ps_plan_two_nodes() -> None:
                                 "  image: repro/tf-cnn-benchmarks:1.2.0-9165a70\n" + TF_PS_2N)
 
 
+def test_tf_ps_plan_eight_nodes_four_parameter_servers() -> None:
+    proc = repro("plan", "tf-cnn-rn152-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-8.yaml"),
+                 "--cells", "nodes=8")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.endswith("\n\n" + RN152_8N)
+
+
+@pytest.mark.parametrize(("target", "nodes", "ps"), [
+    ("tf-cnn-inception3-k80-ec2-dist-synthetic", 8, 6),  # page line 361: 8 instances / 6 parameter servers
+    ("tf-cnn-rn152-k80-ec2-dist-synthetic", 8, 4),  # line 363: 8 instances / 4 parameter servers
+    ("tf-cnn-rn50-k80-ec2-dist-synthetic", 8, 8),  # line 362's exception is ResNet-50 at batch 32, not modelled
+    ("tf-cnn-inception3-k80-ec2-dist-synthetic", 4, 4),
+    ("tf-cnn-rn152-k80-ec2-dist-synthetic", 2, 2),
+])
+def test_tf_ps_parameter_servers_per_the_page(target: str, nodes: int, ps: int) -> None:
+    m = find_target(target)
+    cell = next(c for c in m.cells() if c.nodes == nodes)
+    plans = plan_cell(m, cell, load_hosts(GOOD / "hosts-8.yaml"))
+    assert [p.command.role for p in plans] == ["ps+worker"] * ps + ["worker"] * (nodes - ps)
+    ps_hosts = ",".join(f"10.11.0.{i + 2}:50001" for i in range(ps))
+    assert all(f"--ps_hosts={ps_hosts}" in p.command.command for p in plans)
+
+
+def test_tf_ps_placement_other_than_the_first_nodes(tmp_path: Path) -> None:
+    """ps tasks in the order launch.parameter_servers lists their nodes: a ps's task_index is its place in
+    ps_hosts, not its node's rank; a worker's is its rank, on every node."""
+    text = (REPO / "manifests" / "tf-cnn-rn152-k80-ec2-dist-synthetic.yaml").read_text(encoding="utf-8")
+    assert text.count("ranks: [0, 1, 2, 3]") == 1
+    (tmp_path / "m.yaml").write_text(text.replace("ranks: [0, 1, 2, 3]", "ranks: [6, 2]"), encoding="utf-8")
+    plans = plan_cell(load_manifest(tmp_path / "m.yaml"), Cell(8, 8, "fp32", 32), load_hosts(GOOD / "hosts-8.yaml"))
+    hosts = "--ps_hosts=10.11.0.8:50001,10.11.0.4:50001"
+    for rank, p in enumerate(plans):
+        argv = list(p.command.command)
+        if rank not in (6, 2):
+            assert (p.command.role, argv[:2], p.command.files) == ("worker", ["python", "tf_cnn_benchmarks.py"], {})
+            assert argv[-4:-2] == ["--job_name=worker", hosts] and argv[-1] == f"--task_index={rank}"
+            continue
+        assert p.command.role == "ps+worker" and argv[:3] == ["python", "/tmp/repro-tf-ps-pair.py", "14"]
+        ps, worker = argv[3:17], argv[17:]
+        assert ps[-4:-2] == ["--job_name=ps", hosts] and ps[-1] == f"--task_index={(6, 2).index(rank)}"
+        assert worker[-4:-2] == ["--job_name=worker", hosts] and worker[-1] == f"--task_index={rank}"
+
+
 def test_tf_ps_render_at_api_level() -> None:
     m = find_target("tf-cnn-rn152-k80-ec2-dist-synthetic")
     hosts = load_hosts(GOOD / "hosts-4.yaml")
     plans = plan_cell(m, Cell(4, 8, "fp32", 32), hosts)
-    assert [p.command.rank for p in plans] == [0, 1, 2, 3] and {p.command.role for p in plans} == {"worker"}
+    assert [p.command.rank for p in plans] == [0, 1, 2, 3] and {p.command.role for p in plans} == {"ps+worker"}
     for rank, p in enumerate(plans):
         argv = list(p.command.command)
         assert argv[:2] == ["python", "/tmp/repro-tf-ps-pair.py"]

@@ -23,7 +23,7 @@ IB_DEVICE_DIR = "/dev/infiniband"
 class NodeCommand:
     node: Node
     rank: int
-    role: str  # worker | mpi-head | mpi-sshd
+    role: str  # worker | ps+worker (tf-ps) | mpi-head | mpi-sshd
     command: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # container path -> text the kit writes there
@@ -32,6 +32,7 @@ class NodeCommand:
 def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
                        job_name: str = "worker") -> dict[str, str]:
     worker_port, ps_port = launch.master_port, launch.master_port + 1
+    ps_ranks = launch.ps_ranks(cell)
     return {
         "batch_size": str(cell.batch_size),
         "global_batch_size": str(cell.batch_size * cell.gpus),
@@ -45,9 +46,9 @@ def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: 
         "hosts": ",".join(n.rendezvous for n in nodes),
         "host_ports": ",".join(f"{n.rendezvous}:{launch.master_port}" for n in nodes),
         "worker_hosts": ",".join(f"{n.rendezvous}:{worker_port}" for n in nodes),
-        "ps_hosts": ",".join(f"{n.rendezvous}:{ps_port}" for n in nodes),
+        "ps_hosts": ",".join(f"{nodes[r].rendezvous}:{ps_port}" for r in ps_ranks),
         "job_name": job_name,
-        "task_index": str(rank),
+        "task_index": str(ps_ranks.index(rank) if job_name == "ps" else rank),
         "precision": cell.precision,
     }
 

@@ -167,22 +167,36 @@ def test_torch_gloo_ddp_across_two_nodes(hosts_file, clients, cpu_torch, node_en
     assert leftovers(node_engines, "t-ddp") == []
 
 
-def test_tf_ps_a_parameter_server_and_a_worker_on_each_node(hosts_file, clients, cpu_torch, node_engines, tmp_path):
-    """The tf-ps kind for real: on both nodes a ps and a worker of one command; each worker reaches the
-    parameter servers of both nodes, and each node's ps is stopped once its worker is done."""
+@pytest.mark.parametrize(("placement", "ps_ranks"), [(None, [0, 1]), ("[0]", [0]), ("[1]", [1])],
+                         ids=["every-node", "node1-only", "node2-only"])
+def test_tf_ps_workers_on_each_node_and_parameter_servers_as_placed(placement, ps_ranks, hosts_file, clients,
+                                                                    cpu_torch, node_engines, tmp_path):
+    """The tf-ps kind for real: a worker on both nodes and a ps of the same command beside it on the nodes
+    placed (by default both; launch.parameter_servers: node 1 only); each worker reaches every parameter
+    server, on its own node and the other, and each ps is stopped once its node's worker is done."""
     text = (DATA / "tf-ps.yaml").read_text().replace("/replaced/by/the/test", str(DATA))
+    if placement:
+        assert text.count("  master_port: 42310\n") == 1
+        text = text.replace("  master_port: 42310\n",
+                            f"  parameter_servers: [{{when: {{nodes: 2}}, ranks: {placement}}}]\n  master_port: 42310\n")
     (tmp_path / "tf-ps.yaml").write_text(text)
     m = load_manifest(tmp_path / "tf-ps.yaml")
     hosts = load_hosts(hosts_file)
-    results = launch_cell(m, cell_of(m, nodes=2), hosts, tmp_path / "logs", run_id="t-tfps", clients=clients,
+    run_id = "t-tfps-" + "".join(map(str, ps_ranks))
+    results = launch_cell(m, cell_of(m, nodes=2), hosts, tmp_path / "logs", run_id=run_id, clients=clients,
                           image=cpu_torch["image"], timeout_s=240)
-    assert [(r.rank, r.exit_code) for r in results] == [(0, 0), (1, 0)]
+    assert [(r.rank, r.role, r.exit_code) for r in results] == [
+        (rank, "ps+worker" if rank in ps_ranks else "worker", 0) for rank in (0, 1)]
     for r in results:
         log = Path(r.log).read_text()
-        assert f"Running parameter server {r.rank} on port 42311" in log, log
-        for i, node in enumerate(hosts.nodes):
-            assert f"worker {r.rank}: {node.address}:42311 answered: ps {i} got worker {r.rank} of 2" in log, log
-    assert leftovers(node_engines, "t-tfps") == []
+        assert ("Running parameter server" in log) == (r.rank in ps_ranks), log
+        if r.rank in ps_ranks:
+            assert f"Running parameter server {ps_ranks.index(r.rank)} on port 42311" in log, log
+        answers = [ln for ln in log.splitlines() if f"worker {r.rank}: " in ln and " answered: " in ln]
+        assert sorted(answers) == sorted(
+            f"worker {r.rank}: {hosts.nodes[rank].address}:42311 answered: ps {task} got worker {r.rank} of 2"
+            for task, rank in enumerate(ps_ranks)), log
+    assert leftovers(node_engines, run_id) == []
 
 
 def test_mpi_allreduce_across_two_nodes_with_per_run_sshd(hosts_file, clients, cpu_torch, node_engines, tmp_path):
