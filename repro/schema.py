@@ -268,6 +268,9 @@ def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) ->
         return doc.problem(path, "contradictory keys: " + _not_message(err), None)
     if v == "minItems" and err.validator_value == 1:
         return doc.problem(path, "must not be empty", hint)
+    if v == "uniqueItems" and isinstance(err.instance, list):
+        dup = next(x for i, x in enumerate(err.instance) if x in err.instance[:i])
+        return doc.problem(path, f"{dup!r} is listed more than once", "list each item once")
     return doc.problem(path, err.message, hint)
 
 
