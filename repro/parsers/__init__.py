@@ -63,12 +63,9 @@ def parse_file(path: str | os.PathLike[str], parser: str | None = None,
     damage = Damage()
     inst, blocks = cls(), read_blocks(p, damage)
     if hasattr(inst, "parse_blocks"):  # the built-in engine reads blocks of lines
-        if protocol is not None:
-            from repro.measure import Tally
+        from repro.measure import Tally  # (it imports this package's model)
 
-            result = inst.parse_blocks(blocks, partial(Tally, protocol))
-        else:
-            result = inst.parse_blocks(blocks)
+        result = inst.parse_blocks(blocks, partial(Tally, protocol) if protocol else None)
     else:
         result = inst.parse(line for block in blocks for line in block.splitlines(keepends=True))
     result.issues[:0] = damage.issues()

@@ -106,9 +106,9 @@ class Builder:
 
     MAX_ISSUES = 50
 
-    def __init__(self, per_gpu: bool, tally: Callable[[], Tally] | None = None) -> None:
+    def __init__(self, per_gpu: bool, new_tally: Callable[[], Tally] | None = None) -> None:
         self.per_gpu = per_gpu
-        self.tally = tally  # makes each series' tally (records folded as they come), or None: keep them
+        self.new_tally = new_tally  # makes each series' tally (records folded as they come), or None: keep them
         self.series: list[Series] = []
         self.facts: dict[str, object] = {}
         self.issues: list[str] = []
@@ -127,7 +127,7 @@ class Builder:
         return self.series[-1]
 
     def _series(self) -> Series:
-        return Series(gpus=None, per_gpu=self.per_gpu, tally=self.tally() if self.tally else None)
+        return Series(gpus=None, per_gpu=self.per_gpu, tally=self.new_tally() if self.new_tally else None)
 
     def new_run(self, gpus: int | None = None) -> Series:
         """A new run starts here; reuse the current series while it is still empty."""
@@ -233,11 +233,11 @@ class PatternParser(LogParser):
     def parse(self, lines: Iterable[str]) -> ParseResult:
         return self.parse_blocks(_blocks_of_lines(lines))
 
-    def parse_blocks(self, blocks: Iterable[str], tally: Callable[[], Tally] | None = None) -> ParseResult:
+    def parse_blocks(self, blocks: Iterable[str], new_tally: Callable[[], Tally] | None = None) -> ParseResult:
         """Run the rules over blocks of whole lines of clean text (the last one may end without a
-        newline: a cut-off line). With ``tally``, each run's records are folded into a tally it
-        makes, block by block (see :class:`Series`)."""
-        b = Builder(self.per_gpu, tally)
+        newline: a cut-off line). With ``new_tally``, each run's records are folded block by block
+        into a tally it makes (see :class:`Series`)."""
+        b = Builder(self.per_gpu, new_tally)
         records = [_RecordRule(r.regex) for r in self.rules if r.action == "record"]
         others = [(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
         base = 0  # lines before the block
