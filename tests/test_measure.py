@@ -341,8 +341,8 @@ def test_folded_records_give_the_figures_of_the_whole_list(tmp_path, monkeypatch
     # two runs of 3 MiB each (several 1 MiB blocks each), values of wide range and many digits
     rnd = random.Random(7)
     lines = []
-    for run in range(2):
-        lines.append(f"DLL 2023-01-01 00:00:00.0 - PARAMETER data : /d  data_backend : dali  batch_size : 256  "
+    for _ in range(2):
+        lines.append("DLL 2023-01-01 00:00:00.0 - PARAMETER data : /d  data_backend : dali  batch_size : 256  "
                      "world_size : 1  amp : False\n")
         for k in range(40000):
             value = rnd.choice([rnd.uniform(1, 1e5), rnd.uniform(1e-3, 1), 1e9 * rnd.random()])
