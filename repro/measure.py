@@ -117,7 +117,9 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
     if t is None:
         t = Tally(protocol)
         t.take(series)
-    elif not t.serves(protocol):
+    elif t.serves(protocol):
+        series.settle()  # records added since the last fold
+    else:
         raise ValueError(f"the series was read for another protocol ({t.protocol}), not {protocol}")
     low, high = (t.low * factor, t.high * factor) if t.count and factor is not None else (None, None)
 
@@ -152,8 +154,9 @@ class Tally:
     however many records a run holds: their count and range, how many the protocol passed over
     and used, and for the aggregate the exact sum of the used values (mean) or of their
     reciprocals (harmonic) as a few floats, or the used values themselves (median: 8 bytes a
-    record, at most ``window`` records where the protocol has one). Figures are those of the
-    whole list of values: the same ``math.fsum``, the same median."""
+    record, twice that while the median is taken; at most ``window`` records where the protocol
+    has one). Figures are those of the whole list of values: the same ``math.fsum``, the same
+    median."""
 
     __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "sums", "used")
 
