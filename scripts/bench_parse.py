@@ -19,7 +19,8 @@ figures grow with the runs, one output row each), and one run of it, its record 
 (the figures stay flat however many records it holds).
 
 Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--file-mb 51] [--grow 16,64,256] [--repeat 3]
-[--json OUT]``
+[--json OUT]`` (``--size-mb 0``: the single files only; ``--grow 64,256,1024`` for 1 GiB files, which
+are written to the temporary folder one at a time and removed after their run)
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def main() -> None:
     print(f"`repro report` of every shipped table ({len(tables)}):", out["report_all"], flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
-        files = build_set(args.size_mb, args.file_mb, Path(tmp))  # --size-mb 0: no set, only --grow
+        files = build_set(args.size_mb, args.file_mb, Path(tmp))
         mb = sum(p.stat().st_size for p in files) / 2**20
         for p in files:  # warm the page cache (in pieces: see run() on the parent's size)
             with p.open("rb") as f:
