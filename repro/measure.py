@@ -16,7 +16,7 @@ calls numpy as DLPerf did.
 from __future__ import annotations
 
 import math
-import statistics
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -100,7 +100,8 @@ class Measurement:
 def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: int = 1) -> Measurement:
     """Apply ``protocol`` to one run. ``gpus`` (the cell's GPU count) wins over ``series.gpus``;
     ``floor`` is the fewest records a figure of the log's format may come from (its parser's
-    ``min_records``), whatever the protocol allows."""
+    ``min_records``), whatever the protocol allows. A series read with a :class:`Tally` (see
+    :func:`repro.parsers.parse_file`) is measured from it, by the protocol it was read for."""
     issues: list[str] = []
     count = gpus if gpus is not None else series.gpus
     factor: float | None = 1.0
@@ -112,30 +113,129 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
             )
         else:
             factor = float(count)
-    values = series.values  # the value column: no Record objects are made here
-    span = series.value_range() if factor is not None else None
-    low, high = (span[0] * factor, span[1] * factor) if span is not None else (None, None)  # type: ignore[operator]
+    t = series.tally
+    if t is None:
+        t = Tally(protocol)
+        t.take(series)
+    elif t.serves(protocol):
+        series.settle()  # records added since the last fold
+    else:
+        raise ValueError(f"the series was read for another protocol ({t.protocol}), not {protocol}")
+    low, high = (t.low * factor, t.high * factor) if t.count and factor is not None else (None, None)
 
     if protocol.aggregate == "summary":
         raw, used = series.summary, 0
         if raw is None:
             issues.append("no printed summary in the log")
     else:
-        chosen, need = _select(series, protocol, issues)
-        used = len(chosen)
-        raw = None
+        used, raw = t.used, None
+        if protocol.from_iteration is not None:
+            if t.count and not t.numbered:
+                issues.append("records carry no iteration numbers; from_iteration cannot select any")
+            need = t.passed + max(protocol.min_records, 1)
+        else:
+            need = protocol.skip_records + max(protocol.min_records, 1)
         if used < protocol.min_records:
-            issues.append(f"insufficient records: found {len(values)}, need {need}")
+            issues.append(f"insufficient records: found {t.count}, need {need}")
         elif used < floor:
             issues.append(f"too few records for a figure: {used} used, a log of this format needs at least {floor}")
         else:
-            raw = _aggregate(chosen, protocol.aggregate, issues)
+            raw = t.result(issues)
     value = None
     if raw is not None and factor is not None:
         value = raw * factor
         if protocol.round_each is not None:
             value = _round(value, protocol.round_each)
     return Measurement(count, value, used, low, high, issues)
+
+
+class Tally:
+    """What one protocol needs of a run's records, folded as they come, so that memory stays flat
+    however many records a run holds: their count and range, how many the protocol passed over
+    and used, and for the aggregate the exact sum of the used values (mean) or of their
+    reciprocals (harmonic) as a few floats, or the used values themselves (median: 8 bytes a
+    record, twice that while the median is taken; at most ``window`` records where the protocol
+    has one). Figures are those of the whole list of values: the same ``math.fsum``, the same
+    median."""
+
+    __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "sums", "used")
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+        self.count = 0  # records seen
+        self.low = self.high = 0.0  # their range (when count)
+        self.passed = 0  # records the protocol skipped (or found before from_iteration)
+        self.used = 0  # records it uses
+        self.numbered = False  # whether a record carries an iteration number
+        self.nonpositive = False  # whether a used value is <= 0
+        self.sums: list[float] = []  # floats whose exact sum is that of the used values (or reciprocals)
+        self.kept = array("d") if protocol.aggregate == "median" else None  # median: the used values
+
+    def serves(self, p: Protocol) -> bool:
+        """Whether ``p`` selects and aggregates the records as this tally's protocol does."""
+        a = self.protocol
+        return (a.skip_records, a.from_iteration, a.window, a.aggregate) == (
+            p.skip_records, p.from_iteration, p.window, p.aggregate)
+
+    def take(self, series: Series) -> None:
+        """Fold the records ``series`` holds (those after the ones taken before)."""
+        values, n = series.values, len(series.values)
+        if not n:
+            return
+        p = self.protocol
+        low, high = min(values), max(values)
+        self.low, self.high = (min(low, self.low), max(high, self.high)) if self.count else (low, high)
+        self.count += n
+        if p.from_iteration is not None:
+            k, its = p.from_iteration, series.iterations
+            self.numbered = self.numbered or its.count(None) < n
+            used = [v for v, it in zip(values, its) if it is not None and it >= k]
+            self.passed += n - len(used)
+        else:
+            skip = min(n, p.skip_records - self.passed)
+            self.passed += skip
+            used = values[skip:]
+        if p.window is not None:
+            used = used[: p.window - self.used]
+        if not len(used):
+            return
+        self.used += len(used)
+        self.nonpositive = self.nonpositive or min(used) <= 0
+        if self.kept is not None:
+            self.kept.extend(used)
+        elif p.aggregate == "mean" or (p.aggregate == "harmonic" and not self.nonpositive):
+            for i in range(0, len(used), _PIECE):
+                piece = used[i : i + _PIECE]
+                self.sums = _exact([*self.sums, *(piece if p.aggregate == "mean" else (1.0 / v for v in piece))])
+
+    def result(self, issues: list[str]) -> float | None:
+        """The aggregate of the used values (``used`` > 0)."""
+        how = self.protocol.aggregate
+        if how == "mean":
+            return math.fsum(self.sums) / self.used
+        if how == "median":
+            import numpy as np  # only here: a median sorts a copy of the values, 8 bytes each
+
+            return float(np.median(np.frombuffer(self.kept, dtype=float)))  # type: ignore[arg-type]
+        if self.nonpositive:
+            issues.append("harmonic mean needs positive values; a record is zero or negative")
+            return None
+        return self.used / math.fsum(self.sums)
+
+
+_PIECE = 1 << 16  # values summed at once
+
+
+def _exact(xs: list[float]) -> list[float]:
+    """A few floats whose sum is exactly the sum of ``xs``: each is ``math.fsum`` (the correctly
+    rounded sum) of what the ones before leave over, so ``math.fsum`` of them is ``math.fsum(xs)``."""
+    out: list[float] = []
+    while s := math.fsum(xs):
+        out.append(s)
+        if not math.isfinite(s):
+            break
+        xs.append(-s)
+    return out
 
 
 def aggregate_repeats(values: Sequence[float], how: str = "median", digits: int | None = 2) -> float:
@@ -163,36 +263,6 @@ def speedup(value: float, base: float, digits: int | None = 2) -> float:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _select(series: Series, p: Protocol, issues: list[str]) -> tuple[Sequence[float], int]:
-    """Values of the records the protocol uses, and how many records the series needs for that."""
-    values = series.values
-    if p.from_iteration is not None:
-        iterations = series.iterations
-        if values and iterations.count(None) == len(iterations):
-            issues.append("records carry no iteration numbers; from_iteration cannot select any")
-        k = p.from_iteration
-        kept = [v for v, it in zip(values, iterations) if it is not None and it >= k]
-        before = len(values) - len(kept)
-        need = before + max(p.min_records, 1)
-    else:
-        kept = values[p.skip_records :] if p.skip_records else values  # read only: no copy needed
-        need = p.skip_records + max(p.min_records, 1)
-    if p.window is not None:
-        kept = kept[: p.window]
-    return kept, need
-
-
-def _aggregate(values: Sequence[float], how: str, issues: list[str]) -> float | None:
-    if how == "mean":
-        return math.fsum(values) / len(values)
-    if how == "median":
-        return float(statistics.median(values))
-    if any(v <= 0 for v in values):
-        issues.append("harmonic mean needs positive values; a record is zero or negative")
-        return None
-    return len(values) / math.fsum(1.0 / v for v in values)
 
 
 def _round(x: float, digits: int) -> float:

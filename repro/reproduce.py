@@ -105,14 +105,14 @@ def _contradictions(result: ParseResult, cell: Cell | PublishedCell) -> list[str
 
 
 def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> tuple[Measurement, ParseResult]:
+    declared = manifest.measure.protocol_for(cell)
+    protocol = Protocol.from_dict(declared)
     try:
-        result = parse_file(path, manifest.measure.parser)
+        result = parse_file(path, manifest.measure.parser, protocol)
     except ReproError as e:  # this cell has no figure; the rest of the table goes on
         return Measurement(cell.gpus, None, 0, None, None, [e.message]), ParseResult("", [], {}, [], 0)
     if result.refused:
         return Measurement(cell.gpus, None, 0, None, None, [f"{path.name}: {result.refused}"]), result
-    declared = manifest.measure.protocol_for(cell)
-    protocol = Protocol.from_dict(declared)
     series = _series_for(result, cell.gpus)
     if series is None:
         found = ", ".join(str(s.gpus) for s in result.series) or "none"
@@ -377,8 +377,8 @@ def resolve_tables(names: Sequence[str], table_id: str | None = None) -> list[tu
 def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None, **protocol: object) -> dict:
     """``repro parse``: one protocol applied to every run found in one log. Per-GPU figures
     (PaddleClas rank-0 logs) are multiplied by ``gpus``, or by the GPU count the log states."""
-    result = parse_file(log, parser)
     proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
+    result = parse_file(log, parser, proto)
     out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
            "facts": result.facts, "results": [], "issues": list(result.issues)}
     several = len(result.series) > 1
@@ -387,7 +387,7 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
         m = measure(s, replace(proto, scale="per_gpu") if s.per_gpu else proto, gpus=count, floor=_floor(result))
         value = None if result.refused else m.value
         out["results"].append({"gpus": count, "throughput": value, "records_used": m.records_used,
-                               "records": len(s.values), "summary": s.summary})
+                               "records": len(s), "summary": s.summary})
         issues = [i + " (give it with --gpus N)" if i.startswith("per-GPU values") else i for i in m.issues]
         out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in issues]
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro.errors import ReproError, UsageError
+from repro.measure import Protocol
 from repro.parsers import parse_file
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def scan_logs(root: Path) -> LogTree:
 
 
 def log_facts(path: Path) -> LogFacts:
-    result = parse_file(path)
+    result = parse_file(path, protocol=Protocol(aggregate="summary"))  # its facts: no record is kept
     f = result.facts
     gpus = tuple(s.gpus or 1 for s in result.series) or (_int(f.get("gpus")) or 1,)
     model = _CAPABILITY.get(str(f.get("compute_capability")))
@@ -145,7 +146,7 @@ def cell_logs(tree: LogTree, manifest: Manifest, cell: PublishedCell,
         else:
             names = ", ".join(str(log.path.relative_to(tree.root)) for log in top)
             return CellLogs([], f"ambiguous: {len(top)} logs fit this cell equally ({names}); "
-                                f"name the one to use with --map {cell_key(manifest, cell)}=FILE")
+                                f"{_tied(top, manifest, cell, want)}")
     if fits:
         note = f"{len(fits)} of {want} repeat logs found" if len(fits) < want else ""
         return CellLogs([log.path for log in fits], note)
@@ -155,6 +156,19 @@ def cell_logs(tree: LogTree, manifest: Manifest, cell: PublishedCell,
     said = "; ".join(f"{log.path.relative_to(tree.root)} says {', '.join(why)}" for log, why in near[:3])
     more = f" (and {len(near) - 3} more)" if len(near) > 3 else ""
     return CellLogs([], f"no log fits this cell: {said}{more}")
+
+
+def _tied(logs: Sequence[LogFacts], manifest: Manifest, cell: PublishedCell, want: int) -> str:
+    """Why logs that fit a cell equally cannot be told apart, and how to say which one is meant."""
+    key = f"--map {cell_key(manifest, cell)}=FILE"
+    family = gpu_family(manifest.expect.get("gpu_model"))
+    silent = sorted({log.parser for log in logs if log.gpu_model is None})
+    if family and silent:
+        return (f"{' and '.join(silent)} logs do not print the GPU model, so this {family} run cannot be told "
+                f"by content from the same configuration run on another GPU; name the one to use with {key}, "
+                f"or put the GPU model in its file or folder name (e.g. {family}_LOG/)")
+    return (f"they state the same facts ({logs[0].describe()}) and the cell takes {want} log(s); name the "
+            f"one(s) to use with {key}")
 
 
 def cell_key(manifest: Manifest, cell: PublishedCell) -> str:

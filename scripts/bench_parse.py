@@ -14,10 +14,13 @@ the bundled publisher logs: files of ``--file-mb`` MiB, each the real logs of on
 NGC TF1, NGC PyTorch, NGC MXNet, TF2 Keras) concatenated and repeated, cycling through the formats
 until the set reaches ``--size-mb``; ``repro parse --jobs 1`` reads the whole set in one process.
 The same is run on a quarter of the set, and one file of each format is grown (``--grow``) to show
-how memory follows the records a single file holds.
+how memory follows what a single file holds: the format's logs repeated (a run per log: the
+figures grow with the runs, one output row each), and one run of it, its record lines repeated
+(the figures stay flat however many records it holds).
 
 Usage: ``python scripts/bench_parse.py [--size-mb 1024] [--file-mb 51] [--grow 16,64,256] [--repeat 3]
-[--json OUT]``
+[--json OUT]`` (``--size-mb 0``: the single files only; ``--grow 64,256,1024`` for 1 GiB files, which
+are written to the temporary folder one at a time and removed after their run)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +40,12 @@ PUBLISHED = ROOT / "logs" / "published"
 FORMATS = {  # a folder of the bundled set -> format
     "paddle": "paddleclas", "ngc-tf1": "ngc-tf1", "ngc-pytorch": "ngc-pytorch", "ngc-mxnet": "ngc-mxnet",
     "tf2-keras": "tf2-keras",
+}
+RECORD_LINES = {  # a folder -> what its record lines hold (to grow one run of it)
+    "paddle": re.compile(rb"train step:\d+|\[Train\]\[Epoch "), "ngc-tf1": re.compile(rb"\) (?:total_ips|imgs_per_sec) : "),
+    "ngc-pytorch": re.compile(rb"Iteration: \d+ .*train\.total_ips : "),
+    "ngc-mxnet": re.compile(rb"Epoch: \d+ +train\.loss : \S+ +train\.ips : "),
+    "tf2-keras": re.compile(rb"TimeHistory: .* examples/second"),
 }
 
 
@@ -54,7 +64,7 @@ def run(cmd: list[str], repeat: int = 1) -> dict:
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         err = proc.stderr.read().decode() if proc.stderr else ""
-        if proc.returncode not in (0, 2):
+        if proc.returncode not in (0, 2, 7, 8):  # 7, 8: a verdict (a deviating cell), not a failure
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
         rss = max(rss, usage.ru_maxrss // 1024)
         got = {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "exit": proc.returncode}
@@ -74,6 +84,20 @@ def format_file(folder: str, mb: int, out: Path) -> Path:
     with out.open("wb") as f:
         for _ in range(max(1, (mb << 20) // len(unit))):
             f.write(unit)
+    return out
+
+
+def one_run_file(folder: str, mb: int, out: Path) -> Path:
+    """The format's largest bundled log as one run grown to ``mb`` MiB: its record lines repeated
+    between its head and its tail (a run that trained for days)."""
+    lines = max(logs_of(folder), key=lambda p: p.stat().st_size).read_bytes().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if RECORD_LINES[folder].search(line)]
+    body = b"".join(lines[i] for i in at)
+    with out.open("wb") as f:
+        f.write(b"".join(lines[: at[0]]))
+        for _ in range(max(1, (mb << 20) // len(body))):
+            f.write(body)
+        f.write(b"".join(lines[at[-1] + 1 :]))
     return out
 
 
@@ -119,7 +143,7 @@ def main() -> None:
             with p.open("rb") as f:
                 while f.read(1 << 20):
                     pass
-        for name, chosen in (("set", files), ("quarter", files[: max(1, len(files) // 4)])):
+        for name, chosen in (("set", files), ("quarter", files[: max(1, len(files) // 4)])) if files else ():
             size = sum(p.stat().st_size for p in chosen) / 2**20
             got = run([*py, "parse", "--jobs", "1", "--format", "jsonl", *map(str, chosen)])
             got.update(mib=round(size, 1), files=len(chosen), cpu_mb_s=round(size / got["cpu_s"], 1))
@@ -128,18 +152,20 @@ def main() -> None:
         out["set_mib"] = round(mb, 1)
         for p in files:
             p.unlink()
-        out["grow"] = {}
-        for folder, fmt in FORMATS.items():
-            rows = []
-            for size in map(int, args.grow.split(",")):
-                path = format_file(folder, size, Path(tmp) / f"grow-{folder}.log")
-                got = run([*py, "parse", "--format", "jsonl", str(path)])
-                got["mib"] = size
-                rows.append(got)
-                path.unlink()
-            out["grow"][fmt] = rows
-            print(f"one {fmt} file of", ", ".join(f"{r['mib']} MiB: {r['peak_rss_mb']} MB RSS, {r['cpu_s']} s CPU"
-                                                   for r in rows), flush=True)
+        for shape, make in (("grow", format_file), ("one_run", one_run_file)):
+            out[shape] = {}
+            for folder, fmt in FORMATS.items():
+                rows = []
+                for size in map(int, args.grow.split(",")):
+                    path = make(folder, size, Path(tmp) / f"{shape}-{folder}.log")
+                    got = run([*py, "parse", "--format", "jsonl", str(path)])
+                    got["mib"] = size
+                    rows.append(got)
+                    path.unlink()
+                out[shape][fmt] = rows
+                what = "repeated logs" if shape == "grow" else "one run"
+                print(f"one {fmt} file ({what}) of", ", ".join(
+                    f"{r['mib']} MiB: {r['peak_rss_mb']} MB RSS, {r['cpu_s']} s CPU" for r in rows), flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

@@ -3,6 +3,7 @@ published per-repeat vectors, and the protocol semantics on small hand-made seri
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -302,3 +303,62 @@ def test_dlperf_ngc_pytorch_harmonic_mean_is_the_reports_timestamp_rule(tmp_path
     assert abs(got.value - report) <= 0.01, (got.value, report)
     mean = measure(series, Protocol.from_dict({**m.measure.protocol, "aggregate": "mean"}), gpus=8)
     assert abs(mean.value - report) > 1, "the arithmetic mean of the same records is not the report's figure"
+
+
+# ---------------------------------------------------------------------------------------------
+# a log read for a protocol folds its records as they come: the same figures as the whole list
+
+
+def _old_rule(values: list[float], iterations: list[int | None], p: Protocol) -> float:
+    """The protocol applied to the whole list of values, as plainly as it reads."""
+    import statistics
+
+    if p.from_iteration is not None:
+        kept = [v for v, it in zip(values, iterations) if it is not None and it >= p.from_iteration]
+    else:
+        kept = values[p.skip_records :]
+    kept = kept[: p.window] if p.window else kept
+    if p.aggregate == "median":
+        return statistics.median(kept)
+    if p.aggregate == "harmonic":
+        return len(kept) / math.fsum(1.0 / v for v in kept)
+    return math.fsum(kept) / len(kept)
+
+
+FOLDED = [
+    Protocol(),
+    Protocol(skip_records=7),
+    Protocol(skip_records=3, window=25000),
+    Protocol(from_iteration=26, window=100, aggregate="harmonic", min_records=100),
+    Protocol(from_iteration=10, aggregate="harmonic"),
+    Protocol(skip_records=1, aggregate="median"),
+    Protocol(from_iteration=500, window=30001, aggregate="median"),
+]
+
+
+@pytest.mark.parametrize("p", FOLDED, ids=map(repr, range(len(FOLDED))))
+def test_folded_records_give_the_figures_of_the_whole_list(tmp_path, monkeypatch, p: Protocol) -> None:
+    # two runs of 3 MiB each (several 1 MiB blocks each), values of wide range and many digits
+    rnd = random.Random(7)
+    lines = []
+    for _ in range(2):
+        lines.append("DLL 2023-01-01 00:00:00.0 - PARAMETER data : /d  data_backend : dali  batch_size : 256  "
+                     "world_size : 1  amp : False\n")
+        for k in range(40000):
+            value = rnd.choice([rnd.uniform(1, 1e5), rnd.uniform(1e-3, 1), 1e9 * rnd.random()])
+            lines.append(f"DLL 2023-01-01 00:00:00.0 - Epoch: {k // 1000} Iteration: {k % 1000}  "
+                         f"train.loss : 6.9  train.total_ips : {value!r} images/s\n")
+    log = tmp_path / "big.log"
+    log.write_text("".join(lines))
+    whole, folded = parse_file(log, "ngc-pytorch"), parse_file(log, "ngc-pytorch", p)
+    assert len(folded.series) == len(whole.series) == 2
+    for a, b in zip(whole.series, folded.series):
+        values, iterations = list(a.values), a.iterations
+        want = _old_rule(values, iterations, p)
+        assert len(b) == len(a) == 40000 and not b.records  # folded: no record is kept
+        got = measure(b, p)
+        assert (got.value, got.low, got.high, got.issues) == (want, min(values), max(values), [])
+        monkeypatch.setattr("repro.measure._PIECE", 999)  # the whole list summed in pieces
+        assert measure(a, p) == got
+    with pytest.raises(ValueError, match="another protocol"):
+        measure(folded.series[0], Protocol(skip_records=p.skip_records + 1))

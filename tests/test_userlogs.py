@@ -92,10 +92,29 @@ def test_logs_that_only_a_file_name_could_tell_apart_are_reported_not_chosen(scr
     got = cells("ngc-pytorch-rn50-v100", scrambled_tree)
     one = got[("ngc-pytorch-rn50-v100", 1, "fp32")]
     assert one.verdict == NO_LOG and one.reproduced is None
-    assert one.detail.startswith("ambiguous: 2 logs fit this cell equally (run-")
-    assert "--map ngc-pytorch-rn50-v100/1n1g-fp32-bs256=FILE" in one.detail
+    assert one.detail == (
+        "ambiguous: 2 logs fit this cell equally (run-03.log, run-28.log); ngc-pytorch logs do not print the GPU "
+        "model, so this V100 run cannot be told by content from the same configuration run on another GPU; name "
+        "the one to use with --map ngc-pytorch-rn50-v100/1n1g-fp32-bs256=FILE, or put the GPU model in its file or "
+        "folder name (e.g. V100_LOG/)")
     tf = cells("ngc-tf1-rn50-v100", scrambled_tree)
     assert tf[("ngc-tf1-rn50-v100", 8, "fp32")].verdict == MATCH  # the only 8-GPU TF1 log is a V100 one
+    assert "ngc-tf1 logs do not print the GPU model" in tf[("ngc-tf1-rn50-v100", 1, "fp32")].detail
+    mx = cells("ngc-mxnet-rn50-a100", scrambled_tree)
+    assert "ngc-mxnet logs do not print the GPU model, so this A100 run" in mx[("ngc-mxnet-rn50-a100", 8, "fp16")].detail
+    assert mx[("ngc-mxnet-rn50-a100", 8, "fp32")].verdict == MATCH  # the V100 fp32 runs are bs128: told apart
+
+
+def test_logs_that_state_the_same_facts_are_reported_not_chosen(tmp_path: Path) -> None:
+    """Two copies of one PaddleClas log (it names its GPU) for a cell of one log: no fact tells them apart."""
+    log = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log"
+    for name in ("a.log", "b.log"):
+        shutil.copy(log, tmp_path / name)
+    one = cells("paddle-rn50-v100", tmp_path)[("paddle-rn50-v100", 1, "fp32")]
+    assert one.verdict == NO_LOG and one.detail == (
+        "ambiguous: 2 logs fit this cell equally (a.log, b.log); they state the same facts (1 GPU(s), batch 256, "
+        "precision fp32, GPU V100) and the cell takes 1 log(s); name the one(s) to use with "
+        "--map paddle-rn50-v100/1n1g-fp32-bs256=FILE")
 
 
 def test_mismatches_are_reported_per_cell(tmp_path: Path) -> None:

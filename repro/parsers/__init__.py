@@ -1,21 +1,26 @@
 """Training-log parsers: the registry, format detection and the one place that opens log files.
 
-``parse_file`` reads a file in blocks of whole lines (memory stays flat whatever the file size,
-apart from the records themselves), tolerates damaged bytes (:mod:`repro.parsers.text`), and
-hands the blocks to the parser, which ignores any line no rule knows (NCCL chatter, warnings,
-tracebacks).
+``parse_file`` reads a file in blocks of whole lines (memory stays flat whatever the file size;
+the records' too when it is given the protocol they are for), tolerates damaged bytes
+(:mod:`repro.parsers.text`), and hands the blocks to the parser, which ignores any line no rule
+knows (NCCL chatter, warnings, tracebacks).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repro.errors import ParseError
 from repro.parsers.model import LogParser, ParseResult, Record, Series
 from repro.parsers.text import Damage, check_file, read_blocks
 from repro.registry import Registry
+
+if TYPE_CHECKING:
+    from repro.measure import Protocol
 
 __all__ = ["PARSERS", "LogParser", "ParseResult", "Record", "Series", "detect", "parse_file"]
 
@@ -47,15 +52,20 @@ def detect(head: Sequence[str]) -> type[LogParser]:
     )
 
 
-def parse_file(path: str | os.PathLike[str], parser: str | None = None) -> ParseResult:
-    """Parse one log file; ``parser=None`` detects the format from the head of the file."""
+def parse_file(path: str | os.PathLike[str], parser: str | None = None,
+               protocol: Protocol | None = None) -> ParseResult:
+    """Parse one log file; ``parser=None`` detects the format from the head of the file. With a
+    ``protocol`` (the one the series will be measured by), each run's records are folded into
+    what that protocol needs as they are read, and not kept (:class:`repro.measure.Tally`)."""
     p = Path(path)
     check_file(p)
     cls = PARSERS.get(parser) if parser is not None else detect_file(p)
     damage = Damage()
     inst, blocks = cls(), read_blocks(p, damage)
     if hasattr(inst, "parse_blocks"):  # the built-in engine reads blocks of lines
-        result = inst.parse_blocks(blocks)
+        from repro.measure import Tally  # (it imports this package's model)
+
+        result = inst.parse_blocks(blocks, partial(Tally, protocol) if protocol else None)
     else:
         result = inst.parse(line for block in blocks for line in block.splitlines(keepends=True))
     result.issues[:0] = damage.issues()

@@ -19,10 +19,13 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from repro.parsers.model import LogParser, ParseResult, Record, Series
 from repro.parsers.text import BLOCK_BYTES, MPI_PREFIX, clean_text
+
+if TYPE_CHECKING:
+    from repro.measure import Tally
 
 __all__ = ["MPI_PREFIX", "NUM", "BLOCK_BYTES", "Builder", "LogParser", "ParseResult", "PatternParser", "Record",
            "Rule", "Series", "clean_text", "params_of", "to_bool", "to_int"]
@@ -103,8 +106,9 @@ class Builder:
 
     MAX_ISSUES = 50
 
-    def __init__(self, per_gpu: bool) -> None:
+    def __init__(self, per_gpu: bool, new_tally: Callable[[], Tally] | None = None) -> None:
         self.per_gpu = per_gpu
+        self.new_tally = new_tally  # makes each series' tally (records folded as they come), or None: keep them
         self.series: list[Series] = []
         self.facts: dict[str, object] = {}
         self.issues: list[str] = []
@@ -112,20 +116,26 @@ class Builder:
         self._fact_line: dict[str, int] = {}
         self._summaries = 0
         self._dropped = 0
-        self._bad_values: list[tuple[int, str]] = []
+        self._bad = 0  # impossible values, the first one kept
+        self._first_bad: tuple[int, str] = (0, "")
         self.last_record_line = 0
 
     # series -------------------------------------------------------------------------------
     def current(self) -> Series:
         if not self.series:
-            self.series.append(Series(gpus=None, per_gpu=self.per_gpu))
+            self.series.append(self._series())
         return self.series[-1]
+
+    def _series(self) -> Series:
+        return Series(gpus=None, per_gpu=self.per_gpu, tally=self.new_tally() if self.new_tally else None)
 
     def new_run(self, gpus: int | None = None) -> Series:
         """A new run starts here; reuse the current series while it is still empty."""
         s = self.series[-1] if self.series else None
         if s is None or len(s) or s.summary is not None:
-            s = Series(gpus=None, per_gpu=self.per_gpu)
+            if s is not None:
+                s.settle()
+            s = self._series()
             self.series.append(s)
         if gpus is not None:
             s.gpus = gpus
@@ -134,14 +144,20 @@ class Builder:
     def record(self, value: float, iteration: int | None, epoch: int | None, line: int) -> None:
         self.last_record_line = line
         if not (value > 0 and value != math.inf):  # <= 0, inf, NaN: no throughput can be that
-            self._bad_values.append((line, repr(value)))
+            self.bad(line, repr(value))
             return
         self.current().add(value, iteration, epoch, line)
+
+    def bad(self, line: int, value: str) -> None:
+        """An impossible value (<= 0, inf, NaN) on ``line``: the log cannot give a figure."""
+        if not self._bad:
+            self._first_bad = (line, value)
+        self._bad += 1
 
     def summary(self, value: float, line: int, series: Series | None = None) -> None:
         self.last_record_line = line
         if not (value > 0 and value != math.inf):
-            self._bad_values.append((line, f"summary {value!r}"))
+            self.bad(line, f"summary {value!r}")
             return
         s = series or self.current()
         if s.summary is not None:
@@ -177,8 +193,8 @@ class Builder:
 
     def finish(self, parser: str, lines: int) -> ParseResult:
         refused = None
-        if self._bad_values:
-            (line, value), n = self._bad_values[0], len(self._bad_values)
+        if self._bad:
+            (line, value), n = self._first_bad, self._bad
             refused = (f"impossible throughput: {n} value(s) that are zero, negative, infinite or "
                                   f"not a number (first {value} on line {line}); the log cannot give a figure")
             self.issues.insert(0, refused)
@@ -189,6 +205,7 @@ class Builder:
             self.facts["gpus"] = next(iter(counts))
         gpus = self.facts.get("gpus")
         for s in self.series:
+            s.settle()
             if s.gpus is None and isinstance(gpus, int):
                 s.gpus = gpus
         if self._dropped:
@@ -216,16 +233,19 @@ class PatternParser(LogParser):
     def parse(self, lines: Iterable[str]) -> ParseResult:
         return self.parse_blocks(_blocks_of_lines(lines))
 
-    def parse_blocks(self, blocks: Iterable[str]) -> ParseResult:
+    def parse_blocks(self, blocks: Iterable[str], new_tally: Callable[[], Tally] | None = None) -> ParseResult:
         """Run the rules over blocks of whole lines of clean text (the last one may end without a
-        newline: a cut-off line)."""
-        b = Builder(self.per_gpu)
+        newline: a cut-off line). With ``new_tally``, each run's records are folded block by block
+        into a tally it makes (see :class:`Series`)."""
+        b = Builder(self.per_gpu, new_tally)
         records = [_RecordRule(r.regex) for r in self.rules if r.action == "record"]
         others = [(r.regex, self._action(r)) for r in self.rules if r.action != "record"]
         base = 0  # lines before the block
         text = ""
         for text in self._whole_structures(blocks):
             _scan(b, records, others, text, base)
+            if b.series:
+                b.series[-1].settle()
             base += text.count("\n")
         tail = text[text.rfind("\n") + 1 :]
         if tail:  # the last line, cut off (it has no newline)
@@ -325,7 +345,7 @@ def _records(b: Builder, rule: _RecordRule | None, matches: list, k: int, before
     if k >= n or (matches[k] if rule else matches[k][0]).start() >= before:
         return k
     series = b.current()
-    add, bad = series.add, b._bad_values
+    add = series.add
     text, pos, line = at.text, at.pos, at.line_at
     count = text.count
     while k < n:
@@ -344,7 +364,7 @@ def _records(b: Builder, rule: _RecordRule | None, matches: list, k: int, before
             ep = m.group(r.epoch) if r.epoch else None
             add(value, None if it is None else int(it), None if ep is None else int(ep), line)
         else:  # zero, negative, infinite or not a number: no throughput can be that
-            bad.append((line, repr(value)))
+            b.bad(line, repr(value))
         k += 1
     at.pos, at.line_at = pos, line
     b.last_record_line = line

@@ -6,11 +6,16 @@ import abc
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from repro.measure import Tally
 
 
 #: stands for "no number" in an int32 column (numbers in logs are never negative)
 _NONE = -(1 << 31)
+#: the columns of a series that holds no records (made on the first one)
+_NO_COLUMNS: tuple = ((), (), (), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +31,22 @@ class Record:
 class Series:
     """All records of one run inside a log.
 
-    Records are kept as four columns (value, iteration, epoch, line), so a log of millions of
-    records stays small; :attr:`records` makes :class:`Record` objects when asked.
+    Records are kept as four columns (value, iteration, epoch, line), 20 bytes a record;
+    :attr:`records` makes :class:`Record` objects when asked. A series with a ``tally`` (a
+    :class:`repro.measure.Tally`: what one protocol needs of the records) keeps only the records
+    since its last :meth:`settle`, which folds them into the tally: memory stays flat however
+    many records the run has, and its :attr:`records` are only those not yet folded.
     """
 
-    __slots__ = ("_cols", "_narrow", "gpus", "per_gpu", "summary")
+    __slots__ = ("_cols", "_narrow", "gpus", "per_gpu", "summary", "tally")
 
     def __init__(self, gpus: int | None, records: Iterable[Record] = (), summary: float | None = None,
-                 per_gpu: bool = False) -> None:
+                 per_gpu: bool = False, tally: Tally | None = None) -> None:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
-        self._cols: list = [array("d"), array("i"), array("i"), array("i")]  # 20 bytes a record
+        self.tally = tally
+        self._cols: list | tuple = _NO_COLUMNS
         self._narrow = True  # the columns are arrays
         for r in records:
             self.append(r)
@@ -54,6 +63,9 @@ class Series:
                 cols[2].append(_NONE if epoch is None else epoch)
                 cols[3].append(line)
                 return
+            except AttributeError:  # the first record
+                self._cols = cols = [array("d"), array("i"), array("i"), array("i")]
+                return self.add(value, iteration, epoch, line)
             except (TypeError, OverflowError):  # not a float / past int32: plain lists from now on
                 n = len(cols[3])
                 for col in cols:
@@ -90,12 +102,15 @@ class Series:
         """The records, made afresh (a copy: add records with :meth:`append`)."""
         return list(map(Record, *map(self._column, range(4))))
 
-    def value_range(self) -> tuple[float, float] | None:
-        v = self._cols[0]
-        return (min(v), max(v)) if len(v) else None
+    def settle(self) -> None:
+        """Fold the records held into the tally and let them go (a series without one keeps them)."""
+        if self.tally is not None and len(self._cols[0]):
+            self.tally.take(self)
+            self._cols, self._narrow = _NO_COLUMNS, True
 
     def __len__(self) -> int:
-        return len(self._cols[0])
+        """Records of the run (those folded into a tally included)."""
+        return len(self._cols[0]) + (self.tally.count if self.tally is not None else 0)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Series):
