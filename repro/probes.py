@@ -453,14 +453,17 @@ _LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then
 
 
 def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), timeout_s: int = 600,
-                    **run_kwargs: Any) -> Probe:
-    """Run the probe script in a fresh container of ``image`` (no network); its JSON document."""
+                    run_id: str | None = None, **run_kwargs: Any) -> Probe:
+    """Run the probe script in a fresh container of ``image`` (no network); its JSON document. The container
+    carries the run's id (``run_id``), so that ``repro clean`` finds it after a crash."""
+    from repro.clean import probe_labels
+
     script = probe_script()
     if not script.is_file():
         return fail(f"probe script {script} is missing from this installation")
     argv = [script.read_text(encoding="utf-8"), *[a for src in sources for a in ("--source", src)],
             "--timeout", str(max(30, timeout_s // 2))]
-    kwargs = {"network_mode": "none", "labels": {"repro.probe": "container"}, **run_kwargs}
+    kwargs = {"network_mode": "none", "labels": probe_labels("container", run_id), **run_kwargs}
     container = None
     try:
         container = client.containers.create(image, argv, entrypoint=["sh", "-c", _LAUNCH], **kwargs)
