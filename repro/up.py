@@ -247,7 +247,7 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
 def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
             reports: Sequence[Any], progress: Progress) -> dict[str, Any]:
     """The provenance record: resumed from the run directory, or new with every node's host facts (from the
-    probe preflight ran, with the engine's own account of itself) and image facts."""
+    node script preflight ran) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
 
     from repro import probes, provenance
@@ -257,8 +257,7 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     by_node = {r.node: r for r in reports}
-    host_facts = {n: {**(r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")),
-                      "docker": probes.docker_facts(clients[n])} for n, r in by_node.items()}
+    host_facts = {n: r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}") for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(

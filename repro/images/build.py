@@ -29,9 +29,9 @@ import docker
 from repro import __version__, paths
 from repro.clean import probe_labels
 from repro.errors import BuildError, ReproError, UsageError
+from repro.events import Event, Progress, ignore
 from repro.images import lock
 from repro.images import rdma as rdma_layer
-from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source
