@@ -353,7 +353,7 @@ def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Probe:
 def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Probe]:
     """The host facts the provenance records, from the node script's sections (:func:`parse_sections`);
     ``why_not``: what to say when the output holds none of them."""
-    if "hostname" not in sec:
+    if not sec:
         return not_run(f"host probe did not run: {why_not}")
 
     def text(name: str, what: str) -> Probe:
