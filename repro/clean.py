@@ -1,7 +1,9 @@
 """``repro clean``: remove what a run left on its nodes after a crash, a kill -9 or a lost link.
 
-Every container the kit starts carries the label ``repro.run=<run id>`` (probes and build
-checks carry ``repro.probe``); a run's per-run state - the MPI keys, the sshd it starts,
+Every container the kit starts within a run carries the label ``repro.run=<run id>``: the ranks,
+and the probes and build checks it starts for the run, which also carry ``repro.probe``
+(:func:`probe_labels`; those of ``repro build`` and ``repro preflight`` alone, outside any run,
+carry only that one, and ``clean --all`` finds them). A run's per-run state - the MPI keys, the sshd it starts,
 its logs in flight - lives only in those containers, so removing them removes it.
 Cleaning is idempotent and goes node by node: one node that cannot be reached is reported
 and never stops the others.
@@ -22,6 +24,11 @@ from repro.hosts import Hosts, Node, load_hosts, local_hosts
 
 RUN_LABEL = "repro.run"
 PROBE_LABEL = "repro.probe"
+
+
+def probe_labels(kind: str, run_id: str | None) -> dict[str, str]:
+    """The labels of a container the kit starts to probe something (``kind``), within run ``run_id`` if any."""
+    return {PROBE_LABEL: kind, **({RUN_LABEL: run_id} if run_id else {})}
 
 
 @dataclass

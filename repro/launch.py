@@ -145,7 +145,7 @@ def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes
 
     client, client_pub = keypair()
     host, host_pub = keypair()
-    known = b"".join(f"[{p.command.node.address}]:{ssh_port} ".encode() + host_pub + b"\n" for p in plans)
+    known = b"".join(f"[{p.command.node.rendezvous}]:{ssh_port} ".encode() + host_pub + b"\n" for p in plans)
     return {f"{MPI_DIR}/id_ed25519": (client, 0o600), f"{MPI_DIR}/authorized_keys": (client_pub + b"\n", 0o600),
             f"{MPI_DIR}/host_ed25519": (host, 0o600), f"{MPI_DIR}/known_hosts": (known, 0o644)}
 

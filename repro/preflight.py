@@ -1,13 +1,13 @@
 """Preflight: what each node of an inventory offers, next to what the target's publication had.
 
-Per node, in parallel, over one SSH session and one POSIX sh script run by the login shell
-(bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's version, GPUs
-(nvidia-smi) and the processes already on them, InfiniBand (/dev/infiniband, then ibstat or
-ibv_devinfo -v; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under the
-engine's data root, and the clock offset against this machine. The same command also gathers the
-host facts ``repro up`` records in the provenance (``probes.HOST_SCRIPT``), so a run probes each node
-once. The tools' output is read by the parsers in ``repro.probes``. Every probe fails soft:
-its value is None and its reason says why; the other probes and nodes still report.
+Per node, in parallel, over one SSH session and the node-facts script (``repro.probes.node_script``, POSIX
+sh, run by the login shell: bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's
+version, GPUs (nvidia-smi) and the processes already on them, InfiniBand (/dev/infiniband, then ibstat,
+ibv_devinfo -v or sysfs; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under
+the engine's data root, and the clock offset against this machine. Each tool runs once; its output,
+read by its one parser in ``repro.probes``, gives these checks and the host facts ``repro up`` records in
+the provenance (``NodeReport.host``). Every probe fails soft: its value is None and its reason says
+why; the other probes and nodes still report.
 
 Two kinds of findings come out of it:
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -43,19 +42,20 @@ from repro.hosts import Hosts, Node
 from repro.manifest import Manifest
 from repro.nodes import DEFAULT_TIMEOUT_S, Session, run_on_all
 from repro.probes import (  # noqa: F401 - the node-facts parsers, named here too
-    COMPUTE_APPS_QUERY,
-    HOST_SCRIPT,
     Gpu,
     GpuProcess,
     IbPort,
+    host_facts,
+    node_script,
     parse_compute_apps,
     parse_df,
+    parse_docker_info,
     parse_ib,
     parse_ibstat,
     parse_ibv_devinfo,
     parse_nvidia_smi,
     parse_ofed_info,
-    host_facts,
+    parse_sections,
 )
 
 log = logging.getLogger(__name__)
@@ -104,45 +104,9 @@ class Deviation:
         return f"{self.node or 'inventory'}: {self.what}: expected {self.expected}, found {self.found}"
 
 
-def parse_sections(text: str) -> dict[str, tuple[str, int]]:
-    """Split the probe script's output into name -> (output, exit status)."""
-    out: dict[str, tuple[str, int]] = {}
-    for m in re.finditer(r"^@@repro:(\w+)\n(.*?)\n?@@repro-rc:(\d+)$", text, re.MULTILINE | re.DOTALL):
-        out[m[1]] = (m[2], int(m[3]))
-    return out
-
-
-# ---------------------------------------------------------------- probes
-
-_SCRIPT = r"""date +%s.%N
-H={docker_host}; D() {{ docker ${{H:+-H "$H"}} "$@"; }}
-s() {{ printf '\n@@repro:%s\n' "$1"; }}; e() {{ printf '\n@@repro-rc:%s\n' "$?"; }}
-has() {{ command -v "$1" >/dev/null 2>&1; }}
-s docker; out=$(D info --format '{{{{.ServerVersion}}}} {{{{.DockerRootDir}}}}' 2>&1); rc=$?
-printf '%s' "$out"; (exit $rc); e; root=${{out#* }}
-s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$root" 2>&1
-else echo 'no data root on this machine'; false; fi; e
-s gpus; if has nvidia-smi; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
-else echo 'nvidia-smi: not found'; (exit 127); fi; e
-s gpu_apps; if has nvidia-smi; then nvidia-smi --query-compute-apps={apps_query} --format=csv,noheader 2>&1
-else echo 'nvidia-smi: not found'; (exit 127); fi; e
-s ibdev; ls /dev/infiniband 2>&1; e
-s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
-else echo 'neither ibstat nor ibv_devinfo is installed'; (exit 127); fi; e
-s ofed; if has ofed_info; then ofed_info -s 2>&1; else echo 'ofed_info: not found'; (exit 127); fi; e
-s mlx5; if [ -d /sys/module/mlx5_core ]; then cat /sys/module/mlx5_core/version 2>/dev/null || echo inbox
-else echo 'mlx5_core: not loaded'; false; fi; e
-s netifs; ls /sys/class/net 2>&1; e
-"""
-
-
 def probe_script(node: Node, dataset: Dataset | None = None) -> str:
-    """The one shell script run per node: preflight's sections, then the host facts the provenance records
-    (``probes.HOST_SCRIPT``); inventory values enter it shell-quoted only."""
-    local_engine = int(node.docker_host is None or node.docker_host.startswith("unix://"))
-    script = _SCRIPT.format(docker_host=shlex.quote(node.docker_host or ""), local_engine=local_engine,
-                            apps_query=COMPUTE_APPS_QUERY)
-    return script + (dataset_section(dataset) if dataset else "") + HOST_SCRIPT
+    """The one shell script run per node (``probes.node_script``), with the dataset check when asked."""
+    return node_script(node.docker_host, dataset_section(dataset) if dataset else "")
 
 
 # ---------------------------------------------------------------- the dataset
@@ -219,7 +183,7 @@ def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Da
         clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
     sections = parse_sections(rest)
     return NodeReport(node.name, node.address, ssh, clock=clock, dataset=dataset_probe(sections, dataset),
-                      host=host_facts(r.stdout, f"exit {r.exited}"), **_from_sections(sections))
+                      host=host_facts(sections, f"exit {r.exited}"), **_from_sections(sections))
 
 
 def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
@@ -237,8 +201,8 @@ def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
         except ValueError as e:
             return Probe(reason=str(e)[:200])
 
-    version, _, root = sec.get("docker", ("", 0))[0].strip().partition(" ")
-    out = {"docker": Probe(reason=failed("docker")) if failed("docker") else Probe(version, detail=root),
+    docker = parsed("docker", parse_docker_info)
+    out = {"docker": docker if docker.reason else Probe(docker.value.version, detail=docker.value.root),
            "disk": parsed("df", parse_df)}
     out["gpus"] = (Probe((), detail="no nvidia-smi") if sec.get("gpus", ("", 0))[1] == 127
                    else parsed("gpus", parse_nvidia_smi))

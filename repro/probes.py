@@ -1,10 +1,14 @@
-"""Node facts: the parsers of every node tool's output, and facts about a node and an image, each
-failing soft: ``{"value": ..., "reason": ...}``.
+"""Node facts: the one script run on each node, one parser per tool it runs, and the facts the provenance
+records, each failing soft: ``{"value": ..., "reason": ...}``.
 
-Host probes are one POSIX shell script (``HOST_SCRIPT``); preflight runs it within its own script, on
-the same SSH command, and :func:`host_facts` reads its sections, so a node needs no Python and one
-round trip per node gives both preflight and the provenance. One parser per tool: nvidia-smi's CSV
-(:func:`smi_rows`), ibstat, ibv_devinfo, df, ofed_info.
+:func:`node_script` is one POSIX sh script: every tool runs once in it, in a section of its own
+(``@@repro:NAME`` ... ``@@repro-rc:STATUS``, read by :func:`parse_sections`). ``repro preflight`` and
+``repro up`` run it once per node over one SSH command (``repro.preflight.probe_node``); the same
+parsed output gives preflight's checks and, through :func:`host_facts`, the host facts of the
+provenance, so a node needs no Python and one round trip gives both. One parser per tool:
+nvidia-smi's CSV queries (:func:`smi_rows`: :func:`parse_nvidia_smi`, :func:`parse_compute_apps`),
+the InfiniBand ports (:func:`parse_ib`: ibstat, ``ibv_devinfo -v`` or sysfs), ``df``, ``ofed_info``
+and ``docker info`` (:func:`parse_docker_info`).
 The container probe runs ``scripts/probe-container.py`` with the image's own Python.
 Nothing here raises for a missing tool, device or permission: the value is null and the
 reason says why.
@@ -16,57 +20,79 @@ import json
 import logging
 import re
 import shlex
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro import paths
-from repro.hosts import Node
-from repro.nodes import Session, run_on_all
 
 log = logging.getLogger(__name__)
 
-#: Runs a shell script on a node: script text -> (exit status, stdout, stderr).
-Runner = Callable[[str], tuple[int, str, str]]
 Probe = dict[str, Any]
-MARK = "@@repro-section@@"
+Sections = Mapping[str, tuple[str, int]]  # section name -> (output, exit status)
 PROBE_SCRIPT = "probe-container.py"
+#: The one GPU query: preflight's checks read name, memory and driver; the provenance records every field.
 GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version", "clocks.max.sm",
               "clocks.max.memory", "clocks.applications.graphics", "ecc.mode.current", "vbios_version")
-_GPU_KEYS = ("index", "name", "uuid", "pci_bus_id", "memory_mib", "driver", "clocks_max_sm_mhz", "clocks_max_mem_mhz",
-             "clocks_app_mhz", "ecc", "vbios")
+_GPU_KEYS = {"index": "index", "name": "name", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "memory.total": "memory_mib",
+             "driver_version": "driver", "clocks.max.sm": "clocks_max_sm_mhz", "clocks.max.memory": "clocks_max_mem_mhz",
+             "clocks.applications.graphics": "clocks_app_mhz", "ecc.mode.current": "ecc", "vbios_version": "vbios"}
+_TEXT_KEYS = ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios")
+#: The query of the processes on a node's GPUs; every field is one nvidia-smi documents for --query-compute-apps.
+COMPUTE_APPS_QUERY = "gpu_uuid,pid,process_name,used_gpu_memory"
 
-HOST_SCRIPT = f"""
+_SCRIPT = r"""date +%s.%N
 export LC_ALL=C PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
-sec() {{ echo "{MARK} $1"; shift; "$@" 2>&1; echo "{MARK} rc=$?"; }}
-sec hostname hostname
-sec os cat /etc/os-release
-sec os_release_file sh -c 'cat /etc/redhat-release 2>/dev/null || cat /etc/debian_version'
-sec kernel uname -r
-sec arch uname -m
-sec lscpu lscpu
-sec cpuinfo sh -c "grep -E '^(model name|physical id|core id|cpu cores)' /proc/cpuinfo | sort -u"
-sec meminfo grep MemTotal /proc/meminfo
-sec gpus nvidia-smi --query-gpu={",".join(GPU_FIELDS)} --format=csv,noheader,nounits
-sec smi nvidia-smi
-sec topo nvidia-smi topo -m
-sec ib_sysfs sh -c 'ls -d /sys/class/infiniband/*/ports/* >/dev/null 2>&1 \
-  || {{ echo "no /sys/class/infiniband ports"; exit 1; }}
+H={docker_host}; D() {{ docker ${{H:+-H "$H"}} "$@"; }}
+s() {{ printf '\n@@repro:%s\n' "$1"; }}; e() {{ printf '\n@@repro-rc:%s\n' "$?"; }}
+has() {{ command -v "$1" >/dev/null 2>&1; }}
+s docker; out=$(D info --format '{{{{.DockerRootDir}}}}{{{{"\n"}}}}{{{{json .}}}}' 2>&1); rc=$?
+printf '%s' "$out"; (exit $rc); e; root=$(printf '%s\n' "$out" | sed -n 1p)
+s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$root" 2>&1
+else echo 'no data root on this machine'; false; fi; e
+s gpus; if has nvidia-smi; then nvidia-smi --query-gpu={gpu_fields} --format=csv,noheader,nounits 2>&1
+else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s gpu_apps; if has nvidia-smi; then nvidia-smi --query-compute-apps={apps_query} --format=csv,noheader 2>&1
+else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s smi; if has nvidia-smi; then nvidia-smi 2>&1; else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s topo; if has nvidia-smi; then nvidia-smi topo -m 2>&1; else echo 'nvidia-smi: not found'; (exit 127); fi; e
+s ibdev; ls /dev/infiniband 2>&1; e
+s ib; if has ibstat; then ibstat 2>&1; elif has ibv_devinfo; then ibv_devinfo -v 2>&1
+elif ls -d /sys/class/infiniband/*/ports/* >/dev/null 2>&1; then
   for p in /sys/class/infiniband/*/ports/*; do d=${{p%/ports/*}}
-    printf "%s|%s|%s|%s|%s|%s\\n" "${{d##*/}}" "${{p##*/}}" "$(cat $p/state 2>/dev/null)" \
-      "$(cat $p/rate 2>/dev/null)" "$(cat $p/link_layer 2>/dev/null)" "$(cat $d/fw_ver 2>/dev/null)"; done'
-sec ibstat ibstat
-sec ibv_devinfo ibv_devinfo
-sec mlx5 cat /sys/module/mlx5_core/version
-sec ofed ofed_info -s
+    printf '%s|%s|%s|%s|%s|%s\n' "${{d##*/}}" "${{p##*/}}" "$(cat $p/state 2>/dev/null)" \
+      "$(cat $p/rate 2>/dev/null)" "$(cat $p/link_layer 2>/dev/null)" "$(cat $d/fw_ver 2>/dev/null)"; done
+else echo 'no ibstat, no ibv_devinfo, no /sys/class/infiniband ports'; (exit 127); fi; e
+s ofed; if has ofed_info; then ofed_info -s 2>&1; else echo 'ofed_info: not found'; (exit 127); fi; e
+s mlx5; if [ -d /sys/module/mlx5_core ]; then cat /sys/module/mlx5_core/version 2>/dev/null || echo inbox
+else echo 'mlx5_core: not loaded'; false; fi; e
+s netifs; ls /sys/class/net 2>&1; e
+s hostname; hostname 2>&1; e
+s os; cat /etc/os-release 2>&1; e
+s os_release_file; {{ cat /etc/redhat-release || cat /etc/debian_version; }} 2>/dev/null; e
+s kernel; uname -r 2>&1; e
+s arch; uname -m 2>&1; e
+s lscpu; lscpu 2>&1; e
+s cpuinfo; grep -E '^(model name|physical id|core id|cpu cores)' /proc/cpuinfo 2>&1 | sort -u; e
+s meminfo; grep MemTotal /proc/meminfo 2>&1; e
 """
-#: The engine's facts by its CLI, for a probe without the engine's SDK client (``repro up`` has one).
-DOCKER_SCRIPT = f"""sec docker_version docker version --format '{{{{json .Server}}}}'
-sec docker_info docker info --format \
-  '[{{{{json .ServerVersion}}}},{{{{json .DefaultRuntime}}}},{{{{json .Driver}}}},{{{{json .Runtimes}}}}]'
-"""
+
+
+def node_script(docker_host: str | None, extra: str = "") -> str:
+    """The one script run on a node: the remote clock (its first line), then a section per tool, then
+    ``extra`` sections; ``docker_host`` (the inventory's) enters it shell-quoted only."""
+    local_engine = int(docker_host is None or docker_host.startswith("unix://"))
+    return _SCRIPT.format(docker_host=shlex.quote(docker_host or ""), local_engine=local_engine,
+                          gpu_fields=",".join(GPU_FIELDS), apps_query=COMPUTE_APPS_QUERY) + extra
+
+
+def parse_sections(text: str) -> dict[str, tuple[str, int]]:
+    """Split the script's output into name -> (output, exit status)."""
+    out: dict[str, tuple[str, int]] = {}
+    for m in re.finditer(r"^@@repro:(\w+)\n(.*?)\n?@@repro-rc:(\d+)$", text, re.MULTILINE | re.DOTALL):
+        out[m[1]] = (m[2], int(m[3]))
+    return out
 
 
 def ok(value: Any) -> Probe:
@@ -85,9 +111,20 @@ def value(probe: Mapping[str, Any] | None) -> Any:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU of ``nvidia-smi --query-gpu``: preflight compares name, memory and driver; the provenance
+    records every field (None where the query had no such field or the driver says ``[N/A]``)."""
+
     name: str
     memory_mib: int
     driver: str
+    index: int | None = field(default=None, compare=False)
+    uuid: str | None = field(default=None, compare=False)
+    pci_bus_id: str | None = field(default=None, compare=False)
+    clocks_max_sm_mhz: int | None = field(default=None, compare=False)
+    clocks_max_mem_mhz: int | None = field(default=None, compare=False)
+    clocks_app_mhz: int | None = field(default=None, compare=False)
+    ecc: str | None = field(default=None, compare=False)
+    vbios: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -114,8 +151,15 @@ class GpuProcess:
     used_mib: int | None  # None where the driver does not say (``[N/A]``)
 
 
-#: The query of the processes on a node's GPUs; every field is one nvidia-smi documents for --query-compute-apps.
-COMPUTE_APPS_QUERY = "gpu_uuid,pid,process_name,used_gpu_memory"
+@dataclass(frozen=True)
+class DockerInfo:
+    """``docker info``: the engine's version, data root, storage driver and runtimes."""
+
+    version: str
+    root: str
+    storage_driver: str | None = None
+    runtimes: tuple[str, ...] = ()
+    default_runtime: str | None = None
 
 
 def smi_rows(text: str, width: int, free: int) -> list[list[str]]:
@@ -141,14 +185,34 @@ def _mib(text: str) -> int | None:
     return int(m[1]) if m else None
 
 
-def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
-    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader``."""
-    rows = smi_rows(text, 3, 0)
-    gpus = tuple(Gpu(name, mib, driver) for name, mem, driver in rows
-                 if (mib := _mib(mem)) is not None and mem.endswith("MiB") and " " not in driver)
-    if rows and not gpus:
-        raise ValueError(", ".join(rows[0]))
-    return gpus
+def _num(text: str) -> int | float | str | None:
+    """A query field: a number (its unit, if printed, dropped), a string, or None for ``[N/A]``."""
+    text = re.sub(r"\s*(MiB|MHz)$", "", text.strip())
+    if not text or text.startswith("[") or text == "N/A":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def parse_nvidia_smi(text: str, fields: Sequence[str] = GPU_FIELDS) -> tuple[Gpu, ...]:
+    """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader[,nounits]`` (``fields`` as queried; they include
+    name, memory.total and driver_version). ValueError for output that is no GPU list."""
+    rows = smi_rows(text, len(fields), list(fields).index("name"))
+    keys = [_GPU_KEYS[f] for f in fields]
+    gpus = []
+    for parts in rows:
+        row = {k: (v if v not in ("", "[N/A]", "N/A") else None) if k in _TEXT_KEYS else _num(v)
+               for k, v in zip(keys, parts)}
+        mib = _mib(parts[keys.index("memory_mib")])
+        if mib is None or not row["driver"] or " " in row["driver"]:
+            raise ValueError(", ".join(parts))
+        gpus.append(Gpu(**{**row, "memory_mib": mib}))
+    return tuple(gpus)
 
 
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
@@ -156,8 +220,6 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
     one line per process and GPU, none when the GPUs are idle."""
     return tuple(GpuProcess(uuid, int(pid) if pid.isdigit() else None, name, _mib(used))
                  for uuid, pid, name, used in smi_rows(text, 4, 2))
-
-
 def parse_ibstat(text: str) -> tuple[IbPort, ...]:
     """``ibstat``: ``CA 'mlx5_0'`` blocks, each with ``Port N:`` sections."""
     ports: list[dict[str, Any]] = []
@@ -199,9 +261,26 @@ def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
     return tuple(out)
 
 
+def parse_ib_sysfs(text: str) -> tuple[IbPort, ...]:
+    """The script's listing of ``/sys/class/infiniband/*/ports/*`` where neither tool is installed:
+    ``DEVICE|PORT|STATE|RATE|LINK_LAYER|FW`` per port (state as ``4: ACTIVE``, rate as ``100 Gb/sec (4X EDR)``)."""
+    ports = []
+    for line in filter(None, (ln.strip() for ln in text.splitlines())):
+        device, port, state, rate, layer, fw = (line.split("|") + [""] * 6)[:6]
+        if not port.isdigit():
+            raise ValueError(f"not a port line: {line[:100]!r}")
+        ports.append(IbPort(device, int(port), state.rpartition(":")[2].strip() or "?", _rate(rate), layer or None,
+                            fw or None))
+    return tuple(ports)
+
+
 def parse_ib(text: str) -> tuple[IbPort, ...]:
-    """Either format, told apart by its first block header."""
-    return parse_ibv_devinfo(text) if re.search(r"^\s*hca_id:", text, re.MULTILINE) else parse_ibstat(text)
+    """Any of the three forms the script's ``ib`` section prints (ibstat, ``ibv_devinfo -v``, sysfs), told apart by shape."""
+    if re.search(r"^\s*hca_id:", text, re.MULTILINE):
+        return parse_ibv_devinfo(text)
+    if re.search(r"^[^|\s]+\|\d+\|", text, re.MULTILINE):
+        return parse_ib_sysfs(text)
+    return parse_ibstat(text)
 
 
 def parse_df(text: str) -> int:
@@ -221,176 +300,18 @@ def parse_ofed_info(text: str) -> str:
     return m[1]
 
 
-# ---------------------------------------------------------------- runners
-def local_runner(timeout_s: int = 120) -> Runner:
-    def run(script: str) -> tuple[int, str, str]:
-        try:
-            done = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, timeout=timeout_s,
-                                  errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return 255, "", str(e)
-        return done.returncode, done.stdout, done.stderr
-    return run
-
-
-def session_runner(session: Session, timeout_s: int = 120) -> Runner:
-    """Run on a node over the session ``nodes.run_on_all`` opened (host keys verified there)."""
-    def run(script: str) -> tuple[int, str, str]:
-        res = session.run(f"sh -c {shlex.quote(script)}", hide=True, warn=True, timeout=timeout_s, in_stream=False)
-        return res.exited, res.stdout, res.stderr
-    return run
-
-
-# ---------------------------------------------------------------- host probes
-def _sections(stdout: str) -> dict[str, tuple[int, str]]:
-    out: dict[str, tuple[int, str]] = {}
-    name, lines = None, []
-    for line in stdout.splitlines():
-        if line.startswith(MARK + " rc=") and name is not None:
-            out[name] = (int(line.rsplit("=", 1)[1]), "\n".join(lines).strip())
-            name, lines = None, []
-        elif line.startswith(MARK + " "):
-            name, lines = line[len(MARK) + 1:], []
-        elif name is not None:
-            lines.append(line)
-    return out
-
-
-def _why(section: tuple[int, str] | None, what: str) -> str:
-    if section is None:
-        return f"{what}: no output (the probe script did not run)"
-    rc, text = section
-    if rc == 127 or "not found" in text[:200]:
-        return f"{what}: not found"
-    if "No such file" in text[:300]:
-        return f"{what}: no such file"
-    return f"{what} failed (exit {rc}): {text.splitlines()[-1][:200] if text else 'no output'}"
-
-
-def probe_host(runner: Runner, docker_client: Any | None = None) -> dict[str, Probe]:
-    """Every host probe of one node, run on its own; ``docker_client`` (the node's engine) replaces the docker CLI."""
-    rc, stdout, stderr = runner(HOST_SCRIPT + ("" if docker_client is not None else DOCKER_SCRIPT))
-    return host_facts(stdout, stderr.strip()[-300:] or f"exit {rc}", docker_client)
-
-
-def host_facts(stdout: str, why_not: str = "no output", docker_client: Any | None = None) -> dict[str, Probe]:
-    """The host facts in the output of HOST_SCRIPT (alone, or within preflight's script); ``why_not``: what
-    to say when the output holds none of its sections."""
-    s = _sections(stdout)
-    if not s:
-        return not_run(f"host probe did not run: {why_not}")
-
-    def text(name: str, what: str) -> Probe:
-        sec = s.get(name)
-        return ok(sec[1]) if sec and sec[0] == 0 and sec[1] else fail(_why(sec, what))
-
-    kernel = text("kernel", "uname -r")
-    if kernel["value"] and s.get("arch", (1, ""))[0] == 0:
-        kernel["value"] = {"release": kernel["value"], "machine": s["arch"][1]}
-    elif kernel["value"]:
-        kernel["value"] = {"release": kernel["value"], "machine": None}
-    return {
-        "hostname": text("hostname", "hostname"),
-        "os": _os(s),
-        "kernel": kernel,
-        "cpu": _cpu(s),
-        "memory": _memory(s),
-        "gpus": _gpus(s),
-        "cuda_driver": _cuda_driver(s),
-        "gpu_topology": text("topo", "nvidia-smi topo -m"),
-        "hcas": _hcas(s),
-        "mlx5_core": text("mlx5", "/sys/module/mlx5_core/version"),
-        "mofed": _mofed(s),
-        "docker": docker_facts(docker_client) if docker_client is not None else _docker_cli(s),
-    }
-
-
-def not_run(reason: str) -> dict[str, Probe]:
-    return {k: fail(reason) for k in ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver",
-                                      "gpu_topology", "hcas", "mlx5_core", "mofed", "docker")}
-
-
-def _mofed(s: dict[str, tuple[int, str]]) -> Probe:
-    """The host's MLNX_OFED version (``ofed_info -s``); the containers' MOFED user space must not be newer."""
-    sec = s.get("ofed")
-    if not sec or sec[0] != 0:
-        return fail(_why(sec, "ofed_info -s"))
+def parse_docker_info(text: str) -> DockerInfo:
+    """``docker info --format '{{.DockerRootDir}}{{"\\n"}}{{json .}}'``: the data root, then the whole document."""
+    root, _, rest = text.strip().partition("\n")
+    doc = next((ln for ln in rest.splitlines() if ln.startswith("{")), None)  # warnings may come around it
     try:
-        return ok(parse_ofed_info(sec[1]))
+        info = json.loads(doc) if doc else None
     except ValueError as e:
-        return fail(str(e))
-
-
-def _os(s: dict[str, tuple[int, str]]) -> Probe:
-    sec = s.get("os")
-    if not sec or sec[0] != 0:
-        return fail(_why(sec, "/etc/os-release"))
-    kv = dict(line.split("=", 1) for line in sec[1].splitlines() if "=" in line)
-    release = s.get("os_release_file", (1, ""))
-    return ok({"pretty_name": kv.get("PRETTY_NAME", "").strip('"') or None, "id": kv.get("ID", "").strip('"') or None,
-               "version_id": kv.get("VERSION_ID", "").strip('"') or None,
-               "release": release[1].splitlines()[0] if release[0] == 0 and release[1] else None})
-
-
-def _cpu(s: dict[str, tuple[int, str]]) -> Probe:
-    sec = s.get("lscpu")
-    if sec and sec[0] == 0:
-        kv = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in sec[1].splitlines())}
-        num = lambda k: int(kv[k]) if kv.get(k, "").isdigit() else None
-        return ok({"model": kv.get("Model name"), "sockets": num("Socket(s)"),
-                   "cores_per_socket": num("Core(s) per socket"),
-                   "threads_per_core": num("Thread(s) per core"), "logical_cpus": num("CPU(s)")})
-    info = s.get("cpuinfo")
-    if info and info[0] == 0 and info[1]:
-        lines = info[1].splitlines()
-        models = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-        sockets = {ln for ln in lines if ln.startswith("physical id")}
-        cores = [int(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu cores")]
-        return ok({"model": models[0] if models else None, "sockets": len(sockets) or None,
-                   "cores_per_socket": cores[0] if cores else None, "threads_per_core": None, "logical_cpus": None})
-    return fail(f"{_why(sec, 'lscpu')}; /proc/cpuinfo unreadable")
-
-
-def _memory(s: dict[str, tuple[int, str]]) -> Probe:
-    sec = s.get("meminfo")
-    m = re.search(r"MemTotal:\s+(\d+)\s*kB", sec[1]) if sec else None
-    return ok({"total_bytes": int(m.group(1)) * 1024}) if m else fail(_why(sec, "/proc/meminfo"))
-
-
-def _num(text: str) -> int | float | str | None:
-    text = text.strip()
-    if not text or text.startswith("[") or text in ("N/A", "[N/A]"):
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-
-def _gpus(s: dict[str, tuple[int, str]]) -> Probe:
-    sec = s.get("gpus")
-    if not sec or sec[0] != 0:
-        return fail(_why(sec, "nvidia-smi"))
-    try:
-        rows = smi_rows(sec[1], len(_GPU_KEYS), 1)
-    except ValueError:
-        rows = []
-    gpus = []
-    for parts in rows:
-        row = {k: _num(v) for k, v in zip(_GPU_KEYS, parts)}
-        for k in ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios"):
-            row[k] = None if row[k] is None else str(parts[_GPU_KEYS.index(k)])
-        gpus.append(row)
-    return ok(gpus) if gpus else fail(f"nvidia-smi printed no GPU rows: {sec[1][:200]}")
-
-
-def _cuda_driver(s: dict[str, tuple[int, str]]) -> Probe:
-    sec = s.get("smi")
-    m = re.search(r"CUDA Version:\s*([0-9.]+)", sec[1]) if sec and sec[0] == 0 else None
-    return ok(m.group(1)) if m else fail(_why(sec, "nvidia-smi"))
+        raise ValueError(f"docker info: unreadable output: {e}") from None
+    if not isinstance(info, dict) or not info.get("ServerVersion"):
+        raise ValueError(f"docker info printed no server version: {text.strip()[:200]!r}")
+    return DockerInfo(str(info["ServerVersion"]), root.strip(), info.get("Driver") or None,
+                      tuple(sorted(info.get("Runtimes") or {})), info.get("DefaultRuntime") or None)
 
 
 def _rate(text: str | None) -> float | None:
@@ -399,48 +320,119 @@ def _rate(text: str | None) -> float | None:
     return float(m[1]) if m else None
 
 
-def _hcas(s: dict[str, tuple[int, str]]) -> Probe:
-    sysfs = s.get("ib_sysfs")
-    if sysfs and sysfs[0] == 0 and sysfs[1]:
-        ports = []
-        for line in sysfs[1].splitlines():
-            ca, port, state, rate, layer, fw = (line.split("|") + [""] * 6)[:6]
-            ports.append({"ca": ca, "port": int(port) if port.isdigit() else port,
-                          "state": state.split(":")[-1].strip() or None, "rate_gbps": _rate(rate),
-                          "link_layer": layer or None, "fw": fw or None})
-        return ok(ports)
-    ib = s.get("ibstat")
-    if ib and ib[0] == 0 and "CA '" in ib[1]:
-        return ok([{"ca": p.device, "port": p.port, "state": p.state.upper(), "rate_gbps": p.rate_gbps,
-                    "link_layer": p.link_layer, "fw": p.fw} for p in parse_ibstat(ib[1])])
-    reasons = [sysfs[1] if sysfs and sysfs[1] else "no /sys/class/infiniband", _why(ib, "ibstat"),
-               _why(s.get("ibv_devinfo"), "ibv_devinfo")]
-    return fail("; ".join(reasons))
+# ---------------------------------------------------------------- the provenance's host facts
+HOST_FACTS = ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver", "gpu_topology", "hcas", "mlx5_core",
+              "mofed", "docker")
 
 
-def _docker_cli(s: dict[str, tuple[int, str]]) -> Probe:
-    ver, info = s.get("docker_version"), s.get("docker_info")
-    if not ver or ver[0] != 0:
-        return fail(_why(ver, "docker version"))
+def not_run(reason: str) -> dict[str, Probe]:
+    return {k: fail(reason) for k in HOST_FACTS}
+
+
+def _why(sec: tuple[str, int] | None, what: str) -> str:
+    if sec is None:
+        return f"{what}: no output (the probe script did not run)"
+    text, rc = sec
+    if rc == 127 or "not found" in text[:200]:
+        return f"{what}: not found"
+    if "No such file" in text[:300]:
+        return f"{what}: no such file"
+    return f"{what} failed (exit {rc}): {text.strip().splitlines()[-1][:200] if text.strip() else 'no output'}"
+
+
+def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Probe:
+    """A section read by its tool's parser; the reason when the tool failed or printed something else."""
+    if name not in sec or sec[name][1] != 0:
+        return fail(_why(sec.get(name), what))
     try:
-        server = json.loads(ver[1].splitlines()[-1])
-        version, default_rt, driver, runtimes = json.loads(info[1].splitlines()[-1]) if info and info[0] == 0 \
-            else (server.get("Version"), None, None, None)
-    except (ValueError, IndexError) as e:
-        return fail(f"docker: unreadable output: {e}")
-    return ok({"version": version or server.get("Version"), "api_version": server.get("ApiVersion"),
-               "runtimes": sorted(runtimes or {}), "default_runtime": default_rt, "storage_driver": driver})
+        return ok(parse(sec[name][0]))
+    except ValueError as e:
+        return fail(f"{what}: {str(e)[:200]}")
 
 
-def docker_facts(client: Any) -> Probe:
-    """The engine's version and runtimes through the SDK (the client ``repro up`` already holds)."""
-    try:
-        ver, info = client.version(), client.info()
-    except Exception as e:  # noqa: BLE001 - a probe never raises
-        return fail(f"docker engine: {type(e).__name__}: {e}")
-    return ok({"version": ver.get("Version"), "api_version": ver.get("ApiVersion"),
-               "runtimes": sorted(info.get("Runtimes") or {}), "default_runtime": info.get("DefaultRuntime"),
-               "storage_driver": info.get("Driver")})
+def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Probe]:
+    """The host facts the provenance records, from the node script's sections (:func:`parse_sections`);
+    ``why_not``: what to say when the output holds none of them."""
+    if not sec:
+        return not_run(f"host probe did not run: {why_not}")
+
+    def text(name: str, what: str) -> Probe:
+        return _parsed(sec, name, what, lambda t: t.strip() or _raise(f"{what} printed nothing"))
+
+    kernel = text("kernel", "uname -r")
+    if kernel["value"]:
+        arch = sec.get("arch", ("", 1))
+        kernel["value"] = {"release": kernel["value"], "machine": arch[0].strip() or None if arch[1] == 0 else None}
+    gpus = _parsed(sec, "gpus", "nvidia-smi", lambda t: [{k: getattr(g, k) for k in _GPU_KEYS.values()}
+                                                          for g in parse_nvidia_smi(t)] or _raise("no GPU rows"))
+    docker = _parsed(sec, "docker", "docker info", parse_docker_info)
+    if docker["value"]:
+        d = docker["value"]
+        docker["value"] = {"version": d.version, "runtimes": list(d.runtimes), "default_runtime": d.default_runtime,
+                           "storage_driver": d.storage_driver}
+    mlx5 = sec.get("mlx5")
+    return {
+        "hostname": text("hostname", "hostname"),
+        "os": _os(sec),
+        "kernel": kernel,
+        "cpu": _cpu(sec),
+        "memory": _memory(sec),
+        "gpus": gpus,
+        "cuda_driver": _parsed(sec, "smi", "nvidia-smi", _cuda_version),
+        "gpu_topology": text("topo", "nvidia-smi topo -m"),
+        "hcas": _parsed(sec, "ib", "InfiniBand ports", lambda t: [
+            {"ca": p.device, "port": p.port, "state": p.state.upper().removeprefix("PORT_"), "rate_gbps": p.rate_gbps,
+             "link_layer": p.link_layer, "fw": p.fw} for p in parse_ib(t)]),
+        "mlx5_core": ok(mlx5[0].strip()) if mlx5 and mlx5[1] == 0 and mlx5[0].strip()
+        else fail(mlx5[0].strip() if mlx5 and mlx5[0].strip() else _why(mlx5, "mlx5_core")),
+        "mofed": _parsed(sec, "ofed", "ofed_info -s", parse_ofed_info),
+        "docker": docker,
+    }
+
+
+def _raise(message: str) -> Any:
+    raise ValueError(message)
+
+
+def _cuda_version(text: str) -> str:
+    m = re.search(r"CUDA Version:\s*([0-9.]+)", text)
+    return m[1] if m else _raise("no CUDA Version in its banner")
+
+
+def _os(sec: Sections) -> Probe:
+    found = sec.get("os")
+    if not found or found[1] != 0:
+        return fail(_why(found, "/etc/os-release"))
+    kv = dict(line.split("=", 1) for line in found[0].splitlines() if "=" in line)
+    text, rc = sec.get("os_release_file", ("", 1))
+    return ok({"pretty_name": kv.get("PRETTY_NAME", "").strip('"') or None, "id": kv.get("ID", "").strip('"') or None,
+               "version_id": kv.get("VERSION_ID", "").strip('"') or None,
+               "release": text.strip().splitlines()[0] if rc == 0 and text.strip() else None})
+
+
+def _cpu(sec: Sections) -> Probe:
+    lscpu = sec.get("lscpu")
+    if lscpu and lscpu[1] == 0:
+        kv = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lscpu[0].splitlines())}
+        num = lambda k: int(kv[k]) if kv.get(k, "").isdigit() else None
+        return ok({"model": kv.get("Model name"), "sockets": num("Socket(s)"),
+                   "cores_per_socket": num("Core(s) per socket"),
+                   "threads_per_core": num("Thread(s) per core"), "logical_cpus": num("CPU(s)")})
+    info = sec.get("cpuinfo")
+    if info and info[1] == 0 and info[0].strip():
+        lines = info[0].splitlines()
+        models = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+        sockets = {ln for ln in lines if ln.startswith("physical id")}
+        cores = [int(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu cores")]
+        return ok({"model": models[0] if models else None, "sockets": len(sockets) or None,
+                   "cores_per_socket": cores[0] if cores else None, "threads_per_core": None, "logical_cpus": None})
+    return fail(f"{_why(lscpu, 'lscpu')}; /proc/cpuinfo unreadable")
+
+
+def _memory(sec: Sections) -> Probe:
+    found = sec.get("meminfo")
+    m = re.search(r"MemTotal:\s+(\d+)\s*kB", found[0]) if found else None
+    return ok({"total_bytes": int(m.group(1)) * 1024}) if m else fail(_why(found, "/proc/meminfo"))
 
 
 # ---------------------------------------------------------------- container probe
@@ -453,14 +445,17 @@ _LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then
 
 
 def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), timeout_s: int = 600,
-                    **run_kwargs: Any) -> Probe:
-    """Run the probe script in a fresh container of ``image`` (no network); its JSON document."""
+                    run_id: str | None = None, **run_kwargs: Any) -> Probe:
+    """Run the probe script in a fresh container of ``image`` (no network); its JSON document. The container
+    carries the run's id (``run_id``), so that ``repro clean`` finds it after a crash."""
+    from repro.clean import probe_labels
+
     script = probe_script()
     if not script.is_file():
         return fail(f"probe script {script} is missing from this installation")
     argv = [script.read_text(encoding="utf-8"), *[a for src in sources for a in ("--source", src)],
             "--timeout", str(max(30, timeout_s // 2))]
-    kwargs = {"network_mode": "none", "labels": {"repro.probe": "container"}, **run_kwargs}
+    kwargs = {"network_mode": "none", "labels": probe_labels("container", run_id), **run_kwargs}
     container = None
     try:
         container = client.containers.create(image, argv, entrypoint=["sh", "-c", _LAUNCH], **kwargs)
@@ -483,14 +478,3 @@ def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), tim
             f"{stderr.strip()[-300:]}")
     except ValueError as e:
         return fail(f"container probe of {image}: unreadable output: {e}")
-
-
-def probe_hosts(nodes: Sequence[Node], *, clients: Mapping[str, Any] | None = None,
-                timeout_s: int = 120) -> dict[str, dict[str, Probe]]:
-    """Every node's host probes, in parallel over SSH (``nodes.run_on_all``: the same config, host-key
-    checks and errors as preflight and launch); ``clients``: node name -> its engine's SDK client."""
-    clients = clients or {}
-    found = run_on_all(nodes, lambda s: probe_host(session_runner(s, timeout_s), clients.get(s.node.name)),
-                       timeout=timeout_s)
-    return {name: facts if not isinstance(facts, Exception) else not_run(f"host probe did not run: {facts}")
-            for name, facts in found.items()}

@@ -227,7 +227,7 @@ def _notes(group: Sequence[TableResult]) -> list[str]:
             if c.verdict not in (MATCH, MEASURED, REPRODUCED) and c.detail:
                 notes.append(f"{where}: {c.verdict}: {c.detail}")
             notes += [f"{where}: log contradicts manifest: {f}" for f in c.flags]
-        notes += [f"non-monotonic scaling: {n}" for n in non_monotonic(r.cells)]
+        notes += [f"non-monotonic scaling: {n}" for n in non_monotonic(r.cells, "workers" if cpu else "GPUs")]
     return ["Notes:", "", *[f"- {n}" for n in notes], ""] if notes else []
 
 

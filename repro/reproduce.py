@@ -338,8 +338,9 @@ def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | N
     return TableResult(manifest, table, cells, source or str(run_dir))
 
 
-def non_monotonic(cells: Iterable[CellResult]) -> list[str]:
-    """Columns whose reproduced throughput drops as GPUs are added."""
+def non_monotonic(cells: Iterable[CellResult], devices: str = "GPUs") -> list[str]:
+    """Columns whose reproduced throughput drops as devices are added; ``devices``: the target's word for them
+    (``workers`` for a CPU target)."""
     out = []
     by_col: dict[tuple[str, str], list[CellResult]] = {}
     for c in cells:
@@ -348,7 +349,7 @@ def non_monotonic(cells: Iterable[CellResult]) -> list[str]:
         pts = sorted((c.gpus, c.reproduced) for c in group if c.reproduced is not None)
         for (g1, v1), (g2, v2) in zip(pts, pts[1:]):
             if v2 < v1:
-                out.append(f"{col} {key}: {v2:.2f} images/s on {g2} GPUs is below {v1:.2f} on {g1}")
+                out.append(f"{col} {key}: {v2:.2f} images/s on {g2} {devices} is below {v1:.2f} on {g1}")
     return out
 
 

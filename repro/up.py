@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from repro.launch import CellFailed, NodeResult, launch_cell
 from repro.manifest import Cell, Manifest, find_target, synthetic
 from repro.parsers import PARSERS
 from repro.plan import select_cells
-from repro.rundir import DONE, FAILED, PENDING, RUNNING, RunDir
+from repro.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, make_run_id
 
 log = logging.getLogger(__name__)
 
@@ -216,9 +216,11 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
     reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
-    images = prepare(manifest, used, opts.images, progress=progress)
+    run_id = run.run_id if run is not None else make_run_id(manifest.id)  # the build's check containers carry it
+    images = prepare(manifest, used, replace(opts.images, build=replace(opts.images.build, run_id=run_id)),
+                     progress=progress)
     if run is None:
-        run = RunDir.create(opts.out, manifest, record)
+        run = RunDir.create(opts.out, manifest, record, run_id=run_id)
         lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
@@ -245,7 +247,7 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
 def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
             reports: Sequence[Any], progress: Progress) -> dict[str, Any]:
     """The provenance record: resumed from the run directory, or new with every node's host facts (from the
-    probe preflight ran, with the engine's own account of itself) and image facts."""
+    node script preflight ran) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
 
     from repro import probes, provenance
@@ -255,12 +257,12 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     by_node = {r.node: r for r in reports}
-    host_facts = {n: {**(r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")),
-                      "docker": probes.docker_facts(clients[n])} for n, r in by_node.items()}
+    host_facts = {n: r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}") for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
-            lambda n: probes.probe_container(clients[n.name], images.reference, sources=sources), hosts.nodes)))
+            lambda n: probes.probe_container(clients[n.name], images.reference, sources=sources, run_id=run.run_id),
+            hosts.nodes)))
     for node in hosts.nodes:
         img = clients[node.name].images.get(images.reference)
         repo_digests = img.attrs.get("RepoDigests") or []

@@ -7,13 +7,19 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from repro.clean import NodeCleaned, label_filters, summary
+from repro.clean import NodeCleaned, label_filters, probe_labels, summary
 from repro.cli import cli
 
 
 def test_label_filters() -> None:
     assert label_filters("20261122T111500Z-x-0a1b2c") == [{"label": "repro.run=20261122T111500Z-x-0a1b2c"}]
     assert label_filters(None) == [{"label": "repro.run"}, {"label": "repro.probe"}]
+
+
+def test_probe_containers_carry_the_run_id_within_a_run() -> None:
+    assert probe_labels("container", "20261122T111500Z-x-0a1b2c") == {
+        "repro.probe": "container", "repro.run": "20261122T111500Z-x-0a1b2c"}
+    assert probe_labels("ca", None) == {"repro.probe": "ca"}  # repro build alone: clean --all finds it
 
 
 def test_summary_one_line_per_node() -> None:

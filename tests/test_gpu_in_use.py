@@ -102,8 +102,8 @@ class FakeRemote:
 def test_one_command_gives_preflight_and_the_provenance_host_facts() -> None:
     """The node's one script: preflight's sections and the host facts, read from the same output."""
     stdout = (f"{time.time():.9f}\n\n@@repro:gpu_apps\n{H200}\n@@repro-rc:0\n"
-              "@@repro-section@@ hostname\ngpu01\n@@repro-section@@ rc=0\n"
-              "@@repro-section@@ kernel\n6.1.0-18-amd64\n@@repro-section@@ rc=0\n")
+              "\n@@repro:hostname\ngpu01\n@@repro-rc:0\n"
+              "\n@@repro:kernel\n6.1.0-18-amd64\n@@repro-rc:0\n")
     r = probe_node(Session(Node("n1", "10.0.0.1"), FakeRemote(stdout), 0.01))
     assert r.gpu_processes.value == parse_compute_apps(H200)
     assert r.host["hostname"] == {"value": "gpu01", "reason": None}
@@ -111,10 +111,20 @@ def test_one_command_gives_preflight_and_the_provenance_host_facts() -> None:
     assert r.host["memory"]["value"] is None
 
 
+def test_each_tool_runs_once_in_the_one_script() -> None:
+    """nvidia-smi once per query, ibstat (or ibv_devinfo), ofed_info, the mlx5 check and docker info once each."""
+    script = probe_script(Node("n1", "10.0.0.1"))
+    runs = {"nvidia-smi --query-gpu=": 1, "nvidia-smi --query-compute-apps=": 1, "nvidia-smi topo -m": 1,
+            "then nvidia-smi 2>&1": 1, "ibstat 2>&1": 1, "ibv_devinfo -v 2>&1": 1, "ofed_info -s": 1,
+            "cat /sys/module/mlx5_core/version": 1, "D info ": 1, "docker version": 0, "/sys/class/infiniband/*/ports/*": 2}
+    assert {k: script.count(k) for k in runs} == runs
+
+
 def test_the_one_script_runs_here(tmp_path: Path) -> None:
     out = subprocess.run(["bash", "-c", probe_script(Node("n1", "10.0.0.1"))], check=False, capture_output=True,
                          text=True, timeout=120)
-    assert {"docker", "gpus", "gpu_apps", "netifs"} <= set(parse_sections(out.stdout.partition("\n")[2]))
-    facts = host_facts(out.stdout)
+    sections = parse_sections(out.stdout.partition("\n")[2])
+    assert {"docker", "gpus", "gpu_apps", "netifs", "hostname"} <= set(sections)
+    facts = host_facts(sections)
     assert facts["hostname"]["value"] == socket.gethostname()
     assert facts["memory"]["value"]["total_bytes"] > 0

@@ -25,6 +25,7 @@ from repro.preflight import (
     assess,
     compare,
     parse_df,
+    parse_docker_info,
     parse_ib,
     parse_ibstat,
     parse_ibv_devinfo,
@@ -35,10 +36,14 @@ from repro.preflight import (
     render_preflight,
     to_json,
 )
+from repro.probes import DockerInfo
 
 DATA = Path(__file__).parent / "data" / "preflight"
 
 V100_32 = "Tesla V100-SXM2-32GB, 32510 MiB, 450.80.02"
+SHORT = ("name", "memory.total", "driver_version")  # the query of these captures
+V100_32_ROW = "0, Tesla V100-SXM2-32GB, GPU-aa, 00000000:1A:00.0, 32510, 450.80.02, 1530, 877, 1290, Enabled, 88.00.80.00"
+DOCKER_INFO = (DATA / "docker-info-20.10.txt").read_text()
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.")
 
@@ -94,13 +99,14 @@ def test_parse_ib_tells_the_formats_apart(name: str) -> None:
 
 
 def test_nvidia_smi_eight_gpus() -> None:
-    assert parse_nvidia_smi("\n".join([V100_32] * 8) + "\n") == tuple(Gpu("Tesla V100-SXM2-32GB", 32510, "450.80.02")
+    assert parse_nvidia_smi("\n".join([V100_32] * 8) + "\n", SHORT) == tuple(Gpu("Tesla V100-SXM2-32GB", 32510, "450.80.02")
                                                                        for _ in range(8))
 
 
 def test_nvidia_smi_name_with_comma_and_no_devices() -> None:
-    assert parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 40536 MiB, 525.60.13") == (Gpu("NVIDIA A100-SXM4-40GB", 40536, "525.60.13"),)
-    assert parse_nvidia_smi("Odd, Name, 1024 MiB, 1.0") == (Gpu("Odd, Name", 1024, "1.0"),)
+    assert parse_nvidia_smi("NVIDIA A100-SXM4-40GB, 40536 MiB, 525.60.13", SHORT) == (
+        Gpu("NVIDIA A100-SXM4-40GB", 40536, "525.60.13"),)
+    assert parse_nvidia_smi("Odd, Name, 1024 MiB, 1.0", SHORT) == (Gpu("Odd, Name", 1024, "1.0"),)
     assert parse_nvidia_smi("No devices were found\n") == ()
 
 
@@ -118,8 +124,22 @@ def test_df() -> None:
 
 
 def test_sections() -> None:
-    out = "\n@@repro:docker\n24.0.5 /var/lib/docker\n@@repro-rc:0\n\n@@repro:gpus\nnvidia-smi: not found\n\n@@repro-rc:127\n"
-    assert parse_sections(out) == {"docker": ("24.0.5 /var/lib/docker", 0), "gpus": ("nvidia-smi: not found\n", 127)}
+    out = "\n@@repro:kernel\n6.1.0-18-amd64\n@@repro-rc:0\n\n@@repro:gpus\nnvidia-smi: not found\n\n@@repro-rc:127\n"
+    assert parse_sections(out) == {"kernel": ("6.1.0-18-amd64", 0), "gpus": ("nvidia-smi: not found\n", 127)}
+
+
+def test_docker_info() -> None:
+    info = parse_docker_info(DOCKER_INFO)
+    assert info == DockerInfo("20.10.24+dfsg1", "/var/lib/docker", "overlay2",
+                              ("io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"), "runc")
+    with pytest.raises(ValueError, match="no server version"):
+        parse_docker_info("/var/lib/docker\n{}")
+
+
+def test_ib_sysfs_listing() -> None:
+    text = "mlx5_0|1|4: ACTIVE|100 Gb/sec (4X EDR)|InfiniBand|16.27.2008\nmlx5_1|1|1: DOWN|40 Gb/sec (4X QDR)|Ethernet|\n"
+    assert parse_ib(text) == (IbPort("mlx5_0", 1, "ACTIVE", 100.0, "InfiniBand"), IbPort("mlx5_1", 1, "DOWN", 40.0, "Ethernet"))
+    assert parse_ib(text)[0].active and parse_ib(text)[0].fw == "16.27.2008"
 
 
 # ---------------------------------------------------------------- the probe script
@@ -142,7 +162,8 @@ def test_script_runs_here_and_never_runs_inventory_values(tmp_path: Path) -> Non
                          env={"PATH": "/usr/bin:/bin"})
     assert not marker.exists()
     sec = parse_sections(out.stdout.partition("\n")[2])
-    assert set(sec) == {"docker", "df", "gpus", "gpu_apps", "ibdev", "ib", "ofed", "mlx5", "netifs"}
+    assert set(sec) == {"docker", "df", "gpus", "gpu_apps", "smi", "topo", "ibdev", "ib", "ofed", "mlx5", "netifs",
+                        "hostname", "os", "os_release_file", "kernel", "arch", "lscpu", "cpuinfo", "meminfo"}
     assert sec["docker"][1] != 0 and sec["df"] == ("no data root on this machine\n", 1)
 
 
@@ -168,18 +189,24 @@ def node_output(date: str, **sections: tuple[str, int]) -> str:
 
 def test_probe_node_reads_every_section() -> None:
     ibstat = (DATA / "ibstat-roce-and-ib.txt").read_text()
-    stdout = node_output(f"{time.time():.9f}", docker=("24.0.5 /var/lib/docker", 0),
+    stdout = node_output(f"{time.time():.9f}", docker=(DOCKER_INFO, 0),
                          df=("Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda1 100 50 50 50% /", 0),
-                         gpus=(V100_32 + "\n" + V100_32, 0), ibdev=("rdma_cm\numad0\nuverbs0", 0), ib=(ibstat, 0))
+                         gpus=(V100_32_ROW + "\n" + V100_32_ROW, 0), ibdev=("rdma_cm\numad0\nuverbs0", 0), ib=(ibstat, 0),
+                         hostname=("gpu01", 0))
     remote = FakeRemote(stdout)
     r = probe_node(Session(Node("n1", "10.0.0.1"), remote, 0.012))
     assert r.ssh == Probe(0.0, detail="connect 12 ms")
-    assert r.docker == Probe("24.0.5", detail="/var/lib/docker")
+    assert r.docker == Probe("20.10.24+dfsg1", detail="/var/lib/docker")
     assert r.disk == Probe(50 * 1024)
     assert r.gpus.value == (Gpu("Tesla V100-SXM2-32GB", 32510, "450.80.02"),) * 2
     assert r.infiniband == Probe(parse_ibstat(ibstat), detail="/dev/infiniband")
     assert abs(r.clock.value) < 1
     assert remote.commands == [probe_script(Node("n1", "10.0.0.1"))]
+    # the same output, read by the same parsers, gives the provenance's host facts
+    assert r.host["docker"]["value"] == {"version": "20.10.24+dfsg1", "storage_driver": "overlay2", "default_runtime": "runc",
+                                         "runtimes": ["io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"]}
+    assert [g["uuid"] for g in r.host["gpus"]["value"]] == ["GPU-aa", "GPU-aa"]
+    assert [p["state"] for p in r.host["hcas"]["value"]] == [p.state.upper() for p in parse_ibstat(ibstat)]
 
 
 def test_probe_node_fails_soft_per_probe() -> None:
@@ -287,8 +314,10 @@ def test_json() -> None:
     doc = json.loads(to_json(rs, [Deviation(None, "nodes", "4", "3 in the inventory")]))
     assert doc["problems"] == ["gpu3: node gpu3 (10.0.0.3) did not answer in time"]
     assert doc["deviations"] == [{"node": None, "what": "nodes", "expected": "4", "found": "3 in the inventory"}]
-    assert doc["nodes"][0]["gpus"]["value"][0] == {"name": "Tesla V100-SXM2-32GB", "memory_mib": 32510,
-                                                   "driver": "450.80.02"}
+    assert doc["nodes"][0]["gpus"]["value"][0] == {
+        "name": "Tesla V100-SXM2-32GB", "memory_mib": 32510, "driver": "450.80.02", "index": None, "uuid": None,
+        "pci_bus_id": None, "clocks_max_sm_mhz": None, "clocks_max_mem_mhz": None, "clocks_app_mhz": None, "ecc": None,
+        "vbios": None}
     assert doc["nodes"][0]["infiniband"]["value"][0] == {"device": "mlx5_0", "port": 1, "state": "Active",
                                                          "rate_gbps": 100.0, "link_layer": "InfiniBand", "fw": None}
 

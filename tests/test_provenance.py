@@ -24,7 +24,7 @@ from repro.errors import ProvenanceError, UsageError
 from repro.hosts import Hosts, Node
 from repro.manifest import Cell, find_target
 from repro.preflight import parse_ibstat
-from repro.probes import _sections, local_runner, probe_host
+from repro.probes import host_facts, node_script, parse_sections
 from repro.reproduce import reproduce_run, reproduce_table
 from repro.rundir import (
     DONE,
@@ -311,56 +311,65 @@ CA 'mlx5_1'
 """
 
 
-def canned(sections: dict[str, tuple[int, str]]):
-    def run(script: str) -> tuple[int, str, str]:
-        out = "".join(f"@@repro-section@@ {k}\n{v}\n@@repro-section@@ rc={rc}\n" for k, (rc, v) in sections.items())
-        return 0, out, ""
-    return run
+def canned(sections: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+    """The node script's sections as parse_sections reads them from its output."""
+    return parse_sections("".join(f"\n@@repro:{k}\n{v}\n@@repro-rc:{rc}\n" for k, (v, rc) in sections.items()))
 
 
-def test_host_probe_parses_gpu_ib_cpu_sections() -> None:
-    facts = probe_host(canned({
-        "hostname": (0, "gpu01"), "kernel": (0, "5.15.0"), "arch": (0, "x86_64"),
-        "lscpu": (0, "CPU(s):  96\nModel name:  Intel(R) Xeon(R) Gold 6271C CPU @ 2.60GHz\nThread(s) per core: 2\n"
-                     "Core(s) per socket: 24\nSocket(s): 2"),
-        "meminfo": (0, "MemTotal:       527952108 kB"), "gpus": (0, SMI),
-        "smi": (0, "| NVIDIA-SMI 525.60.11    Driver Version: 525.60.11    CUDA Version: 12.0     |"),
-        "ib_sysfs": (1, "no /sys/class/infiniband ports"), "ibstat": (0, IBSTAT), "mlx5": (0, "5.0-2.1.8"),
-        "ofed": (0, (Path(__file__).parent / "data" / "preflight" / "ofed_info-s-internal.txt").read_text()),
-        "docker_version": (127, "sh: 1: docker: not found")}))
+def test_host_facts_from_gpu_ib_cpu_sections() -> None:
+    facts = host_facts(canned({
+        "hostname": ("gpu01", 0), "kernel": ("5.15.0", 0), "arch": ("x86_64", 0),
+        "lscpu": ("CPU(s):  96\nModel name:  Intel(R) Xeon(R) Gold 6271C CPU @ 2.60GHz\nThread(s) per core: 2\n"
+                  "Core(s) per socket: 24\nSocket(s): 2", 0),
+        "meminfo": ("MemTotal:       527952108 kB", 0), "gpus": (SMI, 0),
+        "smi": ("| NVIDIA-SMI 525.60.11    Driver Version: 525.60.11    CUDA Version: 12.0     |", 0),
+        "ib": (IBSTAT, 0), "mlx5": ("5.0-2.1.8", 0),
+        "ofed": ((Path(__file__).parent / "data" / "preflight" / "ofed_info-s-internal.txt").read_text(), 0),
+        "docker": ("sh: 1: docker: not found", 127)}))
     gpus = facts["gpus"]["value"]
     assert [g["memory_mib"] for g in gpus] == [32510, 32510] and gpus[1]["clocks_app_mhz"] is None
-    assert gpus[0]["driver"] == "525.60.11" and gpus[1]["ecc"] == "Disabled"
+    assert gpus[0] == {"index": 0, "name": "Tesla V100-SXM2-32GB", "uuid": "GPU-aa", "pci_bus_id": "00000000:1A:00.0",
+                       "memory_mib": 32510, "driver": "525.60.11", "clocks_max_sm_mhz": 1530, "clocks_max_mem_mhz": 877,
+                       "clocks_app_mhz": 1290, "ecc": "Enabled", "vbios": "88.00.80.00"}
+    assert gpus[1]["ecc"] == "Disabled"
     assert facts["cuda_driver"]["value"] == "12.0"
     assert facts["cpu"]["value"] == {"model": "Intel(R) Xeon(R) Gold 6271C CPU @ 2.60GHz", "sockets": 2,
                                      "cores_per_socket": 24, "threads_per_core": 2, "logical_cpus": 96}
     assert facts["hcas"]["value"][0] == {"ca": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 100.0,
                                          "link_layer": "InfiniBand", "fw": "16.27.2008"}
-    assert facts["docker"] == {"value": None, "reason": "docker version: not found"}
+    assert facts["kernel"]["value"] == {"release": "5.15.0", "machine": "x86_64"}
+    assert facts["docker"] == {"value": None, "reason": "docker info: not found"}
     assert facts["os"]["value"] is None and "no output" in facts["os"]["reason"]
     assert len(parse_ibstat(IBSTAT)) == 2
     assert facts["mofed"] == {"value": "25.01-0.6.0", "reason": None}
+    assert facts["mlx5_core"] == {"value": "5.0-2.1.8", "reason": None}
 
 
-def test_host_probe_reads_infiniband_ports_from_sysfs() -> None:
-    facts = probe_host(canned({"ib_sysfs": (0, "mlx5_0|1|4: ACTIVE|100 Gb/sec (4X EDR)|InfiniBand|16.27.2008\n"
-                                                "mlx5_1|1|1: DOWN|40 Gb/sec (4X QDR)|Ethernet|")}))
+def test_host_facts_read_infiniband_ports_from_sysfs_where_no_tool_is_installed() -> None:
+    facts = host_facts(canned({"hostname": ("gpu01", 0),
+                               "ib": ("mlx5_0|1|4: ACTIVE|100 Gb/sec (4X EDR)|InfiniBand|16.27.2008\n"
+                                      "mlx5_1|1|1: DOWN|40 Gb/sec (4X QDR)|Ethernet|", 0),
+                               "mlx5": ("mlx5_core: not loaded", 1)}))
     assert facts["hcas"]["value"] == [
         {"ca": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 100.0, "link_layer": "InfiniBand", "fw": "16.27.2008"},
         {"ca": "mlx5_1", "port": 1, "state": "DOWN", "rate_gbps": 40.0, "link_layer": "Ethernet", "fw": None}]
+    assert facts["mlx5_core"] == {"value": None, "reason": "mlx5_core: not loaded"}
 
 
-def test_host_probe_fails_soft_when_nothing_runs() -> None:
-    facts = probe_host(lambda script: (255, "", "ssh: connection refused"))
+def test_host_facts_fail_soft_when_nothing_runs() -> None:
+    facts = host_facts({}, "ssh: connection refused")
     assert all(v["value"] is None and "connection refused" in v["reason"] for v in facts.values())
 
 
-def test_host_probe_here() -> None:
-    facts = probe_host(local_runner())
+def test_node_script_here_gives_the_host_facts() -> None:
+    import subprocess
+
+    out = subprocess.run(["sh", "-c", node_script(None)], check=False, capture_output=True, text=True, timeout=120)
+    facts = host_facts(parse_sections(out.stdout))
     assert facts["hostname"]["value"] and facts["kernel"]["value"]["release"]
     assert facts["memory"]["value"]["total_bytes"] > 0
     assert all((v["value"] is None) == isinstance(v["reason"], str) for v in facts.values())
-    assert _sections("@@repro-section@@ a\nx\n@@repro-section@@ rc=3\n") == {"a": (3, "x")}
+    assert parse_sections("\n@@repro:a\nx\n@@repro-rc:3\n") == {"a": ("x", 3)}
 
 
 def test_a_target_without_publication_seals_and_resumes(tmp_path: Path) -> None:

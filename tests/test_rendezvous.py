@@ -1,5 +1,6 @@
 """``rendezvous_address``: where the other ranks reach a node (e.g. its InfiniBand interface),
-used for the master address, Paddle's --ips and POD_IP; SSH keeps using ``address``."""
+used for the master address, Paddle's --ips and POD_IP, the MPI hostfile, the workers' sshd and its known_hosts; SSH
+keeps using ``address``."""
 
 from __future__ import annotations
 
@@ -35,3 +36,32 @@ def test_master_addr_is_the_first_node_rendezvous_address(tmp_path: Path) -> Non
     nodes = load_hosts(hosts_file(tmp_path)).nodes
     values = placeholder_values(m.launch, m.cells()[0], nodes[:2], 1)
     assert (values["master_addr"], values["hosts"]) == ("192.168.7.1", "192.168.7.1,192.168.7.2")
+
+
+def test_mpi_hostfile_sshd_and_known_hosts_use_the_rendezvous_address(tmp_path: Path) -> None:
+    """mpirun dials the hostfile's names: each worker's sshd listens there and known_hosts pins the key there."""
+    from repro.launch import mpi_files
+    from repro.launchers.mpi import MPI_DIR
+
+    m = load_manifest(DATA / "good" / "mpi-ngc-tf1.yaml")
+    hosts = load_hosts(hosts_file(tmp_path))
+    plans = plan_cell(m, m.cells()[-1], hosts)
+    head, *workers = [p.command for p in plans]
+    assert head.files == {f"{MPI_DIR}/hostfile": "192.168.7.1 slots=8\n192.168.7.2 slots=8\n"
+                                                 "192.168.7.3 slots=8\n10.0.0.4 slots=8\n"}
+    assert [w.files[f"{MPI_DIR}/sshd_config"].split("\n")[:2] for w in workers] == [
+        ["Port 10000", "ListenAddress 192.168.7.2"], ["Port 10000", "ListenAddress 192.168.7.3"],
+        ["Port 10000", "ListenAddress 10.0.0.4"]]
+    known = mpi_files(plans, 10000)[f"{MPI_DIR}/known_hosts"][0].decode().splitlines()
+    assert [line.split(" ")[0] for line in known] == ["[192.168.7.1]:10000", "[192.168.7.2]:10000",
+                                                      "[192.168.7.3]:10000", "[10.0.0.4]:10000"]
+    assert [p.command.node.address for p in plans] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]  # SSH's
+
+
+def test_slurm_head_waits_for_the_workers_sshd_at_their_rendezvous_address(tmp_path: Path) -> None:
+    from repro.schedulers.slurm import step_spec
+
+    m = load_manifest(DATA / "good" / "mpi-ngc-tf1.yaml")
+    cell = m.cells()[-1]
+    spec = step_spec(plan_cell(m, cell, load_hosts(hosts_file(tmp_path))), "RUN", cell, "img", {}, 10000)
+    assert spec["ranks"][0]["wait_for"] == [["192.168.7.2", 10000], ["192.168.7.3", 10000], ["10.0.0.4", 10000]]

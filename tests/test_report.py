@@ -285,3 +285,20 @@ def test_k80_distributed_table_cites_every_number() -> None:
     rows = [(1, 1, "29.7 52.4 19.4"), (1, 8, "229 378 146"), (2, 16, "459 751 291"), (4, 32, "902 1388 565"),
             (8, 64, "1783 2744 981")]
     assert got == {(col, n, g): v for n, g, row in rows for col, v in zip(K80_COLUMNS[:3], row.split())}
+
+
+def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
+    """A CPU target scales over workers, a GPU target over GPUs; the note says which."""
+    from repro.report import _notes
+    from repro.reproduce import CellResult, TableResult
+
+    def result(target: str, table) -> TableResult:  # noqa: ANN001
+        cells = [CellResult(target, "col", n, n, "fp32", 8, None, reproduced=v, verdict="measured")
+                 for n, v in ((1, 30.0), (2, 20.0))]
+        return TableResult(find_target(target), table, cells, "logs")
+
+    assert _notes([result("torch-rn50-cpu", None)])[-2] == \
+        "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 workers is below 30.00 on 1"
+    gpu = find_target("ngc-pytorch-rn50-v100")
+    assert _notes([result("ngc-pytorch-rn50-v100", gpu.published[0])])[-2] == \
+        "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 GPUs is below 30.00 on 1"

@@ -27,10 +27,11 @@ from typing import Any
 import docker
 
 from repro import __version__, paths
+from repro.clean import probe_labels
 from repro.errors import BuildError, ReproError, UsageError
+from repro.events import Event, Progress, ignore
 from repro.images import lock
 from repro.images import rdma as rdma_layer
-from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source
@@ -58,6 +59,7 @@ class BuildOptions:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     no_cache: bool = False
     git_mirrors: Mirrors = ()             # (prefix, replacement) pairs for source URLs (--git-mirror)
+    run_id: str | None = None             # the run the build is part of: its check containers carry the id
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
                 labels.update(extra)
             if manifest.launch.kind == "mpi":
                 image_id = _sshd(client, image_id, scratch / "sshd", logfile, opts, progress, created)
-            check_no_ca(client, image_id)
+            check_no_ca(client, image_id, opts.run_id)
             progress(Event("step", "labelling"))
             image_id = run_build(client, logfile, progress, created, fileobj=io.BytesIO(label_step(image_id, labels)))
         client.api.tag(image_id, tag.repository, tag.tag or "latest")
@@ -281,7 +283,7 @@ def _rdma(client: docker.DockerClient, manifest: Manifest, image_id: str, contex
     progress(Event("step", f"building the RDMA layer ({rdma_layer.describe(manifest)})"))
     layered = run_build(client, logfile, progress, created, path=str(context), nocache=opts.no_cache)
     progress(Event("step", "checking the RDMA user space inside the image"))
-    versions = rdma_layer.verify(client, layered, rdma)
+    versions = rdma_layer.verify(client, layered, rdma, opts.run_id)
     progress(Event("info", f"RDMA: {rdma_layer.versions_label(versions)}"))
     labels["repro.rdma.versions"] = rdma_layer.versions_label(versions)
     return layered, versions, labels
@@ -346,10 +348,10 @@ def _failed(error: str, step: str, tail: collections.deque[str], logfile: Path) 
                       f"full log: {logfile}", hint=hint)
 
 
-def check_no_ca(client: docker.DockerClient, image_id: str) -> None:
+def check_no_ca(client: docker.DockerClient, image_id: str, run_id: str | None = None) -> None:
     """The CA bundle given to the build must not be in the final image."""
     container = client.containers.create(image_id, ["true"], entrypoint=[], network_mode="none",
-                                         labels={"repro.probe": "ca"})
+                                         labels=probe_labels("ca", run_id))
     try:
         container.get_archive(CA_IMAGE_PATH)
     except docker.errors.NotFound:

@@ -224,10 +224,12 @@ def parse_probe(kind: str, output: str) -> dict[str, str]:
     return found
 
 
-def verify(client: docker.DockerClient, image: str, rdma: Rdma) -> dict[str, str]:
+def verify(client: docker.DockerClient, image: str, rdma: Rdma, run_id: str | None = None) -> dict[str, str]:
     """Run the probe in a throwaway container of ``image``; the versions of its RDMA user space."""
+    from repro.clean import probe_labels
+
     container = client.containers.create(image, ["sh", "-c", _probe_script(rdma.strategy)], entrypoint=[],
-                                         network_mode="none", labels={"repro.probe": "ofed"})
+                                         network_mode="none", labels=probe_labels("ofed", run_id))
     try:
         container.start()
         result = container.wait(timeout=120)

@@ -38,7 +38,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def hostfile(cell: Cell, nodes: Sequence[Node], slots: str) -> str:
     n = cell.gpus_per_node if slots == "gpus_per_node" else 1
-    return "".join(f"{node.address} slots={n}\n" for node in nodes)
+    return "".join(f"{node.rendezvous} slots={n}\n" for node in nodes)
 
 
 def ssh_command(port: int) -> str:
@@ -47,7 +47,8 @@ def ssh_command(port: int) -> str:
 
 
 def sshd_config(port: int, address: str) -> str:
-    """The per-run sshd configuration of a worker node (read instead of the image's own)."""
+    """The per-run sshd configuration of a worker node (read instead of the image's own); it listens on the
+    node's rendezvous address, where the hostfile sends mpirun."""
     return "".join(f"{k} {v}\n" for k, v in (
         ("Port", port), ("ListenAddress", address), ("HostKey", f"{MPI_DIR}/host_ed25519"),
         ("AuthorizedKeysFile", f"{MPI_DIR}/authorized_keys"), ("PasswordAuthentication", "no"),
@@ -86,5 +87,5 @@ class MpiLauncher(Launcher):
         sshd = ("/usr/sbin/sshd", "-D", "-e", "-f", f"{MPI_DIR}/sshd_config")
         for rank, node in enumerate(nodes[1:], start=1):
             out.append(NodeCommand(node, rank, "mpi-sshd", sshd, env,
-                                   {f"{MPI_DIR}/sshd_config": sshd_config(port, node.address)}))
+                                   {f"{MPI_DIR}/sshd_config": sshd_config(port, node.rendezvous)}))
         return out

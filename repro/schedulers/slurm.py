@@ -109,7 +109,7 @@ def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: 
     devices included), files, the ports to wait for."""
     from repro.plan import docker_run_flags
 
-    workers = [p.command.node.address for p in plans if p.command.role == "mpi-sshd"]
+    workers = [p.command.node.rendezvous for p in plans if p.command.role == "mpi-sshd"]
     ranks = []
     for p in plans:
         c = p.command

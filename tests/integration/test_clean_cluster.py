@@ -92,3 +92,35 @@ def test_kill_9_leaves_containers_that_resume_and_clean_remove(cluster, cpu_torc
     again = subprocess.run([sys.executable, "-m", "repro", "clean", str(run)], capture_output=True, text=True, env=env,
                            cwd=ROOT, timeout=300)
     assert (again.returncode, again.stdout) == (0, "rc-node1: nothing to remove\nrc-node2: nothing to remove\n")
+
+
+def test_clean_run_removes_the_runs_probe_containers(cluster, cpu_torch, env):
+    """The image probe ``repro up`` starts on each node carries the run id: ``repro clean RUN_ID`` finds it
+    while it runs (as after a kill -9) and removes it; the probe then reports why it has no document."""
+    import threading
+
+    from repro.probes import probe_container
+    from repro.rundir import make_run_id
+
+    run_id = make_run_id("clean-probe")
+    node = cluster["nodes"][0]
+    client = docker.DockerClient(base_url=node["docker_host"])
+    out: dict = {}
+    probe = threading.Thread(target=lambda: out.update(p=probe_container(client, cpu_torch["image"], run_id=run_id)))
+    probe.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not containers_of(cluster, run_id)[node["name"]]:
+            assert probe.is_alive() and time.monotonic() < deadline, out
+            time.sleep(0.05)
+        labels = client.containers.list(all=True, filters={"label": f"repro.run={run_id}"})[0].labels
+        assert labels["repro.probe"] == "container"
+        done = subprocess.run([sys.executable, "-m", "repro", "clean", run_id, "--hosts", cluster["hosts_file"],
+                               "--format", "json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert [(r["node"], len(r["removed"])) for r in json.loads(done.stdout)] == [("rc-node1", 1), ("rc-node2", 0)]
+    finally:
+        probe.join(timeout=300)
+        client.close()
+    assert out["p"]["value"] is None and out["p"]["reason"], out
+    assert containers_of(cluster, run_id) == {"rc-node1": [], "rc-node2": []}

@@ -20,7 +20,6 @@ import pytest
 
 from repro.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, prepare
-from repro.images.engine import node_client
 from repro.launch import launch_cell
 from repro.manifest import load_manifest
 from repro.measure import Protocol, measure
@@ -80,16 +79,6 @@ def image(cluster: dict, target: Path, engine: docker.DockerClient, node_engines
             module_track.image(stage)
     assert [e.images.get(tag).id for e in node_engines] == [result.image_id] * len(node_engines)
     return tag
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: dict):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
-        out = {n.name: node_client(n) for n in load_hosts(Path(cluster["hosts_file"])).nodes}
-        yield out
-    for c in out.values():
-        c.close()
 
 
 def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]:

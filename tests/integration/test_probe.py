@@ -199,12 +199,13 @@ def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.Mo
     import docker
 
     from repro.hosts import load_hosts
-    from repro.probes import docker_facts, probe_hosts
+    from repro.preflight import run_preflight
 
     monkeypatch.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
     hosts = load_hosts(Path(cluster["hosts_file"]))
     t0 = time.monotonic()
-    facts = probe_hosts(hosts.nodes)
+    reports = run_preflight(hosts.nodes)   # the one script per node: preflight's checks and the host facts
+    facts = {r.node: r.host for r in reports}
     seconds = time.monotonic() - t0
     for info in cluster["nodes"]:
         f = facts[info["name"]]
@@ -213,9 +214,13 @@ def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.Mo
         assert f["os"]["value"]["id"] == "debian" and f["memory"]["value"]["total_bytes"] > 0
         assert f["cpu"]["value"]["logical_cpus"] == os.cpu_count()
         engine = docker.DockerClient(base_url=info["docker_host"])
-        assert f["docker"]["value"]["version"] == engine.version()["Version"]
-        assert f["docker"]["value"] == docker_facts(engine)["value"]
+        sdk = engine.info()   # the engine's own account, through its API
+        assert f["docker"]["value"] == {"version": engine.version()["Version"], "storage_driver": sdk["Driver"],
+                                        "runtimes": sorted(sdk["Runtimes"]), "default_runtime": sdk["DefaultRuntime"]}
         assert "runc" in f["docker"]["value"]["runtimes"]
+        report = next(r for r in reports if r.node == info["name"])
+        assert (report.docker.value, report.docker.detail) == (sdk["ServerVersion"], sdk["DockerRootDir"])
+        engine.close()
         for missing in ("gpus", "gpu_topology", "hcas", "mlx5_core"):
             assert f[missing]["value"] is None and f[missing]["reason"], missing
     assert seconds < 60, f"host probes took {seconds:.1f} s"
@@ -224,7 +229,7 @@ def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.Mo
 @pytest.mark.ssh
 def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from repro.hosts import Node
-    from repro.probes import probe_hosts
+    from repro.preflight import run_preflight
 
     info = cluster["nodes"][0]
     personal = Path.home() / ".ssh" / "known_hosts"   # trusted whatever the config says, as by ssh
@@ -234,10 +239,10 @@ def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path, mon
     config.write_text(f"Host {info['address']}\n  User root\n  IdentityFile {cluster['ssh']['key']}\n"
                       f"  UserKnownHostsFile {tmp_path / 'empty'}\n")
     monkeypatch.setenv("REPRO_SSH_CONFIG", str(config))
-    facts = probe_hosts([Node(info["name"], info["address"], user="root")])[info["name"]]
-    reason = facts["hostname"]["reason"]
-    assert facts["hostname"]["value"] is None and "unknown ssh-ed25519 host key SHA256:" in reason, reason
-    assert all(f["reason"] == reason for f in facts.values())
+    [report] = run_preflight([Node(info["name"], info["address"], user="root")])
+    reason = report.ssh.reason
+    assert "unknown ssh-ed25519 host key SHA256:" in reason, reason
+    assert report.host == {} and report.docker.value is None  # nothing ran on the node
 
 
 # ------------------------------------------------------------------ real facts in a record
@@ -251,7 +256,8 @@ def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dic
     from repro.audit import TAMPERED, audit
     from repro.hosts import load_hosts
     from repro.manifest import load_manifest
-    from repro.probes import probe_container, probe_hosts
+    from repro.preflight import run_preflight
+    from repro.probes import probe_container
     from repro.rundir import DONE, RUNNING, RunDir
 
     manifest = load_manifest(ROOT / "tests" / "data" / "launch" / "echo.yaml")
@@ -259,7 +265,7 @@ def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dic
     run = RunDir.create(tmp_path / "logs", manifest, hosts)
     record = provenance.new_record(run, manifest, hosts)
     monkeypatch.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
-    facts = probe_hosts(hosts.nodes)
+    facts = {r.node: r.host for r in run_preflight(hosts.nodes)}
     image = engine.images.get(images["torch"])
     in_image = probe_container(engine, images["torch"], sources=["/workspace/source"])
     for node in hosts.nodes:

@@ -23,7 +23,6 @@ import pytest
 
 from repro.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, prepare
-from repro.images.engine import node_client
 from repro.images.source import parse_mirror
 from repro.launch import launch_cell
 from repro.manifest import load_manifest
@@ -75,16 +74,6 @@ def target(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tfps") / "tf-cnn-ps-cpu.yaml"
     path.write_text(text, encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def clients(cluster: dict):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
-        out = {n.name: node_client(n) for n in load_hosts(Path(cluster["hosts_file"])).nodes}
-        yield out
-    for c in out.values():
-        c.close()
 
 
 def test_two_nodes_a_parameter_server_and_a_worker_each(cluster, target, image, clients, node_engines,
