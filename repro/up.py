@@ -103,14 +103,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
-               progress: Progress) -> list[Any]:
-    """Probe every node once (the reports also carry the host facts the provenance records); unless
-    ``--skip-preflight``, check them against the target. Returns the nodes' reports."""
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
+               progress: Progress, sched: Any) -> list[Any]:
+    """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports also
+    carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the target.
+    Returns the nodes' reports."""
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
 
     progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
-                            dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
+    reports = sched.preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
+                              dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
     if opts.skip_preflight:
         return reports
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
@@ -190,6 +191,14 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
     sched = _scheduler(manifest, cells, hosts, opts, progress)
+    sched.check(need)  # what the scheduler can refuse, before anything is built or submitted
+    progress(Event("step", "checking the pins against the lock file"))
+    check_pins(manifest, opts.images, progress=progress)
+    if sched.name != "ssh":
+        # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
+        # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
+        progress(Event("step", "the image, before the allocation"))
+        prepare(manifest, Hosts((), hosts.path, hosts.data, hosts.env), opts.images, progress=progress)
     used = sched.open(need)
     try:
         return _up(manifest, cells, used, run, sched, opts, progress, started,
@@ -211,10 +220,8 @@ def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: Up
 def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
         progress: Progress, started: float, record: Hosts) -> UpResult:
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
-    progress(Event("step", "checking the pins against the lock file"))
-    check_pins(manifest, opts.images, progress=progress)
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
-    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress)
+    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress, sched)
     progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     images = prepare(manifest, used, opts.images, progress=progress)
     if run is None:

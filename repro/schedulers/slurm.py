@@ -43,6 +43,7 @@ from repro.schedulers import KEYS, SCHEDULERS
 AGENT = Path(__file__).with_name("agent.py")
 ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
+PREFLIGHT_TIME = "5"  # minutes: preflight's own allocation, where it is not run inside one
 HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
         "exec sleep 2147483647")
 
@@ -88,7 +89,7 @@ def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOL
                   output: str = "/dev/null") -> str:
     """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
     lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive"]
+             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive", "#SBATCH --no-requeue"]
     for key in ("partition", "account", "time", "constraint"):
         if cfg.get(key):
             lines.append(f"#SBATCH --{key}={cfg[key]}")
@@ -101,6 +102,18 @@ def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
             f"--job-name={step}", "python3", "-c", AGENT.read_text(encoding="utf-8")]
+
+
+#: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the
+#: node's sh without the DOCKER_HOST srun exports from where the kit runs (a job step uses its node's engine).
+PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c", 'printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; exec sh -s']
+
+
+def preflight_argv(job: str, nodes: Sequence[str]) -> list[str]:
+    """The job step that runs preflight's probe script once on each node, output labelled by task."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--job-name=repro-preflight",
+            *PREFLIGHT_STEP]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: Mapping[str, tuple[bytes, int]],
@@ -123,42 +136,105 @@ def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: 
     return {"ranks": ranks, "ready_s": 60}
 
 
-def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, cfg: Mapping[str, str]) -> str:
-    """The batch script that runs one cell under pyxis/enroot: exact text (pyxis is not installable here).
+def pyxis_uri(image: str) -> str:
+    """An image reference as pyxis/enroot name it: ``REGISTRY#PATH`` where the registry is named."""
+    registry, _, path = image.partition("/")
+    return f"{registry}#{path}" if "." in registry or ":" in registry else image
 
-    The image by digest from its registry, the manifest's mounts, env and workdir; no sshd.
-    Per-rank commands go through ``--multi-prog``; MPI targets run one task per rank with PMIx.
-    Every rank's output is labelled with its rank in the job's output file.
-    """
+
+def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
+               conf: str) -> tuple[list[str], dict[str, str], str | None]:
+    """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the environment
+    srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
+    ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=pmix`` starts one
+    task per rank, no sshd, as NVIDIA's recipes do). The image by digest from its registry, the manifest's
+    mounts and workdir; every task's output labelled with its rank."""
     from repro.launchers.base import fill
 
     first = plans[0]
-    registry, _, path = image.partition("/")
-    uri = f"{registry}#{path}" if "." in registry or ":" in registry else image
     mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
                       for src, m in first.container.get("volumes", {}).items())
     env = dict(first.container["environment"])
-    srun = ["srun", f"--container-image={uri}", "--no-container-mount-home"]
-    srun += [f"--container-mounts={mounts}"] if mounts else []
+    opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home"]
+    opts += [f"--container-mounts={mounts}"] if mounts else []
     if "working_dir" in first.container:
-        srun.append(f"--container-workdir={first.container['working_dir']}")
+        opts.append(f"--container-workdir={first.container['working_dir']}")
     if env:
-        srun.append(f"--container-env={','.join(sorted(env))}")
-    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    per_node = 1
+        opts.append(f"--container-env={','.join(sorted(env))}")
     if manifest.launch.kind == "mpi":
         per_node = cell.gpus_per_node if manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node" else 1
-        nodes = [p.command.node for p in plans]
-        argv = fill(manifest.launch.command, manifest.launch, cell, nodes, 0)
-        body.append(shlex.join(["srun", "--mpi=pmix", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
-                                f"--ntasks-per-node={per_node}", "--label", *srun[1:], *argv]))
-    else:
-        conf = "\n".join(f"{p.command.rank} {shlex.join(p.command.command)}" for p in plans)
-        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf, "REPRO_EOF",
-                 shlex.join(["srun", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1",
-                             "--label", *srun[1:], "--multi-prog", "repro-multi-prog.conf"])]
+        argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
+                 f"--ntasks-per-node={per_node}", "--label", *opts, *argv], env, None)
+    text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
+    return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label", *opts,
+             "--multi-prog", conf], env, text)
+
+
+def pyxis_head(job: str, nodes: Sequence[str], step: str) -> list[str]:
+    """srun's options for a pyxis cell as a job step of the run's allocation."""
+    return ["srun", f"--jobid={job}", f"--nodelist={','.join(nodes)}", "--overlap", "--kill-on-bad-exit=1",
+            f"--job-name={step}"]
+
+
+def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, cfg: Mapping[str, str]) -> str:
+    """A batch script that runs one cell under pyxis/enroot on its own (exact text; pyxis is not installable
+    here): the same job step ``repro up`` starts in its allocation, after the env it passes."""
+    argv, env, conf = pyxis_step(manifest, cell, plans, image, ["srun"], "repro-multi-prog.conf")
+    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    if conf is not None:
+        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf.rstrip("\n"), "REPRO_EOF"]
+    body.append(shlex.join(argv))
+    per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
     return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body), per_node=per_node,
                          output=f"repro-{manifest.id}-{cell.key}-%j.out")
+
+
+def render_plan_slurm(cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
+                      stand_ins: bool = False) -> str:
+    """What ``repro up`` submits under Slurm, from the functions that render it there: the allocation's batch
+    script, then each cell's job step (``JOBID``: the allocation's id, known once submitted)."""
+    from repro.plan import image_reference, plan_cell
+    from repro.redact import redact_argv, redact_text
+
+    need = max(c.nodes for c in cells)
+    pyxis = cfg.get("container") == "pyxis"
+    lines = ["", "slurm: " + ", ".join(f"{k} {cfg[k]}" for k in KEYS[1:] if cfg.get(k)) if len(cfg) > 1 else "slurm",
+             "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):"]
+    if stand_ins:
+        lines.insert(2, f"nodes: node1..node{need} stand for the nodes Slurm allocates; `repro up` renders every "
+                        "cell with their names and addresses")
+    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need).splitlines()]
+    image = image_reference(manifest)
+    if pyxis and "build" in manifest.image:
+        image = f"REGISTRY/{image}@DIGEST"
+        lines.append(f"image: {image} (pyxis pulls the image pushed with --push REGISTRY, by digest)")
+    for cell in cells:
+        plans = plan_cell(manifest, cell, hosts)
+        names = [p.command.node.name for p in plans]
+        lines += ["", f"cell {cell.key}: job step"]
+        if pyxis:
+            argv, env, conf = pyxis_step(manifest, cell, plans, image, pyxis_head("JOBID", names, f"repro-{cell.key}"),
+                                         "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf")
+            lines += [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
+            lines.append(f"  $ {shlex.join(redact_argv(argv))}")
+            if conf is not None:
+                lines.append("  multi-prog.conf:")
+                lines += [f"    {redact_text(ln)}" for ln in conf.splitlines()]
+            continue
+        lines.append(f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
+                     "<repro/schedulers/agent.py> < SPEC")
+        spec = step_spec(plans, "RUN", cell, image, {}, None)
+        for rank in spec["ranks"]:
+            lines.append(f"  task {spec['ranks'].index(rank)} on {rank['node']}: docker create --name {rank['name']} "
+                         f"{shlex.join(redact_argv(rank['create']))}")
+    return "\n".join(lines) + "\n"
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    from repro.redact import redact_argv
+
+    return {k: redact_argv([f"{k}={v}"])[0].partition("=")[2] for k, v in env.items()}
 
 
 def _now(epoch: float | None = None) -> str:
@@ -187,6 +263,7 @@ class SlurmScheduler:
         self.steps: list[dict[str, Any]] = []
         self.waited_s: float | None = None
         self.released = False
+        self.checked = False
         self.probed: list[dict[str, Any]] = []
 
     def where(self, key: str) -> str:
@@ -196,7 +273,9 @@ class SlurmScheduler:
         return f"{self.inventory.path}: scheduler.{key}"
 
     # -- checks (nothing is submitted until all pass) --------------------------------------
-    def check(self, need: int) -> None:
+    def check(self, need: int, *, preflight: bool = False) -> None:
+        """Everything Slurm can say before a submission; ``preflight``: a short allocation to probe the nodes."""
+        self.checked = True
         ping = _cli(["scontrol", "ping"])
         if ping.returncode != 0 or "UP" not in ping.stdout:
             text = (ping.stdout + ping.stderr).strip().splitlines()[0] if (ping.stdout + ping.stderr).strip() else ""
@@ -228,13 +307,17 @@ class SlurmScheduler:
             raise UsageError(f"{self.where('partition')}: the matrix needs {need} nodes, partition {part} has {total}",
                              hint="choose a larger partition, or filter the cells: --cells nodes=" + str(total))
         limit = seconds(self.cfg["time"]) if self.cfg.get("time") else None
-        longest = self.manifest.launch.timeout_s
+        longest = self.manifest.launch.timeout_s if self.manifest and not preflight else 0
         if limit is not None and limit < longest:
             raise UsageError(f"{self.where('time')}: {self.cfg['time']} ({limit} s) is shorter than one repeat of "
                              f"{self.manifest.id} may take (launch.timeout_s {longest} s)",
                              hint=f"give at least time={-(-longest // 60)} (minutes); a run cut off by the limit "
                                   "resumes with repro up --resume RUN_DIR")
-        self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need)
+        if preflight:
+            short = PREFLIGHT_TIME if limit is None or limit > seconds(PREFLIGHT_TIME) else self.cfg["time"]
+            self.script = render_sbatch({**self.cfg, "time": short}, "repro-preflight", need)
+        else:
+            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need)
         test = _cli(["sbatch", "--test-only"], stdin=self.script)
         if test.returncode != 0:
             why = " ".join(test.stderr.replace("sbatch: error:", "").split())
@@ -245,8 +328,11 @@ class SlurmScheduler:
                                   "this account may use); nothing was submitted")
 
     # -- the allocation ----------------------------------------------------------------------
-    def open(self, need: int) -> Hosts:
-        self.check(need)
+    def open(self, need: int, *, preflight: bool = False) -> Hosts:
+        """The allocation (submitted, or the one the kit runs in) and its nodes; ``preflight``: a short one,
+        and no agent probe (preflight's own probe reports every node)."""
+        if not self.checked:
+            self.check(need, preflight=preflight)
         t0 = time.monotonic()
         if os.environ.get("SLURM_JOB_ID"):
             self.job = os.environ["SLURM_JOB_ID"]
@@ -270,12 +356,57 @@ class SlurmScheduler:
             addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
-        if self.cfg.get("container", "docker") == "docker":
+        if self.cfg.get("container", "docker") == "docker" and not preflight:
             self.probe()
         inv = self.inventory
         # the settings in effect (inventory and command line) go with the nodes, so a run directory resumes with them
         settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
         return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings)
+
+    def preflight(self, nodes: Sequence[Node], *, dataset: Any = None, timeout: float = 120,
+                  **_: Any) -> list[Any]:
+        """preflight's probe script (the one it runs over SSH) as one job step on the allocated nodes, one task
+        per node with the script on stdin; a report per node, as over SSH (a node the step did not reach gets
+        a row saying why)."""
+        from repro.preflight import NodeReport, Probe, node_report, probe_script
+
+        names = [n.name for n in nodes]
+        script = probe_script(Node(names[0], names[0]), dataset)  # docker_host None: each node's own engine
+        proc = subprocess.Popen(preflight_argv(str(self.job), names), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        tasks: dict[int, list[str]] = {}
+        arrival: dict[int, float] = {}
+        other: list[str] = []
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(script.encode())
+            proc.stdin.close()
+            for raw in proc.stdout:
+                m = LABELLED.match(raw.decode("utf-8", "replace").rstrip("\n"))
+                if not m:
+                    other.append(raw.decode("utf-8", "replace").strip())
+                    continue
+                lines = tasks.setdefault(int(m.group(1)), [])
+                lines.append(m.group(2))
+                if len(lines) == 2:  # the node's name, then its date: the clock line
+                    arrival[int(m.group(1))] = time.time()
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+        by_node = {lines[0]: (task, lines[1:]) for task, lines in tasks.items() if lines}
+        why = " ".join(" | ".join(other[-3:]).split())[:300] or f"srun exit status {proc.returncode}"
+        out = []
+        for n in nodes:
+            if n.name not in by_node:
+                out.append(NodeReport(n.name, n.address, Probe(reason=f"the preflight job step of Slurm job "
+                                                                      f"{self.job} did not run on it: {why}")))
+                continue
+            task, lines = by_node[n.name]
+            out.append(node_report(n, "\n".join(lines) + "\n", Probe(detail="srun"), arrival.get(task),
+                                   f"exit {rc}", dataset))
+        return out
 
     def probe(self) -> None:
         """A job step on every allocated node before any cell: each must reach a Docker engine from inside a step."""
