@@ -194,6 +194,9 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     sched.check(need)  # what the scheduler can refuse, before anything is built or submitted
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
+    if not sched.engines and "build" in manifest.image and not opts.images.push:
+        raise UsageError(f"{manifest.id} builds its image, and pyxis runs images from a registry by digest",
+                         hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
     if sched.name != "ssh":
         # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
         # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
@@ -222,21 +225,25 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
     reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress, sched)
-    progress(Event("step", f"images on {len(used.nodes)} node(s)"))
-    images = prepare(manifest, used, opts.images, progress=progress)
+    if sched.engines:
+        progress(Event("step", f"images on {len(used.nodes)} node(s)"))
+    images = prepare(manifest, used if sched.engines else Hosts((), used.path, used.data, used.env), opts.images,
+                     progress=progress)
+    image = images.reference if sched.engines else (images.pushed or images.pins.images["image"]).pinned
     if run is None:
         run = RunDir.create(opts.out, manifest, record)
         lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
-    clients = _clients(used)
+    clients = _clients(used) if sched.engines else {}  # under pyxis, enroot runs the containers
     _remove_stale(clients, run.run_id, progress)
-    _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
-                 images.reference, opts, progress)
+    if clients:
+        _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
+                     images.reference, opts, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress), cells=cells)
     try:
-        _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result, sched.launch_cell)
+        _run_matrix(manifest, cells, used, run, clients, image, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
         sched.close(interrupted=True)
         raise Interrupted(run.path) from e
@@ -259,17 +266,23 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
 
     if run.file("provenance.json").is_file():
         return provenance.load_record(run.file("provenance.json"))
+    from repro.images.engine import connect
+
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     by_node = {r.node: r for r in reports}
+    # no engine of the node's (pyxis): the image's facts from the engine that built or pulled it, same digest
+    local = None if all(n.name in clients for n in hosts.nodes) else connect()
+    engine = {n.name: clients.get(n.name) or local for n in hosts.nodes}
     host_facts = {n: {**(r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")),
-                      "docker": probes.docker_facts(clients[n])} for n, r in by_node.items()}
+                      "docker": probes.docker_facts(clients[n]) if n in clients else
+                      probes.fail("no Docker engine runs the containers (pyxis/enroot)")} for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
-            lambda n: probes.probe_container(clients[n.name], images.reference, sources=sources), hosts.nodes)))
+            lambda n: probes.probe_container(engine[n.name], images.reference, sources=sources), hosts.nodes)))
     for node in hosts.nodes:
-        img = clients[node.name].images.get(images.reference)
+        img = engine[node.name].images.get(images.reference)
         repo_digests = img.attrs.get("RepoDigests") or []
         provenance.add_node(record, node, host=host_facts[node.name], container=containers[node.name],
                             image={"ref": images.reference, "id": img.id, "repo_digests": repo_digests,

@@ -289,3 +289,12 @@ def test_pyxis_job_step_in_the_allocation_exact():
                     "--container-env=GLOO_SOCKET_IFNAME", "--multi-prog", "/runs/r/multi-prog.conf"]
     assert env == {"GLOO_SOCKET_IFNAME": "eth0"}  # to srun's environment, not its argv
     assert conf == "".join(f"{r} {TORCH.format(r=r)}\n" for r in (0, 1))
+
+
+def test_task_exit_statuses_from_srun_own_lines():
+    from repro.schedulers.slurm import task_exits
+
+    lines = ["srun: error: n2: task 1: Exited with exit code 3", "srun: error: n1: tasks 0-1: Exited with exit code 1",
+             "srun: error: n1: task 2: Exited with exit code 7", "srun: Job step aborted: Waiting up to 32 seconds",
+             "srun: error: elsewhere: task 9: Exited with exit code 4"]
+    assert task_exits(lines, ["n1", "n2"]) == {"n1": 7, "n2": 3}

@@ -19,6 +19,7 @@ MPI targets then use ``srun --mpi=pmix`` with one task per rank, as NVIDIA's rec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -34,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro.errors import EnvironmentUnavailable, PluginUnavailable, RunFailed, UsageError
+from repro.errors import EnvironmentUnavailable, RunFailed, UsageError
 from repro.hosts import Hosts, Node
 from repro.events import Event
 from repro.manifest import Cell, Manifest
@@ -288,10 +289,6 @@ class SlurmScheduler:
             raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no --container-image "
                              "(the pyxis plugin is not installed)",
                              hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
-        if self.cfg.get("container") == "pyxis":
-            raise PluginUnavailable(f"{self.where('container')}: pyxis: this version renders a cell's pyxis job "
-                                    "script (render_pyxis) but does not run it yet",
-                                    hint="use container: docker where nodes run a Docker engine")
         if os.environ.get("SLURM_JOB_ID"):
             return
         partitions = [p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()]
@@ -404,8 +401,10 @@ class SlurmScheduler:
                                                                       f"{self.job} did not run on it: {why}")))
                 continue
             task, lines = by_node[n.name]
-            out.append(node_report(n, "\n".join(lines) + "\n", Probe(detail="srun"), arrival.get(task),
-                                   f"exit {rc}", dataset))
+            report = node_report(n, "\n".join(lines) + "\n", Probe(detail="srun"), arrival.get(task),
+                                 f"exit {rc}", dataset)
+            # under pyxis, enroot runs the containers: the node needs no Docker engine
+            out.append(report if self.engines else dataclasses.replace(report, docker=Probe("pyxis", detail="enroot")))
         return out
 
     def probe(self) -> None:
@@ -470,6 +469,11 @@ class SlurmScheduler:
             self.progress(Event("info", f"Slurm job {self.job} cancelled" if interrupted else
                                 f"Slurm job {self.job} released"))
 
+    @property
+    def engines(self) -> bool:
+        """Whether the nodes' Docker engines run the containers (not under pyxis: enroot does, from the registry)."""
+        return self.cfg.get("container", "docker") == "docker"
+
     # -- one cell = one job step -------------------------------------------------------------
     def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                     clients: Any = None, timeout_s: float | None = None,
@@ -480,6 +484,9 @@ class SlurmScheduler:
         from repro.launchers.mpi import DEFAULT_SSH_PORT
         from repro.plan import plan_cell
 
+        if not self.engines:
+            return self._launch_pyxis(manifest, cell, hosts, log_dir, timeout_s=timeout_s, on_event=on_event,
+                                      image=image, log_writer=log_writer)
         plans = plan_cell(manifest, cell, hosts)
         image = image or plans[0].image
         port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if manifest.launch.kind == "mpi" else None
@@ -568,6 +575,95 @@ class SlurmScheduler:
             raise CellFailed(cell, results)
         return results
 
+    def _launch_pyxis(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *,
+                      timeout_s: float | None, on_event: Callable[[tuple[str, str, str]], None] | None,
+                      image: str | None, log_writer: Callable[[int, str], Any] | None) -> list[Any]:
+        """One cell as a pyxis job step of the allocation: srun starts every rank in an enroot container of the
+        image (by digest, from its registry); each task's labelled output goes to its node's log; a task's exit
+        status comes from srun's own report of it. enroot's containers end with the step: none to remove."""
+        from repro.launch import CellFailed, NodeResult, _FileSink
+        from repro.launchers.base import fill
+        from repro.plan import plan_cell
+
+        plans = plan_cell(manifest, cell, hosts)
+        names = [p.command.node.name for p in plans]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        conf_path = log_dir / "multi-prog.conf"
+        argv, env, conf = pyxis_step(manifest, cell, plans, str(image or plans[0].image),
+                                     pyxis_head(str(self.job), names, f"repro-{cell.key}"), str(conf_path))
+        if conf is not None:
+            conf_path.write_text(conf, encoding="utf-8")
+        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
+        mpi = manifest.launch.kind == "mpi"
+        program = tuple(fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)) \
+            if mpi else ()
+        writer = log_writer or (lambda rank, node: _FileSink(log_dir / f"{rank}-{node}.log"))
+        results = [NodeResult(p.command.node.name, p.command.node.address, i, "mpi-rank" if mpi else p.command.role,
+                              program or p.command.command, "") for i, p in enumerate(plans)]
+        sinks = [writer(r.rank, r.node) for r in results]
+        for r, sink in zip(results, sinks):
+            r.log = str(sink.path)
+        emit = on_event or (lambda e: None)
+        submitted = time.time()
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        started = _now()
+        for r in results:
+            r.started = started
+            emit(("started", r.node, started))
+        other: list[str] = []
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.terminate()  # srun passes it on to the step's tasks
+
+        timer = threading.Timer(timeout_s or manifest.launch.timeout_s, expire)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                m = LABELLED.match(line)
+                if not m or int(m.group(1)) // per_node >= len(results):
+                    other.append(line)
+                    continue
+                i = int(m.group(1)) // per_node
+                sinks[i].write((m.group(2) + "\n").encode())
+                results[i].tail = (results[i].tail + [m.group(2)])[-20:]
+                emit(("line", results[i].node, m.group(2)))
+            proc.wait()
+        except BaseException:
+            with _sigint_ignored():
+                proc.terminate()
+                proc.wait(60)
+            raise
+        finally:
+            timer.cancel()
+            for s in sinks:
+                s.close()
+            ended = _now()
+            for r in results:
+                r.ended = ended
+            self.steps.append({"cell": cell.key, "srun": argv, "env": sorted(env), "submitted": _now(submitted),
+                               "exit_code": proc.returncode, "started": {r.node: r.started for r in results}})
+        timed_out = expired.is_set()
+        codes = task_exits(other, names)
+        for r in results:
+            r.exit_code = codes.get(r.node, 0 if proc.returncode == 0 else None)
+            if timed_out:
+                r.error = f"timed out after {timeout_s or manifest.launch.timeout_s:.0f} s"
+            elif r.exit_code is None:
+                r.error = "the job step ended without the task's exit: " + " | ".join(other[-3:])
+            emit(("exited", r.node, str(r.exit_code)))
+        if not all(r.ok for r in results):
+            state = self.job_state()
+            if state in ENDED_BY_SLURM:
+                raise SchedulerStopped(f"Slurm ended job {self.job} ({state}) while cell {cell.key} ran",
+                                       hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
+            raise CellFailed(cell, results)
+        return results
+
     def _read(self, step: _Step, results: list[Any], sinks: list[Any]) -> None:
         """srun's merged output: labelled lines to the rank's log (or events), the rest kept as srun's own."""
         assert step.proc.stdout is not None
@@ -624,6 +720,19 @@ class SlurmScheduler:
             return
         argv = srun_argv(str(self.job), nodes, "repro-sweep")
         _cli(argv, stdin=json.dumps({"sweep": run_id}), timeout=60)
+
+
+TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): Exited with exit code (\d+)$")
+
+
+def task_exits(lines: Sequence[str], nodes: Sequence[str]) -> dict[str, int]:
+    """The non-zero exit statuses srun reports for a step's tasks, by node (the highest of a node's tasks)."""
+    out: dict[str, int] = {}
+    for line in lines:
+        m = TASK_EXIT.match(line.strip())
+        if m and m.group(1) in nodes:
+            out[m.group(1)] = max(out.get(m.group(1), 0), int(m.group(3)))
+    return out
 
 
 def _await_removal(clients: Mapping[str, Any] | None, results: Sequence[Any], wait_s: float = 30) -> None:

@@ -12,6 +12,7 @@ from repro.schedulers import SCHEDULERS
 
 @SCHEDULERS.register("ssh")
 class SshScheduler:
+    engines = True  # the nodes' Docker engines run the containers
     def __init__(self, config: Mapping[str, str], manifest: Manifest, cells: Sequence[Cell], hosts: Hosts,
                  progress: Any = None) -> None:
         self.hosts = hosts
