@@ -273,8 +273,9 @@ def run_scheduled(hosts: Hosts, manifest: Manifest | None, scheduler: str | None
                   accept_new_host_keys: bool = False, dataset: Dataset | None = None,
                   progress: Any = None) -> tuple[list[NodeReport], int]:
     """Preflight where the inventory's scheduler (or ``--scheduler``) runs things: over SSH on the inventory's
-    nodes, or under Slurm as one job step on the nodes of an allocation (the one the kit runs in, else a
-    short one of the nodes the target needs, released at the end). Returns the reports and the node count."""
+    nodes, or under Slurm as one job step on the nodes of an allocation (every node of the one the kit runs
+    in, else a short one of the nodes the target needs, released at the end). Returns the reports and the
+    node count."""
     from repro.schedulers import SCHEDULERS, scheduler_config
 
     cfg = scheduler_config(hosts.scheduler, scheduler)

@@ -349,7 +349,7 @@ class SlurmScheduler:
             raise UsageError(f"Slurm allocation {self.job} has {len(names)} node(s), the matrix needs {need}",
                              hint="salloc/sbatch with more nodes, or filter the cells with --cells")
         known = {n.name: n for n in self.inventory.nodes}
-        for name in names[:need]:
+        for name in names if preflight and not self.owned else names[:need]:  # preflight: every node it runs in
             addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))

@@ -352,19 +352,20 @@ def test_preflight_too_few_nodes_and_slurm_down(cluster, env, tmp_path):
 
 
 def test_node_failure_is_recorded_and_resumes(cluster, env, inventory, targets, tmp_path):
-    up = Up(up_argv(targets["torch"], inventory, tmp_path, cluster), env)
+    up = Up(up_argv(targets["mpi"], inventory, tmp_path, cluster), env)
     up.until(lambda e: e.get("kind") == "cell", 600)
     job = up.job
     # the image was ready before Slurm was asked for nodes: no allocation is held while it is built
     messages = [e.get("message", "") for e in up.events]
-    ready = max(i for i, m in enumerate(messages) if m.startswith("repro/cpu-torch") and " engine(s)" in m)
+    ready = next(i for i, m in enumerate(messages) if m.startswith("repro/cpu-torch-mpi") and " engine(s)" in m)
     assert ready < next(i for i, m in enumerate(messages) if m.startswith(f"Slurm job {job}: waiting"))
-    wait_for_containers(cluster, "torch-rn50-cpu", 2)
+    wait_for_containers(cluster, "mpi-rn50-cpu", 2)
     try:
         slurm(env, "scontrol", "update", "NodeName=rc-node2", "State=DOWN", "Reason=repro-test-node-failure")
         rc, _, err = up.finish(180)
-    finally:
-        slurm(env, "scontrol", "update", "NodeName=rc-node2", "State=RESUME")
+    finally:  # the node back in service (the cluster's ReturnToService=2 may have done it already: then refused)
+        subprocess.run(["scontrol", "update", "NodeName=rc-node2", "State=RESUME"], env=env, capture_output=True,
+                       timeout=30, check=False)
     assert rc != 0 and f"Slurm ended job {job} (NODE_FAIL)" in err, err[-2000:]
     assert jobs(env)[job] == "NODE_FAIL"
     run = run_dir_of(tmp_path)
