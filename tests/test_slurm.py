@@ -298,3 +298,16 @@ def test_task_exit_statuses_from_srun_own_lines():
              "srun: error: n1: task 2: Exited with exit code 7", "srun: Job step aborted: Waiting up to 32 seconds",
              "srun: error: elsewhere: task 9: Exited with exit code 4"]
     assert task_exits(lines, ["n1", "n2"]) == {"n1": 7, "n2": 3}
+
+
+def test_pyxis_allocation_holds_a_task_per_mpi_rank():
+    from repro.plan import scheduled_plan
+
+    m = find_target("ngc-tf1-rn50-a100")
+    cells = [c for c in select_cells(m) if c.nodes == 1 and c.gpus_per_node == 8]
+    _, text = scheduled_plan(m, cells, None, "slurm:container=pyxis")
+    assert "  #SBATCH --ntasks-per-node=8\n" in text
+    steps = [shlex.split(ln.strip()[2:]) for ln in text.splitlines() if ln.startswith("  $ srun")]
+    assert len(steps) == len(cells) and all(s[:2] == ["srun", "--mpi=pmix"] and "--ntasks=8" in s for s in steps)
+    _, text = scheduled_plan(m, cells, None, "slurm")  # docker: mpirun in the head container, one agent a node
+    assert "  #SBATCH --ntasks-per-node=1\n" in text

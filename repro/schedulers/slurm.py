@@ -163,13 +163,20 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     if env:
         opts.append(f"--container-env={','.join(sorted(env))}")
     if manifest.launch.kind == "mpi":
-        per_node = cell.gpus_per_node if manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node" else 1
+        per_node = pyxis_tasks_per_node(manifest, cell)
         argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
         return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
                  f"--ntasks-per-node={per_node}", "--label", *opts, *argv], env, None)
     text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label", *opts,
              "--multi-prog", conf], env, text)
+
+
+def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
+    """Tasks per node of a pyxis cell: one per rank for MPI targets (srun starts them), else one launcher per node."""
+    if manifest.launch.kind == "mpi" and manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node":
+        return cell.gpus_per_node
+    return 1
 
 
 def pyxis_head(job: str, nodes: Sequence[str], step: str) -> list[str]:
@@ -205,7 +212,9 @@ def render_plan_slurm(cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, 
     if stand_ins:
         lines.insert(2, f"nodes: node1..node{need} stand for the nodes Slurm allocates; `repro up` renders every "
                         "cell with their names and addresses")
-    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need).splitlines()]
+    per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if pyxis else 1
+    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need,
+                                                              per_node=per_node).splitlines()]
     image = image_reference(manifest)
     if pyxis and "build" in manifest.image:
         image = f"REGISTRY/{image}@DIGEST"
@@ -267,6 +276,12 @@ class SlurmScheduler:
         self.checked = False
         self.probed: list[dict[str, Any]] = []
 
+    def per_node(self) -> int:
+        """The allocation's tasks per node: under pyxis, the most any cell's job step starts on a node."""
+        if self.cfg.get("container") != "pyxis":
+            return 1
+        return max((pyxis_tasks_per_node(self.manifest, c) for c in self.cells), default=1)
+
     def where(self, key: str) -> str:
         """Where a setting came from, for errors: the command line or the inventory."""
         if key in self.given or not (self.inventory.path and self.inventory.scheduler):
@@ -314,7 +329,7 @@ class SlurmScheduler:
             short = PREFLIGHT_TIME if limit is None or limit > seconds(PREFLIGHT_TIME) else self.cfg["time"]
             self.script = render_sbatch({**self.cfg, "time": short}, "repro-preflight", need)
         else:
-            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need)
+            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need, per_node=self.per_node())
         test = _cli(["sbatch", "--test-only"], stdin=self.script)
         if test.returncode != 0:
             why = " ".join(test.stderr.replace("sbatch: error:", "").split())
