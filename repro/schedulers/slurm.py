@@ -13,8 +13,12 @@ MPI targets keep their own ``mpirun`` inside the allocation (the head container 
 other ranks through the per-run sshd in each node's container): Slurm's PMI does not reach
 into containers the Docker engine starts, and the images' Open MPI needs no Slurm support.
 
-``container: pyxis``: the step is rendered as ``srun --container-image=…`` text (``render_pyxis``);
-MPI targets then use ``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do.
+``container: pyxis``: each cell is a job step ``srun --container-image=REGISTRY#REPO@DIGEST …``
+(``pyxis_step``) with the ranks' commands through ``--multi-prog``; MPI targets use
+``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do. No engine on the nodes.
+
+Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes;
+``repro plan`` shows the allocation's script and every cell's step from the functions here.
 """
 
 from __future__ import annotations
