@@ -242,8 +242,7 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
                     "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
                     "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 python3 -c "
                     "<repro/schedulers/agent.py> < SPEC\n"
-                    + CREATE.format(r=0, n=1).replace(TORCH, TORCH.format(r=0))
-                    + CREATE.format(r=1, n=2).replace(TORCH, TORCH.format(r=1)))
+                    + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
     # the allocation in the plan is the batch script up submits
     assert ALLOCATION.format(target="torch-rn50-cpu").replace("  ", "", 1).replace("\n  ", "\n") == render_sbatch(
         {"partition": "debug", "time": "20"}, "repro-torch-rn50-cpu", 2)
@@ -272,8 +271,8 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
     f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
     hosts, text = scheduled_plan(m, [cell], f, None)
     assert [n.name for n in hosts.nodes] == ["node1", "node2"]
-    assert text.splitlines()[1:3] == ["slurm", "nodes: node1..node2 stand for the nodes Slurm allocates; `repro up` "
-                                      "renders every cell with their names and addresses"]
+    assert text.splitlines()[1:3] == ["slurm", ("nodes: node1..node2 stand for the nodes Slurm allocates; `repro up` "
+                                                "renders every cell with their names and addresses")]
 
 
 def test_pyxis_job_step_in_the_allocation_exact():
