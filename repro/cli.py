@@ -67,6 +67,12 @@ def _int(v: str, part: str) -> int:
         raise UsageError(f"bad cell filter {part!r}: {v!r} is not a whole number") from None
 
 
+scheduler_option = click.option(
+    "--scheduler", metavar="KIND[:KEY=VALUE,...]",
+    help="ssh, or slurm[:partition=P,account=A,time=T,constraint=C,container=docker|pyxis] "
+         "(over the inventory's scheduler section)")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="repro")
 def cli() -> None:
@@ -140,20 +146,23 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
+@scheduler_option
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool) -> None:
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool,
+         scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
-    placeholder nodes and dataset path, said so)."""
+    placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
     from repro.manifest import find_target
     from repro.manifest import synthetic as synthetic_variant
-    from repro.plan import plan_hosts, render_plan, select_cells
+    from repro.plan import render_plan, scheduled_plan, select_cells
 
     m = find_target(target)
     m = synthetic_variant(m) if synthetic else m
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
-    click.echo(render_plan(m, plan_hosts(m, cells, hosts_file), cells), nl=False)
+    hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
+    click.echo(render_plan(m, hosts, cells) + slurm_text, nl=False)
 
 
 @cli.command()
@@ -456,21 +465,24 @@ def diff(a: str, b: str) -> None:
 @click.option("--strict", is_flag=True, help="deviations from the target's expected hardware are errors (exit 3)")
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@scheduler_option
 @reports_errors
-def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str) -> None:
+def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_new_host_keys: bool, fmt: str,
+              scheduler: str | None) -> None:
     """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware
-    and check that TARGET's dataset is where the hosts file says, in its format."""
+    and check that TARGET's dataset is where the hosts file says, in its format. Under Slurm: the same
+    probe as a job step on the nodes of an allocation (the one it runs in, else a short one)."""
     from repro.hosts import load_hosts
     from repro.manifest import find_target
-    from repro.preflight import (assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks,
-                                 to_json)
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_scheduled, site_checks, to_json
 
     manifest = find_target(target) if target else None
     expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
     dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)
-    deviations = compare(reports, expect, len(hosts.nodes))
+    reports, size = run_scheduled(hosts, manifest, scheduler, accept_new_host_keys=accept_new_host_keys,
+                                  dataset=dataset, progress=_image_events(False))
+    deviations = compare(reports, expect, size)
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
     deviations += more
     click.echo(to_json(reports, deviations, blocking) if fmt == "json" else
@@ -497,9 +509,7 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
 @click.option("--accept-new-host-keys", is_flag=True, help="accept and record host keys of new nodes (never changed keys)")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)")
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
-@click.option("--scheduler", metavar="KIND[:KEY=VALUE,...]",
-              help="ssh, or slurm[:partition=P,account=A,time=T,constraint=C,container=docker|pyxis] "
-                   "(over the inventory's scheduler section)")
+@scheduler_option
 @image_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,

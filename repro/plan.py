@@ -93,6 +93,26 @@ def plan_hosts(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | Non
     return replace(stand_in, nodes=local_hosts().nodes) if need == 1 else stand_in
 
 
+def scheduled_plan(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None,
+                   scheduler: str | None) -> tuple[Hosts, str]:
+    """The inventory a dry run shows and, under Slurm (the inventory's ``scheduler:`` or ``--scheduler``), the
+    text of what ``repro up`` submits. Nodes Slurm has not allocated yet are placeholders, said so."""
+    from repro.schedulers import scheduler_config
+
+    hosts = plan_hosts(manifest, cells, hosts_file)
+    cfg = scheduler_config(hosts.scheduler, scheduler)
+    cfg.pop("_option", None)
+    if cfg["kind"] != "slurm":
+        return hosts, ""
+    from repro.schedulers.slurm import render_plan_slurm
+
+    need = max(c.nodes for c in cells)
+    stand_ins = len(hosts.nodes) < need or hosts.nodes[0].local
+    if stand_ins:
+        hosts = replace(hosts, nodes=placeholder_hosts(need).nodes, placeholder=hosts.placeholder or hosts_file is None)
+    return hosts, render_plan_slurm(cfg, manifest, hosts, cells, stand_ins=stand_ins)
+
+
 def _inventory_lines(manifest: Manifest, hosts: Hosts) -> list[str]:
     lines = []
     if hosts.placeholder and hosts.nodes[0].local:

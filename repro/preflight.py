@@ -176,14 +176,22 @@ def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Da
         Probe(round(rtt * 1000, 1), detail=f"connect {session.connect_s * 1000:.0f} ms")
     first = _FirstLine()
     r = session.run(probe_script(node, dataset), hide="err", out_stream=first, warn=True, timeout=timeout, in_stream=False)
-    head, _, rest = r.stdout.partition("\n")
+    return node_report(node, r.stdout, ssh, first.at, f"exit {r.exited}", dataset, rtt=rtt)
+
+
+def node_report(node: Node, stdout: str, ssh: Probe, arrival: float | None, exited: str,
+                dataset: Dataset | None = None, *, rtt: float = 0.0) -> NodeReport:
+    """A node's report from the probe script's output (``arrival``: when its first line, the node's
+    ``date``, arrived here), however the script reached the node: SSH, or a Slurm job step."""
+    head, _, rest = stdout.partition("\n")
     try:
-        clock = Probe(float(head) - (first.at or time.time()) + rtt / 2, detail="remote date - arrival + rtt/2")
+        clock = Probe(float(head) - (arrival or time.time()) + rtt / 2,
+                      detail="remote date - arrival + rtt/2" if rtt else "remote date - arrival")
     except ValueError:
         clock = Probe(reason=f"clock: date printed {head.strip()[:60]!r}")
     sections = parse_sections(rest)
     return NodeReport(node.name, node.address, ssh, clock=clock, dataset=dataset_probe(sections, dataset),
-                      host=host_facts(sections, f"exit {r.exited}"), **_from_sections(sections))
+                      host=host_facts(sections, exited), **_from_sections(sections))
 
 
 def _from_sections(sec: Mapping[str, tuple[str, int]]) -> dict[str, Probe]:
@@ -223,6 +231,28 @@ def run_preflight(nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
                          accept_new_host_keys=accept_new_host_keys)
     return [r if isinstance(r := results[n.name], NodeReport) else
             NodeReport(n.name, n.address, Probe(reason=str(r) + (f"; hint: {r.hint}" if r.hint else ""))) for n in nodes]
+
+
+def run_scheduled(hosts: Hosts, manifest: Manifest | None, scheduler: str | None, *,
+                  accept_new_host_keys: bool = False, dataset: Dataset | None = None,
+                  progress: Any = None) -> tuple[list[NodeReport], int]:
+    """Preflight where the inventory's scheduler (or ``--scheduler``) runs things: over SSH on the inventory's
+    nodes, or under Slurm as one job step on the nodes of an allocation (every node of the one the kit runs
+    in, else a short one of the nodes the target needs, released at the end). Returns the reports and the
+    node count."""
+    from repro.schedulers import SCHEDULERS, scheduler_config
+
+    cfg = scheduler_config(hosts.scheduler, scheduler)
+    if cfg["kind"] == "ssh":
+        return run_preflight(hosts.nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset), len(hosts.nodes)
+    cells = manifest.cells() if manifest else []
+    need = max((c.nodes for c in cells), default=len(hosts.nodes) or 1)
+    sched = SCHEDULERS.get(cfg["kind"])(cfg, manifest, cells, hosts, progress)
+    try:
+        used = sched.open(need, preflight=True)
+        return sched.preflight(used.nodes, dataset=dataset), len(used.nodes)
+    finally:
+        sched.close()
 
 
 # ---------------------------------------------------------------- comparison with the manifest
@@ -470,7 +500,7 @@ def _cells(r: NodeReport) -> list[str]:
     names = sorted({g.name for g in gpus})
     return [
         r.node,
-        "local" if r.ssh.detail == "local" else f"{r.ssh.value:g} ms",
+        r.ssh.detail if r.ssh.value is None else f"{r.ssh.value:g} ms",  # "local", "srun": no SSH
         cell(r.docker, lambda p: p.value),
         cell(r.gpus, lambda p: f"{len(gpus)} x {', '.join(names)}" if gpus else "none"),
         cell(r.gpus, lambda p: ", ".join(sorted({g.driver for g in gpus})) or "-"),

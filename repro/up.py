@@ -103,14 +103,15 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
-               progress: Progress) -> list[Any]:
-    """Probe every node once (the reports also carry the host facts the provenance records); unless
-    ``--skip-preflight``, check them against the target. Returns the nodes' reports."""
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_preflight, site_checks
+               progress: Progress, sched: Any) -> list[Any]:
+    """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports also
+    carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the target.
+    Returns the nodes' reports."""
+    from repro.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
 
     progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
-    reports = run_preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
-                            dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
+    reports = sched.preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
+                              dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
     if opts.skip_preflight:
         return reports
     deviations = compare(reports, manifest.expect, len(hosts.nodes))
@@ -190,6 +191,17 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
     sched = _scheduler(manifest, cells, hosts, opts, progress)
+    sched.check(need)  # what the scheduler can refuse, before anything is built or submitted
+    progress(Event("step", "checking the pins against the lock file"))
+    check_pins(manifest, opts.images, progress=progress)
+    if not sched.engines and "build" in manifest.image and not opts.images.push:
+        raise UsageError(f"{manifest.id} builds its image, and pyxis runs images from a registry by digest",
+                         hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
+    if sched.name != "ssh":
+        # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
+        # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
+        progress(Event("step", "the image, before the allocation"))
+        prepare(manifest, Hosts((), hosts.path, hosts.data, hosts.env), opts.images, progress=progress)
     used = sched.open(need)
     try:
         return _up(manifest, cells, used, run, sched, opts, progress, started,
@@ -211,27 +223,28 @@ def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: Up
 def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
         progress: Progress, started: float, record: Hosts) -> UpResult:
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
-    progress(Event("step", "checking the pins against the lock file"))
-    check_pins(manifest, opts.images, progress=progress)
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
-    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress)
-    progress(Event("step", f"images on {len(used.nodes)} node(s)"))
+    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress, sched)
+    if sched.engines:
+        progress(Event("step", f"images on {len(used.nodes)} node(s)"))
     run_id = run.run_id if run is not None else make_run_id(manifest.id)  # the build's check containers carry it
-    images = prepare(manifest, used, replace(opts.images, build=replace(opts.images.build, run_id=run_id)),
-                     progress=progress)
+    images = prepare(manifest, used if sched.engines else Hosts((), used.path, used.data, used.env),
+                     replace(opts.images, build=replace(opts.images.build, run_id=run_id)), progress=progress)
+    image = images.reference if sched.engines else (images.pushed or images.pins.images["image"]).pinned
     if run is None:
         run = RunDir.create(opts.out, manifest, record, run_id=run_id)
         lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
-    clients = _clients(used)
+    clients = _clients(used) if sched.engines else {}  # under pyxis, enroot runs the containers
     _remove_stale(clients, run.run_id, progress)
-    _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
-                 images.reference, opts, progress)
+    if clients:
+        _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
+                     images.reference, opts, progress)
     result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress), cells=cells)
     try:
-        _run_matrix(manifest, cells, used, run, clients, images.reference, opts, progress, result, sched.launch_cell)
+        _run_matrix(manifest, cells, used, run, clients, image, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
         sched.close(interrupted=True)
         raise Interrupted(run.path) from e
@@ -254,17 +267,22 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
 
     if run.file("provenance.json").is_file():
         return provenance.load_record(run.file("provenance.json"))
+    from repro.images.engine import connect
+
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     by_node = {r.node: r for r in reports}
+    # no engine of the node's (pyxis): the image's facts from the engine that built or pulled it, same digest
+    local = None if all(n.name in clients for n in hosts.nodes) else connect()
+    engine = {n.name: clients.get(n.name) or local for n in hosts.nodes}
     host_facts = {n: r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}") for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
-            lambda n: probes.probe_container(clients[n.name], images.reference, sources=sources, run_id=run.run_id),
+            lambda n: probes.probe_container(engine[n.name], images.reference, sources=sources, run_id=run.run_id),
             hosts.nodes)))
     for node in hosts.nodes:
-        img = clients[node.name].images.get(images.reference)
+        img = engine[node.name].images.get(images.reference)
         repo_digests = img.attrs.get("RepoDigests") or []
         provenance.add_node(record, node, host=host_facts[node.name], container=containers[node.name],
                             image={"ref": images.reference, "id": img.id, "repo_digests": repo_digests,

@@ -80,6 +80,7 @@ def test_allocation_batch_script_exact():
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
+#SBATCH --no-requeue
 #SBATCH --partition=gpu
 #SBATCH --account=bench
 #SBATCH --time=2:00:00
@@ -141,6 +142,7 @@ PYXIS_TORCH = """\
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
+#SBATCH --no-requeue
 #SBATCH --partition=gpu
 #SBATCH --time=30
 #SBATCH --output=repro-torch-rn50-cpu-2n1g-fp32-bs8-%j.out
@@ -193,3 +195,118 @@ def test_pyxis_gpu_cell_mounts_dataset_read_only_and_sets_workdir():
                         "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
                         "--container-mounts=/data/imagenet:/data/image:ro",
                         "--container-workdir=/workspace/rn50/PyTorch/Classification/ConvNets"]
+
+
+PLAN_HOSTS = """\
+schema_version: 1
+defaults: {gpus: 0}
+env: {GLOO_SOCKET_IFNAME: eth0}
+nodes:
+  - {name: n1, address: 10.0.0.1}
+  - {name: n2, address: 10.0.0.2}
+scheduler: {kind: slurm, partition: debug, time: 20}
+"""
+
+ALLOCATION = """\
+  #!/bin/sh
+  #SBATCH --job-name=repro-{target}
+  #SBATCH --nodes=2
+  #SBATCH --ntasks-per-node=1
+  #SBATCH --exclusive
+  #SBATCH --no-requeue
+  #SBATCH --partition=debug
+  #SBATCH --time=20
+  #SBATCH --output=/dev/null
+  # repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)
+  exec sleep 2147483647
+"""
+
+TORCH = ("torchrun --nnodes 2 --node-rank {r} --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 "
+         "/opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32")
+CREATE = ("  task {r} on n{n}: docker create --name repro-RUN-2n1g-fp32-bs8-rank{r} --label=repro.cell=2n1g-fp32-bs8 "
+          "--label=repro.rank={r} --label=repro.run=RUN --label=repro.target=torch-rn50-cpu --network=host --ipc=host "
+          "--shm-size=1g --ulimit=memlock=8388608 -e=GLOO_SOCKET_IFNAME=eth0 repro/cpu-torch:2.13.0 " + TORCH + "\n")
+
+
+def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(tmp_path: Path):
+    from repro.plan import scheduled_plan
+
+    f = tmp_path / "hosts.yaml"
+    f.write_text(PLAN_HOSTS)
+    m, cell = cell_of("torch-rn50-cpu", 2)
+    hosts, text = scheduled_plan(m, [cell], f, None)
+    assert [n.name for n in hosts.nodes] == ["n1", "n2"]
+    assert text == ("\nslurm: partition debug, time 20\n"
+                    "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
+                    + ALLOCATION.format(target="torch-rn50-cpu") + "\ncell 2n1g-fp32-bs8: job step\n"
+                    "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
+                    "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 python3 -c "
+                    "<repro/schedulers/agent.py> < SPEC\n"
+                    + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
+    # the allocation in the plan is the batch script up submits
+    assert ALLOCATION.format(target="torch-rn50-cpu").replace("  ", "", 1).replace("\n  ", "\n") == render_sbatch(
+        {"partition": "debug", "time": "20"}, "repro-torch-rn50-cpu", 2)
+
+
+def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: Path):
+    from repro.plan import scheduled_plan
+
+    f = tmp_path / "hosts.yaml"
+    f.write_text(PLAN_HOSTS)
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    _, text = scheduled_plan(m, [cell], f, "slurm:container=pyxis")
+    assert text == ("\nslurm: partition debug, time 20, container pyxis\n"
+                    "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
+                    + ALLOCATION.format(target="mpi-rn50-cpu")
+                    + "image: REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST (pyxis pulls the image pushed with --push "
+                      "REGISTRY, by digest)\n\ncell 2n1g-fp32-bs8: job step\n"
+                      "  env GLOO_SOCKET_IFNAME=eth0\n  env OMPI_ALLOW_RUN_AS_ROOT=1\n"
+                      "  env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n  env OMP_NUM_THREADS=2\n"
+                      "  $ srun --mpi=pmix --jobid=JOBID --nodelist=n1,n2 --overlap --kill-on-bad-exit=1 "
+                      "--job-name=repro-2n1g-fp32-bs8 --nodes=2 --ntasks=2 --ntasks-per-node=1 --label "
+                      "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home "
+                      "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
+                      "OMP_NUM_THREADS python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
+                      "--precision fp32\n")
+    f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
+    hosts, text = scheduled_plan(m, [cell], f, None)
+    assert [n.name for n in hosts.nodes] == ["node1", "node2"]
+    assert text.splitlines()[1:3] == ["slurm", ("nodes: node1..node2 stand for the nodes Slurm allocates; `repro up` "
+                                                "renders every cell with their names and addresses")]
+
+
+def test_pyxis_job_step_in_the_allocation_exact():
+    from repro.schedulers.slurm import pyxis_head, pyxis_step
+
+    m, cell = cell_of("torch-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
+    argv, env, conf = pyxis_step(m, cell, plan_cell(m, cell, hosts), "127.0.0.1:5000/repro/cpu-torch@" + DIGEST,
+                                 pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/runs/r/multi-prog.conf")
+    assert argv == ["srun", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-bad-exit=1",
+                    "--job-name=repro-2n1g-fp32-bs8", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--container-image=127.0.0.1:5000#repro/cpu-torch@" + DIGEST, "--no-container-mount-home",
+                    "--container-env=GLOO_SOCKET_IFNAME", "--multi-prog", "/runs/r/multi-prog.conf"]
+    assert env == {"GLOO_SOCKET_IFNAME": "eth0"}  # to srun's environment, not its argv
+    assert conf == "".join(f"{r} {TORCH.format(r=r)}\n" for r in (0, 1))
+
+
+def test_task_exit_statuses_from_srun_own_lines():
+    from repro.schedulers.slurm import task_exits
+
+    lines = ["srun: error: n2: task 1: Exited with exit code 3", "srun: error: n1: tasks 0-1: Exited with exit code 1",
+             "srun: error: n1: task 2: Exited with exit code 7", "srun: Job step aborted: Waiting up to 32 seconds",
+             "srun: error: elsewhere: task 9: Exited with exit code 4"]
+    assert task_exits(lines, ["n1", "n2"]) == {"n1": 7, "n2": 3}
+
+
+def test_pyxis_allocation_holds_a_task_per_mpi_rank():
+    from repro.plan import scheduled_plan
+
+    m = find_target("ngc-tf1-rn50-a100")
+    cells = [c for c in select_cells(m) if c.nodes == 1 and c.gpus_per_node == 8]
+    _, text = scheduled_plan(m, cells, None, "slurm:container=pyxis")
+    assert "  #SBATCH --ntasks-per-node=8\n" in text
+    steps = [shlex.split(ln.strip()[2:]) for ln in text.splitlines() if ln.startswith("  $ srun")]
+    assert len(steps) == len(cells) and all(s[:2] == ["srun", "--mpi=pmix"] and "--ntasks=8" in s for s in steps)
+    _, text = scheduled_plan(m, cells, None, "slurm")  # docker: mpirun in the head container, one agent a node
+    assert "  #SBATCH --ntasks-per-node=1\n" in text

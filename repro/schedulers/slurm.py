@@ -13,12 +13,17 @@ MPI targets keep their own ``mpirun`` inside the allocation (the head container 
 other ranks through the per-run sshd in each node's container): Slurm's PMI does not reach
 into containers the Docker engine starts, and the images' Open MPI needs no Slurm support.
 
-``container: pyxis``: the step is rendered as ``srun --container-image=…`` text (``render_pyxis``);
-MPI targets then use ``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do.
+``container: pyxis``: each cell is a job step ``srun --container-image=REGISTRY#REPO@DIGEST …``
+(``pyxis_step``) with the ranks' commands through ``--multi-prog``; MPI targets use
+``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do. No engine on the nodes.
+
+Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes;
+``repro plan`` shows the allocation's script and every cell's step from the functions here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -34,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro.errors import EnvironmentUnavailable, PluginUnavailable, RunFailed, UsageError
+from repro.errors import EnvironmentUnavailable, RunFailed, UsageError
 from repro.hosts import Hosts, Node
 from repro.events import Event
 from repro.manifest import Cell, Manifest
@@ -43,6 +48,7 @@ from repro.schedulers import KEYS, SCHEDULERS
 AGENT = Path(__file__).with_name("agent.py")
 ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
+PREFLIGHT_TIME = "5"  # minutes: preflight's own allocation, where it is not run inside one
 HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
         "exec sleep 2147483647")
 
@@ -88,7 +94,7 @@ def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOL
                   output: str = "/dev/null") -> str:
     """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
     lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive"]
+             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive", "#SBATCH --no-requeue"]
     for key in ("partition", "account", "time", "constraint"):
         if cfg.get(key):
             lines.append(f"#SBATCH --{key}={cfg[key]}")
@@ -101,6 +107,18 @@ def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
             f"--job-name={step}", "python3", "-c", AGENT.read_text(encoding="utf-8")]
+
+
+#: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the
+#: node's sh without the DOCKER_HOST srun exports from where the kit runs (a job step uses its node's engine).
+PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c", 'printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; exec sh -s']
+
+
+def preflight_argv(job: str, nodes: Sequence[str]) -> list[str]:
+    """The job step that runs preflight's probe script once on each node, output labelled by task."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--job-name=repro-preflight",
+            *PREFLIGHT_STEP]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: Mapping[str, tuple[bytes, int]],
@@ -123,42 +141,114 @@ def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: 
     return {"ranks": ranks, "ready_s": 60}
 
 
-def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, cfg: Mapping[str, str]) -> str:
-    """The batch script that runs one cell under pyxis/enroot: exact text (pyxis is not installable here).
+def pyxis_uri(image: str) -> str:
+    """An image reference as pyxis/enroot name it: ``REGISTRY#PATH`` where the registry is named."""
+    registry, _, path = image.partition("/")
+    return f"{registry}#{path}" if "." in registry or ":" in registry else image
 
-    The image by digest from its registry, the manifest's mounts, env and workdir; no sshd.
-    Per-rank commands go through ``--multi-prog``; MPI targets run one task per rank with PMIx.
-    Every rank's output is labelled with its rank in the job's output file.
-    """
+
+def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
+               conf: str) -> tuple[list[str], dict[str, str], str | None]:
+    """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the environment
+    srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
+    ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=pmix`` starts one
+    task per rank, no sshd, as NVIDIA's recipes do). The image by digest from its registry, the manifest's
+    mounts and workdir; every task's output labelled with its rank."""
     from repro.launchers.base import fill
 
     first = plans[0]
-    registry, _, path = image.partition("/")
-    uri = f"{registry}#{path}" if "." in registry or ":" in registry else image
     mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
                       for src, m in first.container.get("volumes", {}).items())
     env = dict(first.container["environment"])
-    srun = ["srun", f"--container-image={uri}", "--no-container-mount-home"]
-    srun += [f"--container-mounts={mounts}"] if mounts else []
+    opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home"]
+    opts += [f"--container-mounts={mounts}"] if mounts else []
     if "working_dir" in first.container:
-        srun.append(f"--container-workdir={first.container['working_dir']}")
+        opts.append(f"--container-workdir={first.container['working_dir']}")
     if env:
-        srun.append(f"--container-env={','.join(sorted(env))}")
-    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    per_node = 1
+        opts.append(f"--container-env={','.join(sorted(env))}")
     if manifest.launch.kind == "mpi":
-        per_node = cell.gpus_per_node if manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node" else 1
-        nodes = [p.command.node for p in plans]
-        argv = fill(manifest.launch.command, manifest.launch, cell, nodes, 0)
-        body.append(shlex.join(["srun", "--mpi=pmix", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
-                                f"--ntasks-per-node={per_node}", "--label", *srun[1:], *argv]))
-    else:
-        conf = "\n".join(f"{p.command.rank} {shlex.join(p.command.command)}" for p in plans)
-        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf, "REPRO_EOF",
-                 shlex.join(["srun", f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1",
-                             "--label", *srun[1:], "--multi-prog", "repro-multi-prog.conf"])]
+        per_node = pyxis_tasks_per_node(manifest, cell)
+        argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
+                 f"--ntasks-per-node={per_node}", "--label", *opts, *argv], env, None)
+    text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
+    return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label", *opts,
+             "--multi-prog", conf], env, text)
+
+
+def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
+    """Tasks per node of a pyxis cell: one per rank for MPI targets (srun starts them), else one launcher per node."""
+    if manifest.launch.kind == "mpi" and manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node":
+        return cell.gpus_per_node
+    return 1
+
+
+def pyxis_head(job: str, nodes: Sequence[str], step: str) -> list[str]:
+    """srun's options for a pyxis cell as a job step of the run's allocation."""
+    return ["srun", f"--jobid={job}", f"--nodelist={','.join(nodes)}", "--overlap", "--kill-on-bad-exit=1",
+            f"--job-name={step}"]
+
+
+def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, cfg: Mapping[str, str]) -> str:
+    """A batch script that runs one cell under pyxis/enroot on its own (exact text; pyxis is not installable
+    here): the same job step ``repro up`` starts in its allocation, after the env it passes."""
+    argv, env, conf = pyxis_step(manifest, cell, plans, image, ["srun"], "repro-multi-prog.conf")
+    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    if conf is not None:
+        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf.rstrip("\n"), "REPRO_EOF"]
+    body.append(shlex.join(argv))
+    per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
     return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body), per_node=per_node,
                          output=f"repro-{manifest.id}-{cell.key}-%j.out")
+
+
+def render_plan_slurm(cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
+                      stand_ins: bool = False) -> str:
+    """What ``repro up`` submits under Slurm, from the functions that render it there: the allocation's batch
+    script, then each cell's job step (``JOBID``: the allocation's id, known once submitted)."""
+    from repro.plan import image_reference, plan_cell
+    from repro.redact import redact_argv, redact_text
+
+    need = max(c.nodes for c in cells)
+    pyxis = cfg.get("container") == "pyxis"
+    lines = ["", "slurm: " + ", ".join(f"{k} {cfg[k]}" for k in KEYS[1:] if cfg.get(k)) if len(cfg) > 1 else "slurm",
+             "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):"]
+    if stand_ins:
+        lines.insert(2, f"nodes: node1..node{need} stand for the nodes Slurm allocates; `repro up` renders every "
+                        "cell with their names and addresses")
+    per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if pyxis else 1
+    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need,
+                                                              per_node=per_node).splitlines()]
+    image = image_reference(manifest)
+    if pyxis and "build" in manifest.image:
+        image = f"REGISTRY/{image}@DIGEST"
+        lines.append(f"image: {image} (pyxis pulls the image pushed with --push REGISTRY, by digest)")
+    for cell in cells:
+        plans = plan_cell(manifest, cell, hosts)
+        names = [p.command.node.name for p in plans]
+        lines += ["", f"cell {cell.key}: job step"]
+        if pyxis:
+            argv, env, conf = pyxis_step(manifest, cell, plans, image, pyxis_head("JOBID", names, f"repro-{cell.key}"),
+                                         "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf")
+            lines += [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
+            lines.append(f"  $ {shlex.join(redact_argv(argv))}")
+            if conf is not None:
+                lines.append("  multi-prog.conf:")
+                lines += [f"    {redact_text(ln)}" for ln in conf.splitlines()]
+            continue
+        lines.append(f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
+                     "<repro/schedulers/agent.py> < SPEC")
+        spec = step_spec(plans, "RUN", cell, image, {}, None)
+        for rank in spec["ranks"]:
+            lines.append(f"  task {spec['ranks'].index(rank)} on {rank['node']}: docker create --name {rank['name']} "
+                         f"{shlex.join(redact_argv(rank['create']))}")
+    return "\n".join(lines) + "\n"
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    from repro.redact import redact_argv
+
+    return {k: redact_argv([f"{k}={v}"])[0].partition("=")[2] for k, v in env.items()}
 
 
 def _now(epoch: float | None = None) -> str:
@@ -187,7 +277,14 @@ class SlurmScheduler:
         self.steps: list[dict[str, Any]] = []
         self.waited_s: float | None = None
         self.released = False
+        self.checked = False
         self.probed: list[dict[str, Any]] = []
+
+    def per_node(self) -> int:
+        """The allocation's tasks per node: under pyxis, the most any cell's job step starts on a node."""
+        if self.cfg.get("container") != "pyxis":
+            return 1
+        return max((pyxis_tasks_per_node(self.manifest, c) for c in self.cells), default=1)
 
     def where(self, key: str) -> str:
         """Where a setting came from, for errors: the command line or the inventory."""
@@ -196,7 +293,9 @@ class SlurmScheduler:
         return f"{self.inventory.path}: scheduler.{key}"
 
     # -- checks (nothing is submitted until all pass) --------------------------------------
-    def check(self, need: int) -> None:
+    def check(self, need: int, *, preflight: bool = False) -> None:
+        """Everything Slurm can say before a submission; ``preflight``: a short allocation to probe the nodes."""
+        self.checked = True
         ping = _cli(["scontrol", "ping"])
         if ping.returncode != 0 or "UP" not in ping.stdout:
             text = (ping.stdout + ping.stderr).strip().splitlines()[0] if (ping.stdout + ping.stderr).strip() else ""
@@ -209,10 +308,6 @@ class SlurmScheduler:
             raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no --container-image "
                              "(the pyxis plugin is not installed)",
                              hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
-        if self.cfg.get("container") == "pyxis":
-            raise PluginUnavailable(f"{self.where('container')}: pyxis: this version renders a cell's pyxis job "
-                                    "script (render_pyxis) but does not run it yet",
-                                    hint="use container: docker where nodes run a Docker engine")
         if os.environ.get("SLURM_JOB_ID"):
             return
         partitions = [p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()]
@@ -228,13 +323,17 @@ class SlurmScheduler:
             raise UsageError(f"{self.where('partition')}: the matrix needs {need} nodes, partition {part} has {total}",
                              hint="choose a larger partition, or filter the cells: --cells nodes=" + str(total))
         limit = seconds(self.cfg["time"]) if self.cfg.get("time") else None
-        longest = self.manifest.launch.timeout_s
+        longest = self.manifest.launch.timeout_s if self.manifest and not preflight else 0
         if limit is not None and limit < longest:
             raise UsageError(f"{self.where('time')}: {self.cfg['time']} ({limit} s) is shorter than one repeat of "
                              f"{self.manifest.id} may take (launch.timeout_s {longest} s)",
                              hint=f"give at least time={-(-longest // 60)} (minutes); a run cut off by the limit "
                                   "resumes with repro up --resume RUN_DIR")
-        self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need)
+        if preflight:
+            short = PREFLIGHT_TIME if limit is None or limit > seconds(PREFLIGHT_TIME) else self.cfg["time"]
+            self.script = render_sbatch({**self.cfg, "time": short}, "repro-preflight", need)
+        else:
+            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need, per_node=self.per_node())
         test = _cli(["sbatch", "--test-only"], stdin=self.script)
         if test.returncode != 0:
             why = " ".join(test.stderr.replace("sbatch: error:", "").split())
@@ -245,8 +344,11 @@ class SlurmScheduler:
                                   "this account may use); nothing was submitted")
 
     # -- the allocation ----------------------------------------------------------------------
-    def open(self, need: int) -> Hosts:
-        self.check(need)
+    def open(self, need: int, *, preflight: bool = False) -> Hosts:
+        """The allocation (submitted, or the one the kit runs in) and its nodes; ``preflight``: a short one,
+        and no agent probe (preflight's own probe reports every node)."""
+        if not self.checked:
+            self.check(need, preflight=preflight)
         t0 = time.monotonic()
         if os.environ.get("SLURM_JOB_ID"):
             self.job = os.environ["SLURM_JOB_ID"]
@@ -266,16 +368,63 @@ class SlurmScheduler:
             raise UsageError(f"Slurm allocation {self.job} has {len(names)} node(s), the matrix needs {need}",
                              hint="salloc/sbatch with more nodes, or filter the cells with --cells")
         known = {n.name: n for n in self.inventory.nodes}
-        for name in names[:need]:
+        for name in names if preflight and not self.owned else names[:need]:  # preflight: every node it runs in
             addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
-        if self.cfg.get("container", "docker") == "docker":
+        if self.cfg.get("container", "docker") == "docker" and not preflight:
             self.probe()
         inv = self.inventory
         # the settings in effect (inventory and command line) go with the nodes, so a run directory resumes with them
         settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
         return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings)
+
+    def preflight(self, nodes: Sequence[Node], *, dataset: Any = None, timeout: float = 120,
+                  **_: Any) -> list[Any]:
+        """preflight's probe script (the one it runs over SSH) as one job step on the allocated nodes, one task
+        per node with the script on stdin; a report per node, as over SSH (a node the step did not reach gets
+        a row saying why)."""
+        from repro.preflight import NodeReport, Probe, node_report, probe_script
+
+        names = [n.name for n in nodes]
+        script = probe_script(Node(names[0], names[0]), dataset)  # docker_host None: each node's own engine
+        proc = subprocess.Popen(preflight_argv(str(self.job), names), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        tasks: dict[int, list[str]] = {}
+        arrival: dict[int, float] = {}
+        other: list[str] = []
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(script.encode())
+            proc.stdin.close()
+            for raw in proc.stdout:
+                m = LABELLED.match(raw.decode("utf-8", "replace").rstrip("\n"))
+                if not m:
+                    other.append(raw.decode("utf-8", "replace").strip())
+                    continue
+                lines = tasks.setdefault(int(m.group(1)), [])
+                lines.append(m.group(2))
+                if len(lines) == 2:  # the node's name, then its date: the clock line
+                    arrival[int(m.group(1))] = time.time()
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+        by_node = {lines[0]: (task, lines[1:]) for task, lines in tasks.items() if lines}
+        why = " ".join(" | ".join(other[-3:]).split())[:300] or f"srun exit status {proc.returncode}"
+        out = []
+        for n in nodes:
+            if n.name not in by_node:
+                out.append(NodeReport(n.name, n.address, Probe(reason=f"the preflight job step of Slurm job "
+                                                                      f"{self.job} did not run on it: {why}")))
+                continue
+            task, lines = by_node[n.name]
+            report = node_report(n, "\n".join(lines) + "\n", Probe(detail="srun"), arrival.get(task),
+                                 f"exit {rc}", dataset)
+            # under pyxis, enroot runs the containers: the node needs no Docker engine
+            out.append(report if self.engines else dataclasses.replace(report, docker=Probe("pyxis", detail="enroot")))
+        return out
 
     def probe(self) -> None:
         """A job step on every allocated node before any cell: each must reach a Docker engine from inside a step."""
@@ -339,6 +488,11 @@ class SlurmScheduler:
             self.progress(Event("info", f"Slurm job {self.job} cancelled" if interrupted else
                                 f"Slurm job {self.job} released"))
 
+    @property
+    def engines(self) -> bool:
+        """Whether the nodes' Docker engines run the containers (not under pyxis: enroot does, from the registry)."""
+        return self.cfg.get("container", "docker") == "docker"
+
     # -- one cell = one job step -------------------------------------------------------------
     def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
                     clients: Any = None, timeout_s: float | None = None,
@@ -349,6 +503,9 @@ class SlurmScheduler:
         from repro.launchers.mpi import DEFAULT_SSH_PORT
         from repro.plan import plan_cell
 
+        if not self.engines:
+            return self._launch_pyxis(manifest, cell, hosts, log_dir, timeout_s=timeout_s, on_event=on_event,
+                                      image=image, log_writer=log_writer)
         plans = plan_cell(manifest, cell, hosts)
         image = image or plans[0].image
         port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if manifest.launch.kind == "mpi" else None
@@ -437,6 +594,95 @@ class SlurmScheduler:
             raise CellFailed(cell, results)
         return results
 
+    def _launch_pyxis(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *,
+                      timeout_s: float | None, on_event: Callable[[tuple[str, str, str]], None] | None,
+                      image: str | None, log_writer: Callable[[int, str], Any] | None) -> list[Any]:
+        """One cell as a pyxis job step of the allocation: srun starts every rank in an enroot container of the
+        image (by digest, from its registry); each task's labelled output goes to its node's log; a task's exit
+        status comes from srun's own report of it. enroot's containers end with the step: none to remove."""
+        from repro.launch import CellFailed, NodeResult, _FileSink
+        from repro.launchers.base import fill
+        from repro.plan import plan_cell
+
+        plans = plan_cell(manifest, cell, hosts)
+        names = [p.command.node.name for p in plans]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        conf_path = log_dir / "multi-prog.conf"
+        argv, env, conf = pyxis_step(manifest, cell, plans, str(image or plans[0].image),
+                                     pyxis_head(str(self.job), names, f"repro-{cell.key}"), str(conf_path))
+        if conf is not None:
+            conf_path.write_text(conf, encoding="utf-8")
+        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
+        mpi = manifest.launch.kind == "mpi"
+        program = tuple(fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)) \
+            if mpi else ()
+        writer = log_writer or (lambda rank, node: _FileSink(log_dir / f"{rank}-{node}.log"))
+        results = [NodeResult(p.command.node.name, p.command.node.address, i, "mpi-rank" if mpi else p.command.role,
+                              program or p.command.command, "") for i, p in enumerate(plans)]
+        sinks = [writer(r.rank, r.node) for r in results]
+        for r, sink in zip(results, sinks):
+            r.log = str(sink.path)
+        emit = on_event or (lambda e: None)
+        submitted = time.time()
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        started = _now()
+        for r in results:
+            r.started = started
+            emit(("started", r.node, started))
+        other: list[str] = []
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.terminate()  # srun passes it on to the step's tasks
+
+        timer = threading.Timer(timeout_s or manifest.launch.timeout_s, expire)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                m = LABELLED.match(line)
+                if not m or int(m.group(1)) // per_node >= len(results):
+                    other.append(line)
+                    continue
+                i = int(m.group(1)) // per_node
+                sinks[i].write((m.group(2) + "\n").encode())
+                results[i].tail = (results[i].tail + [m.group(2)])[-20:]
+                emit(("line", results[i].node, m.group(2)))
+            proc.wait()
+        except BaseException:
+            with _sigint_ignored():
+                proc.terminate()
+                proc.wait(60)
+            raise
+        finally:
+            timer.cancel()
+            for s in sinks:
+                s.close()
+            ended = _now()
+            for r in results:
+                r.ended = ended
+            self.steps.append({"cell": cell.key, "srun": argv, "env": sorted(env), "submitted": _now(submitted),
+                               "exit_code": proc.returncode, "started": {r.node: r.started for r in results}})
+        timed_out = expired.is_set()
+        codes = task_exits(other, names)
+        for r in results:
+            r.exit_code = codes.get(r.node, 0 if proc.returncode == 0 else None)
+            if timed_out:
+                r.error = f"timed out after {timeout_s or manifest.launch.timeout_s:.0f} s"
+            elif r.exit_code is None:
+                r.error = "the job step ended without the task's exit: " + " | ".join(other[-3:])
+            emit(("exited", r.node, str(r.exit_code)))
+        if not all(r.ok for r in results):
+            state = self.job_state()
+            if state in ENDED_BY_SLURM:
+                raise SchedulerStopped(f"Slurm ended job {self.job} ({state}) while cell {cell.key} ran",
+                                       hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
+            raise CellFailed(cell, results)
+        return results
+
     def _read(self, step: _Step, results: list[Any], sinks: list[Any]) -> None:
         """srun's merged output: labelled lines to the rank's log (or events), the rest kept as srun's own."""
         assert step.proc.stdout is not None
@@ -493,6 +739,19 @@ class SlurmScheduler:
             return
         argv = srun_argv(str(self.job), nodes, "repro-sweep")
         _cli(argv, stdin=json.dumps({"sweep": run_id}), timeout=60)
+
+
+TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): Exited with exit code (\d+)$")
+
+
+def task_exits(lines: Sequence[str], nodes: Sequence[str]) -> dict[str, int]:
+    """The non-zero exit statuses srun reports for a step's tasks, by node (the highest of a node's tasks)."""
+    out: dict[str, int] = {}
+    for line in lines:
+        m = TASK_EXIT.match(line.strip())
+        if m and m.group(1) in nodes:
+            out[m.group(1)] = max(out.get(m.group(1), 0), int(m.group(3)))
+    return out
 
 
 def _await_removal(clients: Mapping[str, Any] | None, results: Sequence[Any], wait_s: float = 30) -> None:
