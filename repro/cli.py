@@ -535,14 +535,23 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                      accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
                      scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
+    stopped_by = [signal.SIGINT]
+
+    def stop(signum: int, _frame: object) -> None:  # kill, a closed terminal: cleaned up as a Ctrl-C is
+        stopped_by[0] = signum
+        raise KeyboardInterrupt
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, stop)
     try:
         result = run_up(target, opts, progress)
     except Interrupted as e:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping already: another Ctrl-C only brings a traceback
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)  # stopping already: another signal only brings a traceback
         progress.close()
         click.echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
                    err=True)
-        sys.exit(130)
+        sys.exit(128 + stopped_by[0])
     finally:
         progress.close()
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ

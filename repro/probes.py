@@ -47,8 +47,8 @@ export LC_ALL=C PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
 H={docker_host}; D() {{ docker ${{H:+-H "$H"}} "$@"; }}
 s() {{ printf '\n@@repro:%s\n' "$1"; }}; e() {{ printf '\n@@repro-rc:%s\n' "$?"; }}
 has() {{ command -v "$1" >/dev/null 2>&1; }}
-s docker; out=$(D info --format '{{{{.DockerRootDir}}}}{{{{"\n"}}}}{{{{json .}}}}' 2>&1); rc=$?
-printf '%s' "$out"; (exit $rc); e; root=$(printf '%s\n' "$out" | sed -n 1p)
+s docker; out=$(D info --format '{docker_format}' 2>&1); rc=$?
+printf '%s' "$out"; (exit $rc); e; root=$(printf '%s\n' "$out" | sed -n 's/^root=//p')
 s df; if [ {local_engine} = 1 ] && [ $rc = 0 ] && [ -d "$root" ]; then df -Pk "$root" 2>&1
 else echo 'no data root on this machine'; false; fi; e
 s gpus; if has nvidia-smi; then nvidia-smi --query-gpu={gpu_fields} --format=csv,noheader,nounits 2>&1
@@ -84,7 +84,8 @@ def node_script(docker_host: str | None, extra: str = "") -> str:
     ``extra`` sections; ``docker_host`` (the inventory's) enters it shell-quoted only."""
     local_engine = int(docker_host is None or docker_host.startswith("unix://"))
     return _SCRIPT.format(docker_host=shlex.quote(docker_host or ""), local_engine=local_engine,
-                          gpu_fields=",".join(GPU_FIELDS), apps_query=COMPUTE_APPS_QUERY) + extra
+                          gpu_fields=",".join(GPU_FIELDS), apps_query=COMPUTE_APPS_QUERY,
+                          docker_format=DOCKER_INFO_FORMAT) + extra
 
 
 def parse_sections(text: str) -> dict[str, tuple[str, int]]:
@@ -300,18 +301,18 @@ def parse_ofed_info(text: str) -> str:
     return m[1]
 
 
+# the facts used, one short line each: srun splits a long output line (at 1 KiB) when it labels a job step's output
+DOCKER_INFO_FORMAT = ('root={{.DockerRootDir}}{{"\\n"}}version={{.ServerVersion}}{{"\\n"}}driver={{.Driver}}{{"\\n"}}'
+                      'default_runtime={{.DefaultRuntime}}{{"\\n"}}runtimes={{range $k, $v := .Runtimes}}{{$k}} {{end}}')
+
+
 def parse_docker_info(text: str) -> DockerInfo:
-    """``docker info --format '{{.DockerRootDir}}{{"\\n"}}{{json .}}'``: the data root, then the whole document."""
-    root, _, rest = text.strip().partition("\n")
-    doc = next((ln for ln in rest.splitlines() if ln.startswith("{")), None)  # warnings may come around it
-    try:
-        info = json.loads(doc) if doc else None
-    except ValueError as e:
-        raise ValueError(f"docker info: unreadable output: {e}") from None
-    if not isinstance(info, dict) or not info.get("ServerVersion"):
+    """``docker info --format DOCKER_INFO_FORMAT``: ``key=value`` lines (warnings may come around them)."""
+    info = dict(ln.partition("=")[::2] for ln in text.splitlines() if "=" in ln)
+    if not info.get("version", "").strip():
         raise ValueError(f"docker info printed no server version: {text.strip()[:200]!r}")
-    return DockerInfo(str(info["ServerVersion"]), root.strip(), info.get("Driver") or None,
-                      tuple(sorted(info.get("Runtimes") or {})), info.get("DefaultRuntime") or None)
+    return DockerInfo(info["version"].strip(), info.get("root", "").strip(), info.get("driver", "").strip() or None,
+                      tuple(sorted(info.get("runtimes", "").split())), info.get("default_runtime", "").strip() or None)
 
 
 def _rate(text: str | None) -> float | None:

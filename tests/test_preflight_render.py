@@ -133,7 +133,7 @@ def test_docker_info() -> None:
     assert info == DockerInfo("20.10.24+dfsg1", "/var/lib/docker", "overlay2",
                               ("io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"), "runc")
     with pytest.raises(ValueError, match="no server version"):
-        parse_docker_info("/var/lib/docker\n{}")
+        parse_docker_info("root=/var/lib/docker\nWARNING: No swap limit support\n")
 
 
 def test_ib_sysfs_listing() -> None:

@@ -197,14 +197,15 @@ def test_time_limit_kill_is_recorded_and_resumes(cluster, env, inventory, target
     assert containers(cluster, **{"repro.run": run.name}) == []
 
 
-def test_mpi_ctrl_c_cancels_the_job_and_resumes(cluster, env, inventory, targets, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_mpi_ctrl_c_or_kill_cancels_the_job_and_resumes(cluster, env, inventory, targets, tmp_path, sig):
     up = Up(up_argv(targets["mpi"], inventory, tmp_path, cluster), env)
     up.until(lambda e: e.get("kind") == "cell", 600)
     job = up.job
     wait_for_containers(cluster, "mpi-rn50-cpu", 2)
-    up.proc.send_signal(signal.SIGINT)
+    up.proc.send_signal(sig)
     rc, _, err = up.finish(120)
-    assert rc == 130, err[-2000:]
+    assert rc == 128 + sig, err[-2000:]
     assert jobs(env)[job] == "CANCELLED"
     run = run_dir_of(tmp_path)
     assert containers(cluster, **{"repro.run": run.name}) == []
