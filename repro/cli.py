@@ -535,14 +535,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                      accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
                      scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
-    stopped_by = [signal.SIGINT]
-
-    def stop(signum: int, _frame: object) -> None:  # kill, a closed terminal: cleaned up as a Ctrl-C is
-        stopped_by[0] = signum
-        raise KeyboardInterrupt
-
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, stop)
+    stopped_by = stop_as_interrupt()
     try:
         result = run_up(target, opts, progress)
     except Interrupted as e:
@@ -559,6 +552,22 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     if result.failed:
         sys.exit(5)
     sys.exit(exit_code(result.verdicts, failing))
+
+
+def stop_as_interrupt() -> list[int]:
+    """SIGTERM (a kill) and SIGHUP (a closed terminal) stop ``repro up`` as Ctrl-C does, so it cleans up the
+    same way; a signal the caller ignores (``nohup``) stays ignored. Returns a one-item list holding the
+    signal that stopped the run (SIGINT until another one arrives)."""
+    stopped_by = [int(signal.SIGINT)]
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by[0] = signum
+        raise KeyboardInterrupt
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, stop)
+    return stopped_by
 
 
 @cli.command()
