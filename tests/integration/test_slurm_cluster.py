@@ -243,10 +243,16 @@ def test_bad_slurm_settings_submit_nothing(cluster, env, tmp_path, scheduler, me
     assert set(jobs(env)) == set(before) and not any(tmp_path.glob("*/state.json"))
 
 
-def test_too_few_nodes_in_the_partition(cluster, env, tmp_path):
+def three_node_target(tmp_path: Path) -> Path:
+    """torch-rn50-cpu with a 3-node cell: more nodes than the test cluster's partition has."""
     manifest = tmp_path / "three.yaml"
     manifest.write_text((ROOT / "manifests" / "torch-rn50-cpu.yaml").read_text().replace("nodes: [1, 2]",
                                                                                           "nodes: [1, 3]"))
+    return manifest
+
+
+def test_too_few_nodes_in_the_partition(cluster, env, tmp_path):
+    manifest = three_node_target(tmp_path)
     inv = tmp_path / "hosts.yaml"
     inv.write_text("schema_version: 1\nscheduler: {kind: slurm, partition: debug, time: '1:00:00'}\n")
     before = jobs(env)
@@ -335,9 +341,7 @@ def test_preflight_bad_slurm_settings_submit_nothing(cluster, env, tmp_path, sch
 
 
 def test_preflight_too_few_nodes_and_slurm_down(cluster, env, tmp_path):
-    manifest = tmp_path / "three.yaml"
-    manifest.write_text((ROOT / "manifests" / "torch-rn50-cpu.yaml").read_text().replace("nodes: [1, 2]",
-                                                                                          "nodes: [1, 3]"))
+    manifest = three_node_target(tmp_path)
     inv = tmp_path / "hosts.yaml"
     inv.write_text("schema_version: 1\nscheduler: {kind: slurm, partition: debug}\n")
     before = jobs(env)
