@@ -106,11 +106,11 @@ def _repository(url: str, commit: str) -> Iterator[Path]:
             yield found
             return
     with tempfile.TemporaryDirectory(prefix="repro-check-") as tmp:
-        git(["init", "-q", "--bare", tmp], timeout=60)
+        git(["init", "-q", "--bare", "--", tmp], timeout=60)
         try:
-            git(["--git-dir", tmp, "fetch", "-q", "--depth", "1", repository_url(url), commit])
+            git(["--git-dir", tmp, "fetch", "-q", "--depth", "1", "--", repository_url(url), commit])
         except BuildError:
-            git(["--git-dir", tmp, "fetch", "-q", repository_url(url), "+refs/heads/*:refs/remotes/src/*",
+            git(["--git-dir", tmp, "fetch", "-q", "--", repository_url(url), "+refs/heads/*:refs/remotes/src/*",
                  "+refs/tags/*:refs/tags/*"])
         yield Path(tmp)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.errors import InputError, Problem
+from repro.schedulers.settings import problems as scheduler_problems
 from repro.schema import read_yaml, validate
 
 
@@ -93,6 +94,8 @@ def load_hosts(path: Path | None) -> Hosts:
         problems.append(doc.problem(["nodes"], "no nodes: only a Slurm inventory may leave them to the scheduler",
                                     "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"))
     if not problems:
+        problems += [doc.problem(["scheduler", key], why, fix)
+                     for key, why, fix in scheduler_problems(doc.data.get("scheduler") or {})]
         seen: dict[tuple[str, str], int] = {}
         for i, n in enumerate(doc.data.get("nodes", [])):
             for key in ("name", "address"):

@@ -45,7 +45,7 @@ def test_scheduler_spec_and_inventory_section_merge_key_by_key():
 
 
 def test_bad_scheduler_specs_name_the_fix():
-    with pytest.raises(UsageError, match=r"'queue=gpu' is not KEY=VALUE with KEY one of partition, account, time"):
+    with pytest.raises(UsageError, match=r"'queue=gpu' is not KEY=VALUE with KEY one of partition, account, qos, reservation, time"):
         parse_spec("slurm:queue=gpu")
     with pytest.raises(UnknownPlugin, match=r"no scheduler 'pbs'; available: slurm, ssh"):
         scheduler_config(None, "pbs")
@@ -95,7 +95,7 @@ def test_cell_job_step_argv_exact():
     argv = srun_argv("42", ["n1", "n2"], "repro-2n1g-fp32-bs8")
     assert argv[:-1] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
                          "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
-                         "--job-name=repro-2n1g-fp32-bs8", "python3", "-c"]
+                         "--job-name=repro-2n1g-fp32-bs8", "--", "python3", "-c"]
     assert argv[-1] == AGENT.read_text()
     compile(argv[-1], "agent", "exec")  # the agent runs as python3 -c on the node
 
@@ -179,7 +179,7 @@ def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
     assert last == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
                     "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS",
-                    "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
+                    "--", "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
     assert "sshd" not in text and "mpirun" not in text
     assert text.splitlines()[-4:-1] == ["export OMPI_ALLOW_RUN_AS_ROOT=1", "export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
@@ -240,7 +240,7 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
                     "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
                     + ALLOCATION.format(target="torch-rn50-cpu") + "\ncell 2n1g-fp32-bs8: job step\n"
                     "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
-                    "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 python3 -c "
+                    "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
                     "<repro/schedulers/agent.py> < SPEC\n"
                     + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
     # the allocation in the plan is the batch script up submits
@@ -266,7 +266,7 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
                       "--job-name=repro-2n1g-fp32-bs8 --nodes=2 --ntasks=2 --ntasks-per-node=1 --label "
                       "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home "
                       "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
-                      "OMP_NUM_THREADS python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
+                      "OMP_NUM_THREADS -- python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
                       "--precision fp32\n")
     f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
     hosts, text = scheduled_plan(m, [cell], f, None)

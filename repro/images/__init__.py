@@ -155,7 +155,7 @@ def _in_registry(local: docker.DockerClient, ref: Ref) -> bool:
 
 def branch_commit(repository: str, branch: str) -> str:
     """Where ``branch`` (or tag) of ``repository`` points now (``git ls-remote``)."""
-    out = git(["ls-remote", repository_url(repository), f"refs/heads/{branch}", f"refs/tags/{branch}^{{}}",
+    out = git(["ls-remote", "--", repository_url(repository), f"refs/heads/{branch}", f"refs/tags/{branch}^{{}}",
                f"refs/tags/{branch}"], timeout=120)
     refs = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
     for name in (f"refs/heads/{branch}", f"refs/tags/{branch}^{{}}", f"refs/tags/{branch}"):

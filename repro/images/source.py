@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -24,13 +25,21 @@ log = logging.getLogger(__name__)
 GIT_TIMEOUT_S = 1800
 #: Written into the checkout: what it is, for anyone who finds it inside an image.
 STAMP = ".repro-source.json"
+#: The only transports the kit's git calls may use: a URL can never name a transport helper (``ext::``) that
+#: runs a command, whatever a manifest or ``--git-mirror`` says.
+PROTOCOLS = ("-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always",
+             "-c", "protocol.file.allow=always")
+#: What a repository or mirror may be: an https://, ssh:// or file:// URL, or an absolute path.
+SAFE_URL = re.compile(r"^(https://|ssh://|file:///?|/)[^\s\x00-\x1f\x7f]*$")
 
 
 def git(args: Sequence[str], cwd: Path | None = None, timeout: int = GIT_TIMEOUT_S) -> str:
-    """Run git (argv, no shell); return stdout; raise BuildError with git's own message."""
+    """Run git (argv, no shell; only the PROTOCOLS transports); return stdout; raise BuildError with git's
+    own message. Callers put ``--`` before positional values that could begin with ``-``."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(["git", *PROTOCOLS, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
     except FileNotFoundError as e:
         raise EnvironmentUnavailable("git is not installed", hint="install git (apt-get install git)") from e
     except subprocess.TimeoutExpired as e:
@@ -45,10 +54,13 @@ Mirrors = tuple[tuple[str, str], ...]
 
 
 def parse_mirror(text: str) -> tuple[str, str]:
-    """``PREFIX=URL`` (``--git-mirror``) as a pair; ValueError when it has no ``=``."""
+    """``PREFIX=URL`` (``--git-mirror``) as a pair; ValueError when it has no ``=`` or URL is not a safe URL."""
     prefix, sep, url = text.partition("=")
     if not sep or not prefix or not url:
         raise ValueError(f"{text!r} is not PREFIX=URL (e.g. https://github.com/=/srv/git/)")
+    if not SAFE_URL.match(url):
+        raise ValueError(f"{text!r}: the mirror {url!r} is not an https://, ssh:// or file:// URL or an absolute "
+                         "path (e.g. https://github.com/=/srv/git/)")
     return prefix, url
 
 
@@ -61,21 +73,25 @@ def mirrored(repository: str, mirrors: Mirrors) -> str:
 
 
 def repository_url(repository: str) -> str:
-    """A local path becomes a file:// URL (git fetches by commit from either)."""
+    """A local path becomes a file:// URL (git fetches by commit from either); BuildError for anything that is
+    not a SAFE_URL (a mirror prefix can make one out of a manifest's repository)."""
+    if not SAFE_URL.match(repository):
+        raise BuildError(f"{repository!r} is not an https://, ssh:// or file:// URL or an absolute path",
+                         hint="check source.repository in the manifest and the --git-mirror values")
     return f"file://{repository}" if repository.startswith("/") else repository
 
 
 def fetch_commit(repository: str, commit: str, dest: Path) -> None:
     """``dest`` becomes a checkout of exactly ``commit`` (detached), verified with rev-parse."""
     dest.mkdir(parents=True, exist_ok=True)
-    git(["init", "-q", str(dest)])
+    git(["init", "-q", "--", str(dest)])
     url = repository_url(repository)
     try:
-        git(["fetch", "-q", "--depth", "1", url, commit], cwd=dest)
+        git(["fetch", "-q", "--depth", "1", "--", url, commit], cwd=dest)
     except BuildError:
         # servers that refuse fetching by commit: take everything, then pick the commit
         log.info("fetch of %s by commit refused; fetching all refs", url)
-        git(["fetch", "-q", url, "+refs/heads/*:refs/remotes/src/*", "+refs/tags/*:refs/tags/*"], cwd=dest)
+        git(["fetch", "-q", "--", url, "+refs/heads/*:refs/remotes/src/*", "+refs/tags/*:refs/tags/*"], cwd=dest)
     try:
         git(["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", f"{commit}^{{commit}}"], cwd=dest)
     except BuildError as e:

@@ -13,9 +13,10 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.registry import Registry
+from repro.schedulers.settings import SETTINGS, problems
 
 SCHEDULERS: Registry[Any] = Registry("scheduler", ["repro.schedulers.ssh", "repro.schedulers.slurm"])
-KEYS = ("kind", "partition", "account", "time", "constraint", "container")
+KEYS = tuple(SETTINGS)
 
 
 def parse_spec(text: str) -> dict[str, str]:
@@ -28,6 +29,8 @@ def parse_spec(text: str) -> dict[str, str]:
             raise UsageError(f"--scheduler {text}: {item!r} is not KEY=VALUE with KEY one of {', '.join(KEYS[1:])}",
                              hint="e.g. --scheduler slurm:partition=debug,time=30,container=docker")
         out[key] = value
+    for key, why, fix in problems({k: v for k, v in out.items() if k != "kind"}):
+        raise UsageError(f"--scheduler {key}: {why}", hint=f"{fix} (--scheduler {out['kind']}:{key}=...)")
     return out
 
 

@@ -44,10 +44,12 @@ from repro.hosts import Hosts, Node
 from repro.events import Event
 from repro.manifest import Cell, Manifest
 from repro.schedulers import KEYS, SCHEDULERS
+from repro.schedulers.settings import SETTINGS, problems, seconds
 
 AGENT = Path(__file__).with_name("agent.py")
 ENDED_BY_SLURM = ("TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY")
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PREFLIGHT_TIME = "5"  # minutes: preflight's own allocation, where it is not run inside one
 HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
         "exec sleep 2147483647")
@@ -55,23 +57,6 @@ HOLD = ("# repro holds these nodes for the run and starts each cell in them as a
 
 class SchedulerStopped(RunFailed):
     """Slurm ended the job (time limit, node failure, scancel): the run directory resumes."""
-
-
-def seconds(text: str) -> int | None:
-    """A Slurm time (``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) in seconds; None for no limit."""
-    t = text.strip()
-    if t.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days, _, rest = t.rpartition("-") if "-" in t else ("0", "", t)
-    parts = [int(p) for p in rest.split(":")]
-    if days != "0" or "-" in t:
-        h, m, s = (parts + [0, 0])[:3]
-        return ((int(days) * 24 + h) * 60 + m) * 60 + s
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
 def _cli(argv: Sequence[str], *, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -95,9 +80,10 @@ def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOL
     """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
     lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive", "#SBATCH --no-requeue"]
-    for key in ("partition", "account", "time", "constraint"):
-        if cfg.get(key):
-            lines.append(f"#SBATCH --{key}={cfg[key]}")
+    bad = problems({k: v for k, v in cfg.items() if k in SETTINGS})
+    if bad:  # every caller checked already; a value that could add a line or an option never reaches a script
+        raise UsageError(f"scheduler {bad[0][0]}: {bad[0][1]}", hint=bad[0][2])
+    lines += [f"#SBATCH {s.sbatch}={cfg[key]}" for key, s in SETTINGS.items() if s.sbatch and cfg.get(key)]
     lines += [f"#SBATCH --output={output}", body]
     return "\n".join(lines) + "\n"
 
@@ -106,7 +92,7 @@ def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
     """The job step of one cell in docker mode: the agent once on each node, output labelled by rank."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
-            f"--job-name={step}", "python3", "-c", AGENT.read_text(encoding="utf-8")]
+            f"--job-name={step}", "--", "python3", "-c", AGENT.read_text(encoding="utf-8")]
 
 
 #: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the
@@ -118,7 +104,7 @@ def preflight_argv(job: str, nodes: Sequence[str]) -> list[str]:
     """The job step that runs preflight's probe script once on each node, output labelled by task."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all", "--job-name=repro-preflight",
-            *PREFLIGHT_STEP]
+            "--", *PREFLIGHT_STEP]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str, files: Mapping[str, tuple[bytes, int]],
@@ -157,9 +143,19 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     from repro.launchers.base import fill
 
     first = plans[0]
-    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
-                      for src, m in first.container.get("volumes", {}).items())
+    volumes = first.container.get("volumes", {})
+    for src, m in volumes.items():
+        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
+            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts separates "
+                             "entries with ',' and fields with ':', and escapes neither",
+                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose path has "
+                                  "no ',' or ':', e.g. a link to it")
+    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "") for src, m in volumes.items())
     env = dict(first.container["environment"])
+    bad_env = sorted(k for k in env if not ENV_NAME.match(k))
+    if bad_env:
+        raise UsageError(f"environment name {bad_env[0]!r} cannot go to pyxis: --container-env is a comma-separated "
+                         "list of names", hint="name environment variables with letters, digits and '_' only")
     opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home"]
     opts += [f"--container-mounts={mounts}"] if mounts else []
     if "working_dir" in first.container:
@@ -170,7 +166,12 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
         per_node = pyxis_tasks_per_node(manifest, cell)
         argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
         return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}", f"--ntasks={cell.nodes * per_node}",
-                 f"--ntasks-per-node={per_node}", "--label", *opts, *argv], env, None)
+                 f"--ntasks-per-node={per_node}", "--label", *opts, "--", *argv], env, None)
+    for p in plans:
+        bad = next((t for t in p.command.command if any(c in t for c in "\n\r\0")), None)
+        if bad is not None:
+            raise UsageError(f"rank {p.command.rank}'s command holds a line break or NUL in {bad!r}: a --multi-prog "
+                             "file takes one line per rank", hint="remove line breaks from launch.command and args")
     text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label", *opts,
              "--multi-prog", conf], env, text)
@@ -310,15 +311,16 @@ class SlurmScheduler:
                              hint="use container: docker where nodes run a Docker engine, or install pyxis and enroot")
         if os.environ.get("SLURM_JOB_ID"):
             return
-        partitions = [p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()]
-        part = self.cfg.get("partition") or next((p.rstrip("*") for p in _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()
-                                                 if p.endswith("*")), None)
-        if part is None or part not in partitions:
-            raise UsageError(f"{self.where('partition')}: no partition {part!r} in this cluster "
-                             f"(it has: {', '.join(partitions) or 'none'})",
+        listed = _cli(["sinfo", "-h", "-o", "%P"]).stdout.split()
+        partitions = [p.rstrip("*") for p in listed]
+        part = self.cfg.get("partition") or next((p.rstrip("*") for p in listed if p.endswith("*")), None)
+        missing = [p for p in (part or "").split(",") if p not in partitions]
+        if part is None or missing:
+            raise UsageError(f"{self.where('partition')}: no partition {missing[0] if missing else part!r} in this "
+                             f"cluster (it has: {', '.join(partitions) or 'none'})",
                              hint="set scheduler.partition (or --scheduler slurm:partition=NAME) to one of them")
-        info = _fields(_cli(["scontrol", "show", "partition", "-o", part]).stdout)
-        total = int(info.get("TotalNodes", "0"))
+        total = max(int(_fields(_cli(["scontrol", "show", "partition", "-o", "--", p]).stdout).get("TotalNodes", "0"))
+                    for p in part.split(","))
         if need > total:
             raise UsageError(f"{self.where('partition')}: the matrix needs {need} nodes, partition {part} has {total}",
                              hint="choose a larger partition, or filter the cells: --cells nodes=" + str(total))
@@ -353,7 +355,7 @@ class SlurmScheduler:
         if os.environ.get("SLURM_JOB_ID"):
             self.job = os.environ["SLURM_JOB_ID"]
             nodelist = os.environ.get("SLURM_JOB_NODELIST") or _fields(
-                _cli(["scontrol", "show", "job", "-o", self.job]).stdout).get("NodeList", "")
+                _cli(["scontrol", "show", "job", "-o", "--", self.job]).stdout).get("NodeList", "")
             self.progress(Event("info", f"inside Slurm allocation {self.job} ({nodelist})"))
         else:
             sub = _cli(["sbatch", "--parsable"], stdin=self.script)
@@ -363,13 +365,13 @@ class SlurmScheduler:
             self.progress(Event("step", f"Slurm job {self.job}: waiting for {need} node(s)"))
             nodelist = self._wait_running()
         self.waited_s = time.monotonic() - t0
-        names = _cli(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+        names = _cli(["scontrol", "show", "hostnames", "--", nodelist]).stdout.split()
         if len(names) < need:
             raise UsageError(f"Slurm allocation {self.job} has {len(names)} node(s), the matrix needs {need}",
                              hint="salloc/sbatch with more nodes, or filter the cells with --cells")
         known = {n.name: n for n in self.inventory.nodes}
         for name in names if preflight and not self.owned else names[:need]:  # preflight: every node it runs in
-            addr = _fields(_cli(["scontrol", "show", "node", "-o", name]).stdout).get("NodeAddr", name)
+            addr = _fields(_cli(["scontrol", "show", "node", "-o", "--", name]).stdout).get("NodeAddr", name)
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
         if self.cfg.get("container", "docker") == "docker" and not preflight:
@@ -452,7 +454,7 @@ class SlurmScheduler:
     def _wait_running(self) -> str:
         last = ""
         while True:
-            info = _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout)
+            info = _fields(_cli(["scontrol", "show", "job", "-o", "--", str(self.job)]).stdout)
             state = info.get("JobState", "")
             if state == "RUNNING":
                 return info.get("NodeList", "")
@@ -466,16 +468,16 @@ class SlurmScheduler:
     def facts(self) -> dict[str, Any]:
         return {"kind": "slurm", "job_id": self.job, "allocation": "submitted" if self.owned else "existing",
                 "partition": self.cfg.get("partition") or _fields(
-                    _cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("Partition"),
-                "account": self.cfg.get("account"), "time": self.cfg.get("time"),
-                "constraint": self.cfg.get("constraint"), "container": self.cfg.get("container", "docker"),
+                    _cli(["scontrol", "show", "job", "-o", "--", str(self.job)]).stdout).get("Partition"),
+                **{k: self.cfg.get(k) for k in ("account", "qos", "reservation", "time", "constraint", "exclude")},
+                "container": self.cfg.get("container", "docker"),
                 "nodes": [n.name for n in self.nodes], "sbatch_script": self.script,
                 "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed, "steps": self.steps}
 
     def job_state(self) -> str:
         """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""
         for _ in range(120):
-            state = _fields(_cli(["scontrol", "show", "job", "-o", str(self.job)]).stdout).get("JobState", "UNKNOWN")
+            state = _fields(_cli(["scontrol", "show", "job", "-o", "--", str(self.job)]).stdout).get("JobState", "UNKNOWN")
             if state != "COMPLETING":
                 break
             time.sleep(0.5)
@@ -484,7 +486,7 @@ class SlurmScheduler:
     def close(self, interrupted: bool = False) -> None:
         if self.owned and self.job and not self.released:
             self.released = True
-            _cli(["scancel", self.job])
+            _cli(["scancel", "--", self.job])
             self.progress(Event("info", f"Slurm job {self.job} cancelled" if interrupted else
                                 f"Slurm job {self.job} released"))
 
@@ -724,13 +726,13 @@ class SlurmScheduler:
         if step.proc.poll() is not None:
             return
         if step.step_id:
-            _cli(["scancel", "--signal=TERM", step.step_id])
+            _cli(["scancel", "--signal=TERM", "--", step.step_id])
         else:
             step.proc.send_signal(signal.SIGINT)
         try:
             step.proc.wait(60)
         except subprocess.TimeoutExpired:
-            _cli(["scancel", step.step_id or str(self.job)])
+            _cli(["scancel", "--", step.step_id or str(self.job)])
             step.proc.wait(60)
 
     def _sweep(self, run_id: str, nodes: Sequence[str]) -> None:
