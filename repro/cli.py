@@ -19,7 +19,7 @@ import click
 
 from repro import __version__
 from repro.errors import InputError, ReproError, UsageError
-from repro.verdict import EXIT_HELP, FAIL_ON
+from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -84,7 +84,7 @@ def cli() -> None:
 @reports_errors
 def list_targets(fmt: str) -> None:
     """List the shipped targets and the publication each reproduces."""
-    from repro.manifest import load_catalog, manifest_files
+    from repro.spec.manifest import load_catalog, manifest_files
 
     catalog = load_catalog(manifest_files())
     rows = [{"id": m.id, "framework": m.framework, "cells": len(m.cells()),
@@ -113,8 +113,8 @@ def list_targets(fmt: str) -> None:
 @reports_errors
 def show(target: str, fmt: str) -> None:
     """Show one target: pins, launch, matrix, protocol and published tables."""
-    from repro.manifest import find_target
-    from repro.describe import describe_manifest
+    from repro.spec.manifest import find_target
+    from repro.spec.describe import describe_manifest
 
     from repro.redact import redact_document
 
@@ -135,7 +135,7 @@ def show(target: str, fmt: str) -> None:
 @reports_errors
 def validate(paths: tuple[Path, ...]) -> None:
     """Validate manifests, hosts files or directories of them (default: every shipped manifest)."""
-    from repro.manifest import validate_files
+    from repro.spec.manifest import validate_files
 
     for path, what in validate_files(list(paths)):
         click.echo(f"ok {path} ({what})")
@@ -152,9 +152,10 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
          scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
-    from repro.manifest import find_target
-    from repro.manifest import synthetic as synthetic_variant
-    from repro.plan import render_plan, scheduled_plan, select_cells
+    from repro.spec.manifest import find_target
+    from repro.spec.manifest import synthetic as synthetic_variant
+    from repro.run.plan import render_plan, select_cells
+    from repro.run.schedulers import scheduled_plan
 
     m = find_target(target)
     m = synthetic_variant(m) if synthetic else m
@@ -182,8 +183,8 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
 def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | None, from_iteration: int | None,
           window: int | None, aggregate: str, gpus: int | None, fmt: str, jobs: int | None) -> None:
     """Apply one measurement protocol to each log file given."""
-    from repro.report import render_parse_text
-    from repro.reproduce import parse_logs
+    from repro.verdict.report import render_parse_text
+    from repro.verdict.reproduce import parse_logs
 
     if skip_records is not None and from_iteration is not None:
         raise UsageError("give --skip-records or --from-iteration, not both")
@@ -243,11 +244,11 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
-    from repro.archive import is_run_path, opened_run
-    from repro.report import RENDERERS, plot_report, render_html, render_junit, render_text
-    from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
-    from repro.userlogs import parse_maps, scan_logs
-    from repro.verdict import exit_code, parse_fail_on
+    from repro.record.archive import is_run_path, opened_run
+    from repro.verdict.report import RENDERERS, plot_report, render_html, render_junit, render_text
+    from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
+    from repro.measure.userlogs import parse_maps, scan_logs
+    from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
     mapped = parse_maps(maps)
@@ -280,9 +281,9 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
 
 def _run_environment(run: Any, manifest: Any) -> list[Any]:
     """A run's environment against its publication's, from its provenance record (none: empty)."""
-    from repro.audit import environment_checks
+    from repro.record.audit import environment_checks
     from repro.errors import ProvenanceError
-    from repro.provenance import load_record
+    from repro.record.provenance import load_record
 
     try:
         return environment_checks(load_record(run.file("provenance.json")), manifest)
@@ -358,9 +359,9 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
            git_mirror: tuple[tuple[str, str], ...], work_dir: Path | None, no_cache: bool, dry_run: bool,
            verbose: bool) -> None:
     """Pull or build TARGET's image exactly as pinned and put it on every node."""
-    from repro.hosts import load_hosts
+    from repro.spec.hosts import load_hosts
     from repro.images import BuildOptions, ImagesOptions, dry_run_text, prepare
-    from repro.manifest import find_target
+    from repro.spec.manifest import find_target
 
     m = find_target(target)
     if dry_run:
@@ -390,8 +391,8 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
 @reports_errors
 def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None) -> None:
     """Check TARGETs' recipes against their sources before a build (one line per failed check)."""
-    from repro.check import CheckOptions, check_target
-    from repro.manifest import find_target
+    from repro.images.check import CheckOptions, check_target
+    from repro.spec.manifest import find_target
 
     manifests = [find_target(t) for t in targets]
     opts = CheckOptions(git_mirrors=git_mirror, ofed_cache=ofed_cache)
@@ -414,7 +415,7 @@ def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], .
 def lock_command(target: str, update: bool) -> None:
     """Resolve TARGET's tags to digests and branches to commits; write or check its lock file."""
     from repro.images import lock_target
-    from repro.manifest import find_target
+    from repro.spec.manifest import find_target
 
     path, pins, written = lock_target(find_target(target), update=update, progress=_image_events(False))
     for role, ref in pins.images.items():
@@ -436,7 +437,7 @@ def audit(run: Path, target: str | None, fmt: str) -> None:
     """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on drift/tampering)."""
     import dataclasses
 
-    from repro.audit import audit as audit_run, failing, render
+    from repro.record.audit import audit as audit_run, failing, render
     from repro.errors import ProvenanceError
 
     checks = audit_run(run, target)
@@ -454,7 +455,7 @@ def audit(run: Path, target: str | None, fmt: str) -> None:
 @reports_errors
 def diff(a: str, b: str) -> None:
     """Two runs (directories or archives), or a run and a target's publication, side by side."""
-    from repro.diff import diff as diff_runs
+    from repro.record.diff import diff as diff_runs
 
     click.echo(diff_runs(a, b), nl=False)
 
@@ -472,15 +473,16 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     """Check every node: SSH, Docker, GPUs, InfiniBand, disk, clock; compare with TARGET's expected hardware
     and check that TARGET's dataset is where the hosts file says, in its format. Under Slurm: the same
     probe as a job step on the nodes of an allocation (the one it runs in, else a short one)."""
-    from repro.hosts import load_hosts
-    from repro.manifest import find_target
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, run_scheduled, site_checks, to_json
+    from repro.spec.hosts import load_hosts
+    from repro.spec.manifest import find_target
+    from repro.nodes.preflight import assess, compare, dataset_to_check, render_preflight, site_checks, to_json
+    from repro.run.schedulers import scheduled_preflight
 
     manifest = find_target(target) if target else None
     expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
     dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
-    reports, size = run_scheduled(hosts, manifest, scheduler, accept_new_host_keys=accept_new_host_keys,
+    reports, size = scheduled_preflight(hosts, manifest, scheduler, accept_new_host_keys=accept_new_host_keys,
                                   dataset=dataset, progress=_image_events(False))
     deviations = compare(reports, expect, size)
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
@@ -524,7 +526,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     from repro.images import BuildOptions, ImagesOptions
     from repro.progress import make_progress
     from repro.up import Interrupted, UpOptions, finish, up as run_up
-    from repro.verdict import exit_code, parse_fail_on
+    from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
 
@@ -583,7 +585,7 @@ def clean(run: str | None, all_runs: bool, hosts_file: Path | None, fmt: str) ->
     For runs that were killed (kill -9, a lost SSH link): `repro up` removes what it starts
     whenever it can. Idempotent; one line per node; exit 3 when a node could not be cleaned.
     """
-    from repro.clean import as_json, clean_nodes, resolve, summary
+    from repro.run.clean import as_json, clean_nodes, resolve, summary
     from repro.errors import EnvironmentUnavailable
 
     run_id, hosts = resolve(run, all_runs, hosts_file)

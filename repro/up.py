@@ -20,18 +20,20 @@ from typing import Any
 
 import docker
 
-from repro.clean import clean_clients
+from repro.run.clean import clean_clients
 from repro.images import lock
 from repro.errors import ReproError, RunFailed, UsageError
-from repro.hosts import Hosts, load_hosts
+from repro.spec.hosts import Hosts, load_hosts
 from repro.images import ImagesOptions, check_pins, prepare
 from repro.images.engine import node_client
 from repro.events import Event, Progress, ignore
-from repro.launch import CellFailed, NodeResult, launch_cell
-from repro.manifest import Cell, Manifest, find_target, synthetic
-from repro.parsers import PARSERS
-from repro.plan import select_cells
-from repro.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, make_run_id
+from repro.run.launch import CellFailed, NodeResult, launch_cell
+from repro.spec.manifest import Cell, Manifest, find_target, synthetic
+from repro.measure.parsers import PARSERS
+from repro.run.plan import select_cells
+from repro.run.schedulers import make_scheduler
+from repro.run.schedulers.base import Scheduler
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, make_run_id
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +105,11 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
-               progress: Progress, sched: Any) -> list[Any]:
+               progress: Progress, sched: Scheduler) -> list[Any]:
     """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports also
     carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the target.
     Returns the nodes' reports."""
-    from repro.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
+    from repro.nodes.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
 
     progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
     reports = sched.preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
@@ -125,10 +127,9 @@ def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: Up
 def _image_mofed(manifest: Manifest, cells: Sequence[Cell], reports: Sequence[Any], client: docker.DockerClient,
                  image: str, opts: UpOptions, progress: Progress) -> None:
     """For a target that uses its image's MOFED user space: every node's MOFED at least as new as it."""
-    from repro.launchers.base import rdma_strategy
-    from repro.preflight import PreflightFailed, compare_rdma, image_env
+    from repro.nodes.preflight import PreflightFailed, compare_rdma, image_env
 
-    if not reports or rdma_strategy(manifest) != "image":
+    if not reports or manifest.rdma_strategy != "image":
         return
     env = image_env(client.images.get(image).attrs)
     found = [d for d in compare_rdma(reports, manifest, multi_node=any(c.nodes > 1 for c in cells), image_env=env)
@@ -190,14 +191,14 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     if manifest.synthetic_data:
         progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
-    sched = _scheduler(manifest, cells, hosts, opts, progress)
+    sched = make_scheduler(hosts, manifest, cells, opts.scheduler, progress)
     sched.check(need)  # what the scheduler can refuse, before anything is built or submitted
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
     if not sched.engines and "build" in manifest.image and not opts.images.push:
         raise UsageError(f"{manifest.id} builds its image, and pyxis runs images from a registry by digest",
                          hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
-    if sched.name != "ssh":
+    if sched.allocates:
         # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
         # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
         progress(Event("step", "the image, before the allocation"))
@@ -205,7 +206,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     used = sched.open(need)
     try:
         return _up(manifest, cells, used, run, sched, opts, progress, started,
-                   record=hosts if sched.name == "ssh" else used)
+                   record=used if sched.allocates else hosts)
     except KeyboardInterrupt:
         sched.close(interrupted=True)
         raise
@@ -213,14 +214,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         sched.close()
 
 
-def _scheduler(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, opts: UpOptions, progress: Progress) -> Any:
-    from repro.schedulers import SCHEDULERS, scheduler_config
-
-    cfg = scheduler_config(hosts.scheduler, opts.scheduler)
-    return SCHEDULERS.get(cfg["kind"])(cfg, manifest, cells, hosts, progress)
-
-
-def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Any, opts: UpOptions,
+def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Scheduler, opts: UpOptions,
         progress: Progress, started: float, record: Hosts) -> UpResult:
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
@@ -263,7 +257,8 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     node script preflight ran) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from repro import probes, provenance
+    from repro.nodes import facts as probes
+    from repro.record import provenance
 
     if run.file("provenance.json").is_file():
         return provenance.load_record(run.file("provenance.json"))
@@ -291,7 +286,7 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     return record
 
 
-def _scheduler_facts(result: UpResult, sched: Any) -> None:
+def _scheduler_facts(result: UpResult, sched: Scheduler) -> None:
     """The allocation this invocation ran in (job id, partition, nodes, batch script, steps), one entry per allocation."""
     facts = sched.facts()
     if facts:
@@ -303,7 +298,7 @@ def _scheduler_facts(result: UpResult, sched: Any) -> None:
 
 def _seal(result: UpResult, progress: Progress) -> None:
     """Provenance and checksums on every way out, so even a stopped run is auditable as far as it got."""
-    from repro import provenance
+    from repro.record import provenance
 
     try:
         provenance.finalize(result.run, result.record)
@@ -385,7 +380,7 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
             result.cell_seconds += time.monotonic() - t0
         found = transport_findings(manifest, cell, nodes_ran)
         if found:
-            from repro import provenance
+            from repro.record import provenance
 
             for text in found:
                 provenance.add_finding(result.record, cell, repeat, "nccl-transport", text)
@@ -402,7 +397,7 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
 def transport_findings(manifest: Manifest, cell: Cell, nodes: Sequence[NodeResult]) -> list[str]:
     """What the NCCL lines of a finished cell's logs say against its expected interconnect: one line per node
     whose ranks did not use InfiniBand (or whose log cannot tell), for a multi-node cell expected on IB."""
-    from repro import nccl
+    from repro.measure import nccl
 
     if cell.nodes < 2 or manifest.expect.get("interconnect") not in ("infiniband", "roce"):
         return []
@@ -419,7 +414,7 @@ def transport_findings(manifest: Manifest, cell: Cell, nodes: Sequence[NodeResul
 
 def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeResult], env: Mapping[str, str],
               image: str) -> None:
-    from repro import provenance
+    from repro.record import provenance
 
     for r in nodes:
         if r.started:
@@ -432,11 +427,11 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     """Parse the run's logs with the manifest's protocol, write the reports into the run
     directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
     and return the table with a closing summary for the CLI to print."""
-    from repro.audit import environment_checks
-    from repro.report import plot_report, render_html, render_text
-    from repro.reproduce import reproduce_run
+    from repro.record.audit import environment_checks
+    from repro.verdict.report import plot_report, render_html, render_text
+    from repro.verdict.reproduce import reproduce_run
 
-    from repro import archive
+    from repro.record import archive
 
     run = result.run
     table = reproduce_run(run.path)
@@ -467,7 +462,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
 
 def write_reports(run: RunDir, tables: Sequence[Any], findings: str = "") -> None:
     """report.md/csv/json of the run's tables; ``findings`` (a markdown section) closes report.md."""
-    from repro.report import RENDERERS
+    from repro.verdict.report import RENDERERS
 
     for fmt, render in RENDERERS.items():
         run.write_text(f"report.{fmt}", render(tables) + (findings if fmt == "md" else ""))

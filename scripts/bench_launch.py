@@ -28,13 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from repro.hosts import Hosts, load_hosts  # noqa: E402
+from repro.spec.hosts import Hosts, load_hosts  # noqa: E402
 from repro.images.engine import node_client  # noqa: E402
-from repro.launch import _sdk_options, launch_cell  # noqa: E402
-from repro.manifest import load_manifest  # noqa: E402
-from repro.measure import Protocol, measure  # noqa: E402
-from repro.parsers import parse_file  # noqa: E402
-from repro.plan import plan_cell  # noqa: E402
+from repro.run.launch import _sdk_options, launch_cell  # noqa: E402
+from repro.spec.manifest import load_manifest  # noqa: E402
+from repro.measure.protocol import Protocol, measure  # noqa: E402
+from repro.measure.parsers import parse_file  # noqa: E402
+from repro.run.plan import plan_cell  # noqa: E402
 
 
 def skew(hosts: Hosts, clients: dict, image: str, runs: int) -> list[float]:

@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from repro.hosts import load_hosts  # noqa: E402
+from repro.spec.hosts import load_hosts  # noqa: E402
 from repro.images.engine import node_client  # noqa: E402
-from repro.launch import launch_cell  # noqa: E402
-from repro.manifest import load_manifest  # noqa: E402
-from repro.schedulers.slurm import SlurmScheduler  # noqa: E402
+from repro.run.launch import launch_cell  # noqa: E402
+from repro.spec.manifest import load_manifest  # noqa: E402
+from repro.run.schedulers.slurm import SlurmScheduler  # noqa: E402
 
 
 def stats(xs: list[float]) -> str:

@@ -111,9 +111,9 @@ def cpu_torch(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     Returns the manifest copy (its lock file beside it) and the reference the nodes run.
     """
-    from repro.hosts import load_hosts
+    from repro.spec.hosts import load_hosts
     from repro.images import BuildOptions, ImagesOptions, lock_target, prepare
-    from repro.manifest import load_manifest
+    from repro.spec.manifest import load_manifest
 
     wheels = Path(os.environ.get("REPRO_TEST_WHEELS", "/opt/wheels"))
     ca = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from repro.measure import Protocol
-from repro.parsers import ParseResult
+from repro.measure.protocol import Protocol
+from repro.measure.parsers import ParseResult
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "logs" / "published"

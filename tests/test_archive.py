@@ -19,12 +19,12 @@ import pytest
 from click.testing import CliRunner
 from test_provenance import SECRET_CMD, SECRET_HOSTS, SECRET_PROC, make_run
 
-from repro import provenance
-from repro.archive import FIXED_MTIME, Limits, checksum_file, create, extract, opened_run, verify_checksum
-from repro.audit import TAMPERED, audit, failing
+from repro.record import provenance
+from repro.record.archive import FIXED_MTIME, Limits, checksum_file, create, extract, opened_run, verify_checksum
+from repro.record.audit import TAMPERED, audit, failing
 from repro.cli import cli
 from repro.errors import ProvenanceError
-from repro.rundir import RunDir
+from repro.run.rundir import RunDir
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from repro.check import CheckOptions, check_target
+from repro.images.check import CheckOptions, check_target
 from repro.images.source import mirrored, parse_mirror, prepare_source
-from repro.manifest import load_manifest
+from repro.spec.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ROOT / "tests" / "data" / "good"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from repro.clean import NodeCleaned, label_filters, probe_labels, summary
+from repro.labels import label_filters, probe_labels
+from repro.run.clean import NodeCleaned, summary
 from repro.cli import cli
 
 

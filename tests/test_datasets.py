@@ -2,7 +2,7 @@
 declare, and the shell checks run on real small trees made here, under every POSIX shell
 on this machine (a node's login shell runs them).
 
-The layouts come from the readers at the pinned commits (see repro/datasets.py), not from
+The layouts come from the readers at the pinned commits (see repro/spec/datasets.py), not from
 the kit's own output.
 """
 
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from repro import datasets
-from repro.hosts import load_hosts
-from repro.manifest import find_target, manifest_files, synthetic
-from repro.preflight import dataset_probe, dataset_section, parse_sections
+from repro.spec import datasets
+from repro.spec.hosts import load_hosts
+from repro.spec.manifest import find_target, manifest_files, synthetic
+from repro.nodes.preflight import dataset_probe, dataset_section
+from repro.nodes.facts import parse_sections
 
 REPO = Path(__file__).resolve().parents[1]
 SHELLS = [s for s in ("dash", "bash", "zsh", "ksh", "busybox") if shutil.which(s)]
@@ -66,8 +67,8 @@ def test_every_target_names_the_format_it_reads() -> None:
 
 
 def test_the_schemas_know_the_same_formats_as_the_checks() -> None:
-    manifest = json.loads((REPO / "repro/schemas/manifest.v1.json").read_text())
-    hosts = json.loads((REPO / "repro/schemas/hosts.v1.json").read_text())
+    manifest = json.loads((REPO / "repro/spec/schemas/manifest.v1.json").read_text())
+    hosts = json.loads((REPO / "repro/spec/schemas/hosts.v1.json").read_text())
     assert manifest["$defs"]["dataset_format"]["enum"] == list(datasets.FORMATS)
     assert hosts["properties"]["data"]["else"]["propertyNames"]["enum"] == list(datasets.FORMATS)
 
@@ -284,8 +285,8 @@ def test_up_runs_the_declared_synthetic_variant_only_when_asked() -> None:
 
 def test_up_needs_a_directory_for_the_targets_format(tmp_path: Path) -> None:
     from repro.errors import InputError
-    from repro.hosts import local_hosts
-    from repro.preflight import dataset_to_check
+    from repro.spec.hosts import local_hosts
+    from repro.nodes.preflight import dataset_to_check
 
     m = find_target("paddle-rn50-v100")
     with pytest.raises(InputError) as e:

@@ -25,7 +25,7 @@ from repro.images.registry import classify
 from repro.images.render import render_build, render_dockerfile
 from repro.images.source import apply_patches
 from repro.images.lock import Pins, check, differences, lock_path, pins_for_run, read_lock, resolve_all
-from repro.manifest import Manifest, Rdma, find_target, load_manifest, manifest_files
+from repro.spec.manifest import Manifest, Rdma, find_target, load_manifest, manifest_files
 
 RENDERED = Path(__file__).resolve().parent / "data" / "images-rendered"
 D = "sha256:" + "d" * 64

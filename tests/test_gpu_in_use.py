@@ -12,24 +12,11 @@ from typing import Any
 
 import pytest
 
-from repro.hosts import Node
-from repro.nodes import Session
-from repro.preflight import (
-    Gpu,
-    GpuProcess,
-    NodeReport,
-    PreflightFailed,
-    Probe,
-    _from_sections,
-    assess,
-    compare,
-    parse_compute_apps,
-    parse_sections,
-    probe_node,
-    probe_script,
-    render_preflight,
-)
-from repro.probes import host_facts
+from repro.spec.hosts import Node
+from repro.nodes.ssh import Session
+from repro.nodes.preflight import NodeReport, PreflightFailed, Probe, _from_sections, assess, compare, probe_node, probe_script, render_preflight
+from repro.nodes.facts import Gpu, GpuProcess, parse_compute_apps, parse_sections
+from repro.nodes.facts import host_facts
 
 DATA = Path(__file__).parent / "data" / "preflight"
 H200 = (DATA / "nvidia-smi-compute-apps-h200.txt").read_text()

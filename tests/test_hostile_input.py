@@ -26,7 +26,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from repro.archive import create
+from repro.record.archive import create
 from repro.cli import cli
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -460,7 +460,7 @@ def test_run_directory_with_a_fifo_is_refused_at_once(sealed_archive: Path, tmp_
 
 def test_sigterm_while_an_archive_is_unpacked_removes_the_copy(sealed_archive: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from repro.archive import opened_run
+    from repro.record.archive import opened_run
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = signal.getsignal(signal.SIGTERM)

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 from repro.cli import cli
 from repro.errors import BuildError, InputError, UsageError
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.images.source import fetch_commit, git, parse_mirror, repository_url
-from repro.schedulers import parse_spec
-from repro.schedulers.settings import problems, seconds
-from repro.schedulers.slurm import render_sbatch
+from repro.run.schedulers import parse_spec
+from repro.spec.scheduler import problems, seconds
+from repro.run.schedulers.slurm import render_sbatch
 
 COMMIT = "0" * 40
 

@@ -13,10 +13,10 @@ import yaml
 
 from repro import paths
 from repro.errors import UsageError
-from repro.launchers import LAUNCHERS
-from repro.manifest import Cell, Measure, PublishedCell, canonical_sha256, find_target, load_catalog, \
+from repro.run.launchers import LAUNCHERS
+from repro.spec.manifest import Cell, Measure, PublishedCell, canonical_sha256, find_target, load_catalog, \
     load_manifest, manifest_files
-from repro.schema import load_schema
+from repro.spec.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = Path(__file__).resolve().parent / "data" / "good"
@@ -69,7 +69,7 @@ def test_repro_list_shows_every_shipped_id() -> None:
 
 
 def test_every_shipped_parser_is_registered() -> None:
-    from repro.parsers import PARSERS
+    from repro.measure.parsers import PARSERS
 
     names = PARSERS.names()
     for f in manifest_files():

@@ -9,8 +9,8 @@ import random
 import pytest
 from parsers_helpers import DLPERF, DLPERF_LOGS, PUBLISHED, D
 
-from repro.measure import Measurement, Protocol, aggregate_repeats, measure, speedup
-from repro.parsers import Record, Series, parse_file
+from repro.measure.protocol import Measurement, Protocol, aggregate_repeats, measure, speedup
+from repro.measure.parsers import Record, Series, parse_file
 
 # ---------------------------------------------------------------------------------------------
 # DLPerf TF 2.x Keras: 30 real logs -> 30 per-repeat values -> 6 medians -> speedups
@@ -136,7 +136,7 @@ def test_aggregate_and_speedup_errors() -> None:
 def test_round_each_matches_numpy_everywhere() -> None:
     """measure() rounds without numpy; it must agree with numpy.round bit for bit, midpoints included."""
     np = pytest.importorskip("numpy")
-    from repro.measure import _round
+    from repro.measure.protocol import _round
 
     rnd = random.Random(0)
     for _ in range(20000):
@@ -282,7 +282,7 @@ def test_dlperf_ngc_pytorch_harmonic_mean_is_the_reports_timestamp_rule(tmp_path
     mean over iterations 26-125 is that figure, up to the 2-dp printing of total_ips."""
     import datetime
 
-    from repro.manifest import find_target
+    from repro.spec.manifest import find_target
 
     m = find_target("dlperf-ngc-pytorch-rn50-v100")
     batch, t = 128 * 8, datetime.datetime(2020, 9, 15, 14, 29, 13)
@@ -358,7 +358,7 @@ def test_folded_records_give_the_figures_of_the_whole_list(tmp_path, monkeypatch
         assert len(b) == len(a) == 40000 and not b.records  # folded: no record is kept
         got = measure(b, p)
         assert (got.value, got.low, got.high, got.issues) == (want, min(values), max(values), [])
-        monkeypatch.setattr("repro.measure._PIECE", 999)  # the whole list summed in pieces
+        monkeypatch.setattr("repro.measure.protocol._PIECE", 999)  # the whole list summed in pieces
         assert measure(a, p) == got
     with pytest.raises(ValueError, match="another protocol"):
         measure(folded.series[0], Protocol(skip_records=p.skip_records + 1))

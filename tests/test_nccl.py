@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.nccl import IB, SOCKET, check_cell, normalise, scan, transport
+from repro.measure.nccl import IB, SOCKET, check_cell, normalise, scan, transport
 
 DATA = Path(__file__).parent / "data" / "nccl"
 

@@ -15,8 +15,8 @@ import pytest
 from parsers_helpers import P_9881, P_C1AD, PUBLISHED, T5, a100_logs
 
 from repro.errors import ParseError
-from repro.measure import measure
-from repro.parsers import parse_file
+from repro.measure.protocol import measure
+from repro.measure.parsers import parse_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PADDLE_A100 = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/A100-LOG"
@@ -150,8 +150,8 @@ def test_impossible_throughput_refuses_the_log(bad: str, tmp_path: Path) -> None
 
 
 def test_impossible_value_fails_its_cell_with_the_reason(tmp_path: Path) -> None:
-    from repro.manifest import find_target
-    from repro.reproduce import NOT_DERIVABLE, reproduce_table
+    from repro.spec.manifest import find_target
+    from repro.verdict.reproduce import NOT_DERIVABLE, reproduce_table
 
     m = find_target("ngc-tf1-rn50-v100-2.3")
     t = m.table()
@@ -206,7 +206,7 @@ def test_json_is_always_a_list_and_jsonl_one_object_a_line() -> None:
 
 
 def test_a_line_of_megabytes_is_read_in_pieces(tmp_path: Path) -> None:
-    from repro.parsers.text import MAX_LINE
+    from repro.measure.parsers.text import MAX_LINE
 
     lines = TF_1GPU.read_bytes().split(b"\n")
     lines[2] = b"x" * (2 * MAX_LINE + 5)

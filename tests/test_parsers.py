@@ -30,9 +30,9 @@ from parsers_helpers import (
 )
 
 from repro.errors import ParseError, UnknownPlugin
-from repro.measure import Protocol, measure
-from repro.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
-from repro.parsers.base import params_of
+from repro.measure.protocol import Protocol, measure
+from repro.measure.parsers import PARSERS, ParseResult, Record, Series, detect, parse_file
+from repro.measure.parsers.base import params_of
 
 
 def series_of(result: ParseResult, gpus: int) -> Series:
@@ -652,7 +652,7 @@ def test_config_dump_across_a_block_boundary_keeps_its_facts(before: int, tmp_pa
     """The first block ends ``before`` bytes into the DataLoader section of the second run's config
     dump: the block takes the rest of the section, so its batch size is still read, in both
     block readers."""
-    from repro.parsers.base import BLOCK_BYTES
+    from repro.measure.parsers.base import BLOCK_BYTES
 
     log = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log"
     text = log.read_text()
@@ -677,7 +677,7 @@ def test_contradicting_facts_are_kept_counted_and_never_repeated() -> None:
     twice on one line): the same list, through fact() and facts_at(), as issue() on every text."""
     import random
 
-    from repro.parsers.base import Builder
+    from repro.measure.parsers.base import Builder
 
     rng = random.Random(5)
     calls = [(rng.choice("abc"), rng.choice([1, 2, 3]), rng.randrange(1, 40) * 10) for _ in range(400)]

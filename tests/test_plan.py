@@ -18,10 +18,10 @@ import pytest
 
 from repro.cli import parse_filter
 from repro.errors import InputError, UsageError
-from repro.hosts import load_hosts, local_hosts
-from repro.launchers.mpi import session_environment
-from repro.manifest import Cell, find_target, load_manifest
-from repro.plan import plan_cell, render_plan, select_cells
+from repro.spec.hosts import load_hosts, local_hosts
+from repro.run.launchers.mpi import session_environment
+from repro.spec.manifest import Cell, find_target, load_manifest
+from repro.run.plan import plan_cell, render_plan, select_cells
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = Path(__file__).resolve().parent / "data" / "good"
@@ -448,9 +448,9 @@ def test_synthetic_where_the_target_declares_none_is_refused(target: str, stderr
 
 
 def test_cell_env_applies_to_matching_cells_and_site_env_wins(tmp_path: Path) -> None:
-    from repro.hosts import load_hosts
-    from repro.manifest import find_target
-    from repro.plan import plan_cell
+    from repro.spec.hosts import load_hosts
+    from repro.spec.manifest import find_target
+    from repro.run.plan import plan_cell
 
     hosts_file = tmp_path / "site.yaml"
     hosts_file.write_text("schema_version: 1\ndata: /data\nenv: {NCCL_SOCKET_IFNAME: ib0}\n"
@@ -581,7 +581,7 @@ def test_tf_ps_render_at_api_level() -> None:
         assert "--worker_hosts=" + ",".join(f"10.11.0.{i}:50000" for i in (2, 3, 4, 5)) in worker
         assert "--model=resnet152" in worker and "--batch_size=32" in worker
         runner = p.command.files["/tmp/repro-tf-ps-pair.py"]
-        assert runner == (REPO / "repro/launchers/tf_ps_pair.py").read_text(encoding="utf-8")
+        assert runner == (REPO / "repro/run/launchers/tf_ps_pair.py").read_text(encoding="utf-8")
 
 
 def test_dlperf_tf2_multi_node_worker_hosts_carry_the_port() -> None:

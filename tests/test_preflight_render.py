@@ -13,30 +13,11 @@ from typing import Any
 import pytest
 
 from repro.errors import EnvironmentUnavailable
-from repro.hosts import Node
-from repro.nodes import Session
-from repro.preflight import (
-    Deviation,
-    Gpu,
-    IbPort,
-    NodeReport,
-    PreflightFailed,
-    Probe,
-    assess,
-    compare,
-    parse_df,
-    parse_docker_info,
-    parse_ib,
-    parse_ibstat,
-    parse_ibv_devinfo,
-    parse_nvidia_smi,
-    parse_sections,
-    probe_node,
-    probe_script,
-    render_preflight,
-    to_json,
-)
-from repro.probes import DockerInfo
+from repro.spec.hosts import Node
+from repro.nodes.ssh import Session
+from repro.nodes.preflight import Deviation, NodeReport, PreflightFailed, Probe, assess, compare, probe_node, probe_script, render_preflight, to_json
+from repro.nodes.facts import Gpu, IbPort, parse_df, parse_docker_info, parse_ib, parse_ibstat, parse_ibv_devinfo, parse_nvidia_smi, parse_sections
+from repro.nodes.facts import DockerInfo
 
 DATA = Path(__file__).parent / "data" / "preflight"
 

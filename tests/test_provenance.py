@@ -16,28 +16,19 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from repro import provenance
-from repro.audit import DRIFT, OK, audit, cudnn_text, failing, words_match
+from repro.record import provenance
+from repro.record.audit import DRIFT, OK, audit, cudnn_text, failing, words_match
 from repro.cli import cli
-from repro.diff import diff
+from repro.record.diff import diff
 from repro.errors import ProvenanceError, UsageError
-from repro.hosts import Hosts, Node
-from repro.manifest import Cell, find_target
-from repro.preflight import parse_ibstat
-from repro.probes import host_facts, node_script, parse_sections
-from repro.reproduce import reproduce_run, reproduce_table
-from repro.rundir import (
-    DONE,
-    FAILED,
-    PENDING,
-    RUNNING,
-    LogWriter,
-    Redactor,
-    RunDir,
-    make_run_id,
-    parse_cell_key,
-)
-from repro.schema import load_schema
+from repro.spec.hosts import Hosts, Node
+from repro.spec.manifest import Cell, find_target
+from repro.nodes.facts import parse_ibstat
+from repro.nodes.facts import host_facts, node_script, parse_sections
+from repro.verdict.reproduce import reproduce_run, reproduce_table
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, LogWriter, RunDir, make_run_id, parse_cell_key
+from repro.redact import Redactor
+from repro.spec.schema import load_schema
 from repro.up import write_reports
 
 TARGET = "ngc-pytorch-rn50-v100"
@@ -207,7 +198,7 @@ def test_intoto_statement_is_slsa_v1(sealed: RunDir) -> None:
     assert provenance.statement_problems(st) == []
     subjects = {s["name"]: s["digest"]["sha256"] for s in st["subject"]}
     assert {"report.json", "cells/1n1g-fp32-bs256/r1/0-node0.log"} <= set(subjects)
-    from repro.rundir import sha256_file
+    from repro.run.rundir import sha256_file
 
     assert all(sha256_file(sealed.path / n) == d for n, d in subjects.items())
     bd = st["predicate"]["buildDefinition"]
@@ -374,8 +365,8 @@ def test_node_script_here_gives_the_host_facts() -> None:
 
 def test_a_target_without_publication_seals_and_resumes(tmp_path: Path) -> None:
     """Measured-only targets (no published table) still get a valid record; hosts.yaml reloads for --resume."""
-    from repro.hosts import load_hosts
-    from repro.manifest import load_manifest
+    from repro.spec.hosts import load_hosts
+    from repro.spec.manifest import load_manifest
 
     m = load_manifest(Path(__file__).parent / "data" / "launch" / "echo.yaml")
     hosts = Hosts((Node("n1", "10.0.0.1"), Node("n2", "10.0.0.2")), data="/data", env={"MY_TOKEN": SECRET_HOSTS})

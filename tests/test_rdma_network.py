@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from repro.hosts import Hosts, Node
-from repro.launch import NodeResult, rdma_check_problem
-from repro.launchers.base import rdma_container_options, rdma_strategy
-from repro.manifest import Cell, Rdma, find_target, load_catalog, manifest_files
-from repro.plan import docker_run_flags, plan_cell
-from repro.preflight import (Deviation, NodeReport, Probe, _from_sections, compare_rdma, container_mofed,
-                             ifname_matches, image_env, interface_problems, parse_ofed_info, site_checks, version_key)
+from repro.spec.hosts import Hosts, Node
+from repro.run.launch import NodeResult, rdma_check_problem
+from repro.run.launchers.base import rdma_container_options
+from repro.spec.manifest import Cell, Rdma, find_target, load_catalog, manifest_files
+from repro.run.plan import docker_run_flags, plan_cell
+from repro.nodes.preflight import Deviation, NodeReport, Probe, _from_sections, compare_rdma, container_mofed, ifname_matches, image_env, interface_problems, site_checks, version_key
+from repro.nodes.facts import parse_ofed_info
 
 DATA = Path(__file__).resolve().parent / "data"
 PREFLIGHT = DATA / "preflight"
@@ -29,10 +29,10 @@ NCCL_LOGS = DATA / "nccl"
 
 
 def test_strategy_is_the_manifests_rdma_field() -> None:
-    assert rdma_strategy(find_target("dlperf-ngc-pytorch-rn50-v100")) == "mlnx-ofed"
-    assert rdma_strategy(find_target("ngc-pytorch-rn50-v100")) == "image"
-    assert rdma_strategy(find_target("torch-rn50-cpu")) is None  # no rdma section
-    assert rdma_strategy(dataclasses.replace(find_target("torch-rn50-cpu"), rdma=Rdma("inbox"))) == "inbox"
+    assert find_target("dlperf-ngc-pytorch-rn50-v100").rdma_strategy == "mlnx-ofed"
+    assert find_target("ngc-pytorch-rn50-v100").rdma_strategy == "image"
+    assert find_target("torch-rn50-cpu").rdma_strategy is None  # no rdma section
+    assert dataclasses.replace(find_target("torch-rn50-cpu"), rdma=Rdma("inbox")).rdma_strategy == "inbox"
 
 
 def four_hosts() -> Hosts:
@@ -274,9 +274,10 @@ def test_mpi_sshd_logs_are_not_read(tmp_path: Path) -> None:
 def run_repeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, str], *, strict: bool):
     """One repeat of the 4-node cell through up's repeat step, the cell's logs being the captured NCCL lines
     (no GPU cluster here: the launch writes them where the containers' output would go)."""
-    from repro import provenance, up
+    from repro import up
+    from repro.record import provenance
     from repro.events import ignore
-    from repro.rundir import RunDir
+    from repro.run.rundir import RunDir
 
     m = find_target("ngc-pytorch-rn50-v100")
     four = next(c for c in m.cells() if c.nodes == 4)
@@ -339,7 +340,7 @@ def test_ib_on_every_node_is_no_finding(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_missing_interfaces_stop_preflight_whatever_the_flags() -> None:
     from repro.errors import EnvironmentUnavailable
-    from repro.preflight import assess, render_preflight
+    from repro.nodes.preflight import assess, render_preflight
 
     reports = [node("a", ("ens1", "lo")), node("b", ("eth0", "lo"))]
     blocking = interface_problems(reports, [{"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "eth0"}])

@@ -11,15 +11,15 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from repro import provenance
-from repro.audit import OK, _manifest_check
+from repro.record import provenance
+from repro.record.audit import OK, _manifest_check
 from repro.cli import cli
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.events import Event
-from repro.manifest import load_manifest
+from repro.spec.manifest import load_manifest
 from repro.progress import PlainProgress
 from repro.redact import REDACTED, redact_argv, redact_document, redact_env, redact_text
-from repro.rundir import RunDir
+from repro.run.rundir import RunDir
 
 DATA = Path(__file__).resolve().parent / "data"
 KEY, TOKEN, PASSWORD, URL_PW, SITE = "wk-0123456789", "tk-abcdefghij", "pw-hunter2hunter2", "dbpass-77777", "site-s3cr3t-1"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repro.hosts import load_hosts
-from repro.launchers.base import placeholder_values
-from repro.manifest import load_manifest
-from repro.plan import plan_cell
+from repro.spec.hosts import load_hosts
+from repro.run.launchers.base import placeholder_values
+from repro.spec.manifest import load_manifest
+from repro.run.plan import plan_cell
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -40,8 +40,8 @@ def test_master_addr_is_the_first_node_rendezvous_address(tmp_path: Path) -> Non
 
 def test_mpi_hostfile_sshd_and_known_hosts_use_the_rendezvous_address(tmp_path: Path) -> None:
     """mpirun dials the hostfile's names: each worker's sshd listens there and known_hosts pins the key there."""
-    from repro.launch import mpi_files
-    from repro.launchers.mpi import MPI_DIR
+    from repro.run.launch import mpi_files
+    from repro.run.launchers.mpi import MPI_DIR
 
     m = load_manifest(DATA / "good" / "mpi-ngc-tf1.yaml")
     hosts = load_hosts(hosts_file(tmp_path))
@@ -59,7 +59,7 @@ def test_mpi_hostfile_sshd_and_known_hosts_use_the_rendezvous_address(tmp_path: 
 
 
 def test_slurm_head_waits_for_the_workers_sshd_at_their_rendezvous_address(tmp_path: Path) -> None:
-    from repro.schedulers.slurm import step_spec
+    from repro.run.schedulers.slurm import step_spec
 
     m = load_manifest(DATA / "good" / "mpi-ngc-tf1.yaml")
     cell = m.cells()[-1]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.manifest import find_target
-from repro.report import RENDERERS, plot_report
-from repro.reproduce import (
+from repro.spec.manifest import find_target
+from repro.verdict.report import RENDERERS, plot_report
+from repro.verdict.reproduce import (
     DEVIATES,
     MATCH,
     NO_LOG,
@@ -26,7 +26,7 @@ from repro.reproduce import (
     reproduce_table,
     resolve_tables,
 )
-from repro.verdict import NEW_RUN, REPRODUCED
+from repro.verdict.rules import NEW_RUN, REPRODUCED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -289,8 +289,8 @@ def test_k80_distributed_table_cites_every_number() -> None:
 
 def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
     """A CPU target scales over workers, a GPU target over GPUs; the note says which."""
-    from repro.report import _notes
-    from repro.reproduce import CellResult, TableResult
+    from repro.verdict.report import _notes
+    from repro.verdict.reproduce import CellResult, TableResult
 
     def result(target: str, table) -> TableResult:  # noqa: ANN001
         cells = [CellResult(target, "col", n, n, "fp32", 8, None, reproduced=v, verdict="measured")

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from repro.errors import InputError, UnknownPlugin, UsageError
-from repro.hosts import Hosts, Node, load_hosts
-from repro.manifest import find_target
-from repro.plan import plan_cell, select_cells
-from repro.schedulers import parse_spec, scheduler_config
-from repro.schedulers.slurm import AGENT, render_pyxis, render_sbatch, seconds, srun_argv, step_spec
+from repro.spec.hosts import Hosts, Node, load_hosts
+from repro.spec.manifest import find_target
+from repro.run.plan import plan_cell, select_cells
+from repro.run.schedulers import parse_spec, scheduler_config
+from repro.run.schedulers.slurm import AGENT, render_pyxis, render_sbatch, seconds, srun_argv, step_spec
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -229,7 +229,7 @@ CREATE = ("  task {r} on n{n}: docker create --name repro-RUN-2n1g-fp32-bs8-rank
 
 
 def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(tmp_path: Path):
-    from repro.plan import scheduled_plan
+    from repro.run.schedulers import scheduled_plan
 
     f = tmp_path / "hosts.yaml"
     f.write_text(PLAN_HOSTS)
@@ -241,7 +241,7 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
                     + ALLOCATION.format(target="torch-rn50-cpu") + "\ncell 2n1g-fp32-bs8: job step\n"
                     "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
                     "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
-                    "<repro/schedulers/agent.py> < SPEC\n"
+                    "<repro/run/schedulers/agent.py> < SPEC\n"
                     + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
     # the allocation in the plan is the batch script up submits
     assert ALLOCATION.format(target="torch-rn50-cpu").replace("  ", "", 1).replace("\n  ", "\n") == render_sbatch(
@@ -249,7 +249,7 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
 
 
 def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: Path):
-    from repro.plan import scheduled_plan
+    from repro.run.schedulers import scheduled_plan
 
     f = tmp_path / "hosts.yaml"
     f.write_text(PLAN_HOSTS)
@@ -276,7 +276,7 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
 
 
 def test_pyxis_job_step_in_the_allocation_exact():
-    from repro.schedulers.slurm import pyxis_head, pyxis_step
+    from repro.run.schedulers.slurm import pyxis_head, pyxis_step
 
     m, cell = cell_of("torch-rn50-cpu", 2)
     hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
@@ -291,7 +291,7 @@ def test_pyxis_job_step_in_the_allocation_exact():
 
 
 def test_task_exit_statuses_from_srun_own_lines():
-    from repro.schedulers.slurm import task_exits
+    from repro.run.schedulers.slurm import task_exits
 
     lines = ["srun: error: n2: task 1: Exited with exit code 3", "srun: error: n1: tasks 0-1: Exited with exit code 1",
              "srun: error: n1: task 2: Exited with exit code 7", "srun: Job step aborted: Waiting up to 32 seconds",
@@ -300,7 +300,7 @@ def test_task_exit_statuses_from_srun_own_lines():
 
 
 def test_pyxis_allocation_holds_a_task_per_mpi_rank():
-    from repro.plan import scheduled_plan
+    from repro.run.schedulers import scheduled_plan
 
     m = find_target("ngc-tf1-rn50-a100")
     cells = [c for c in select_cells(m) if c.nodes == 1 and c.gpus_per_node == 8]

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-RUNNER = Path(__file__).resolve().parents[1] / "repro" / "launchers" / "tf_ps_pair.py"
+RUNNER = Path(__file__).resolve().parents[1] / "repro" / "run" / "launchers" / "tf_ps_pair.py"
 SERVE = "import time\nprint('ps up', flush=True)\nwhile True: time.sleep(0.1)"
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from parsers_helpers import P_C1AD, PUBLISHED
 
-from repro.reproduce import MATCH, NO_LOG, reproduce_table, resolve_tables
-from repro.verdict import REPRODUCED
-from repro.userlogs import cell_key, parse_maps, scan_logs
+from repro.verdict.reproduce import MATCH, NO_LOG, reproduce_table, resolve_tables
+from repro.verdict.rules import REPRODUCED
+from repro.measure.userlogs import cell_key, parse_maps, scan_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 

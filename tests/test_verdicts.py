@@ -25,12 +25,12 @@ from junitparser import Failure, JUnitXml
 
 from repro.cli import cli
 from repro.errors import UsageError
-from repro.hosts import Hosts, Node
-from repro.manifest import Cell, find_target
-from repro.report import records, render_csv, render_html, render_json, render_junit, render_text
-from repro.reproduce import reproduce_run, reproduce_table, resolve_tables
-from repro.rundir import DONE, RunDir
-from repro.verdict import (
+from repro.spec.hosts import Hosts, Node
+from repro.spec.manifest import Cell, find_target
+from repro.verdict.report import records, render_csv, render_html, render_json, render_junit, render_text
+from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
+from repro.run.rundir import DONE, RunDir
+from repro.verdict.rules import (
     EXIT_DIFFERS,
     EXIT_UNSETTLED,
     FASTER,
@@ -294,7 +294,7 @@ def test_a_declared_run_tolerance_and_its_reason_are_used(tmp_path: Path) -> Non
 def test_the_end_of_up_writes_the_html_and_gives_the_verdicts(tmp_path: Path) -> None:
     from test_provenance import make_run
 
-    from repro.provenance import load_record
+    from repro.record.provenance import load_record
     from repro.up import UpResult, finish
 
     run = make_run(tmp_path)

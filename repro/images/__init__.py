@@ -19,7 +19,7 @@ import docker
 
 from repro.images import lock
 from repro.errors import UsageError
-from repro.hosts import Hosts
+from repro.spec.hosts import Hosts
 from repro.images import registry
 from repro.images.build import BuildOptions, Built, build_image, find_current
 from repro.images.distribute import NodeResult, distribute
@@ -27,7 +27,7 @@ from repro.images.engine import connect
 from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref, retag
 from repro.images.source import git, repository_url
-from repro.manifest import Manifest
+from repro.spec.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 import docker
 
 from repro import __version__, paths
-from repro.clean import probe_labels
+from repro.labels import probe_labels
 from repro.errors import BuildError, ReproError, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images import lock
@@ -36,7 +36,7 @@ from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source
 from repro.images.sshd import render_sshd_layer
-from repro.manifest import Manifest
+from repro.spec.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

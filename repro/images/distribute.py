@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import docker
 
 from repro.errors import BuildError, EnvironmentUnavailable, ReproError
-from repro.hosts import Hosts, Node
+from repro.spec.hosts import Hosts, Node
 from repro.images.engine import node_client
 from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref

@@ -20,8 +20,8 @@ import paramiko
 from docker.transport import SSHHTTPAdapter
 
 from repro.errors import EnvironmentUnavailable
-from repro import nodes
-from repro.hosts import Node
+from repro.nodes import ssh as nodes
+from repro.spec.hosts import Node
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from repro.errors import ProvenanceError, UsageError
 from repro.images.refs import Ref, parse_ref
-from repro.manifest import Manifest
+from repro.spec.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import docker
 
 from repro.errors import BuildError, EnvironmentUnavailable, UsageError
 from repro.events import Event, Progress, ignore
-from repro.manifest import Manifest, Rdma
+from repro.spec.manifest import Manifest, Rdma
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def parse_probe(kind: str, output: str) -> dict[str, str]:
 
 def verify(client: docker.DockerClient, image: str, rdma: Rdma, run_id: str | None = None) -> dict[str, str]:
     """Run the probe in a throwaway container of ``image``; the versions of its RDMA user space."""
-    from repro.clean import probe_labels
+    from repro.labels import probe_labels
 
     container = client.containers.create(image, ["sh", "-c", _probe_script(rdma.strategy)], entrypoint=[],
                                          network_mode="none", labels=probe_labels("ofed", run_id))

@@ -14,7 +14,7 @@ from repro.images import rdma as rdma_layer
 from repro.images.build import BuildOptions, build_args, dockerfile_dir, env_lines
 from repro.images.refs import Ref
 from repro.images.sshd import render_sshd_layer
-from repro.manifest import Manifest
+from repro.spec.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 import docker
 import pytest
 
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.images.engine import node_client
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -99,8 +99,8 @@ def test_clean_run_removes_the_runs_probe_containers(cluster, cpu_torch, env):
     while it runs (as after a kill -9) and removes it; the probe then reports why it has no document."""
     import threading
 
-    from repro.probes import probe_container
-    from repro.rundir import make_run_id
+    from repro.nodes.facts import probe_container
+    from repro.run.rundir import make_run_id
 
     run_id = make_run_id("clean-probe")
     node = cluster["nodes"][0]

@@ -25,13 +25,13 @@ import docker
 import pytest
 
 from repro.errors import BuildError, EnvironmentUnavailable, ProvenanceError
-from repro.hosts import load_hosts, local_hosts
+from repro.spec.hosts import load_hosts, local_hosts
 from repro.images import BuildOptions, ImagesOptions, ImagesResult, lock_target, prepare, registry
 from repro.images.build import CA_IMAGE_PATH
 from repro.images.engine import connect
 from repro.images.refs import parse_ref
 from repro.images.lock import lock_path, read_lock
-from repro.manifest import Manifest, load_manifest
+from repro.spec.manifest import Manifest, load_manifest
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

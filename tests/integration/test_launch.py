@@ -19,9 +19,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from repro.hosts import load_hosts
-from repro.launch import CellFailed, launch_cell
-from repro.manifest import load_manifest
+from repro.spec.hosts import load_hosts
+from repro.run.launch import CellFailed, launch_cell
+from repro.spec.manifest import load_manifest
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
@@ -117,10 +117,10 @@ def test_ctrl_c_removes_every_container_and_keeps_logs(cluster, hosts_file, base
 import os, signal, sys
 os.environ["REPRO_SSH_CONFIG"] = {cluster['ssh']['config']!r}
 from pathlib import Path
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.images.engine import node_client
-from repro.launch import launch_cell
-from repro.manifest import load_manifest
+from repro.run.launch import launch_cell
+from repro.spec.manifest import load_manifest
 m = load_manifest(Path({str(DATA / 'echo.yaml')!r}))
 hosts = load_hosts(Path({str(hosts_file)!r}))
 clients = {{n.name: node_client(n) for n in hosts.nodes}}
@@ -221,7 +221,7 @@ def test_rdma_cell_stops_before_training_when_the_container_sees_no_hca(hosts_fi
 
     from repro.errors import EnvironmentUnavailable
 
-    from repro.manifest import Rdma
+    from repro.spec.manifest import Rdma
 
     m = dataclasses.replace(echo(), rdma=Rdma("inbox"))
     cell = cell_of(m, nodes=2, precision="fp32")

@@ -15,10 +15,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, lock_target, prepare
-from repro.launch import CellFailed, launch_cell
-from repro.manifest import load_manifest
+from repro.run.launch import CellFailed, launch_cell
+from repro.spec.manifest import load_manifest
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_one_node_cell_runs_mpirun_alone(ngc_mpi, hosts_file, clients, node_engi
 def test_without_the_image_env_orted_is_not_found(ngc_mpi, hosts_file, clients, node_engines, tmp_path,
                                                   monkeypatch):
     """The control: the same run with an empty session environment fails as it would without the kit."""
-    monkeypatch.setattr("repro.launch.session_environment", lambda env: "")
+    monkeypatch.setattr("repro.run.launch.session_environment", lambda env: "")
     with pytest.raises(CellFailed) as err:
         run(ngc_mpi, hosts_file, clients, tmp_path, "t-mpi-ngc-bare")
     head = err.value.results[0]
@@ -111,7 +111,7 @@ def test_without_the_image_env_orted_is_not_found(ngc_mpi, hosts_file, clients, 
 
 def test_mpirun_prefix_reaches_orted_on_its_own(ngc_mpi, hosts_file, clients, node_engines, tmp_path, monkeypatch):
     """``--prefix /usr/local/mpi`` (in launch.mpi.args) starts orted and its ranks even with a bare session."""
-    monkeypatch.setattr("repro.launch.session_environment", lambda env: "")
+    monkeypatch.setattr("repro.run.launch.session_environment", lambda env: "")
     text = ngc_mpi["manifest"].read_text().replace("args: [-tag-output,", "args: [--prefix, /usr/local/mpi, -tag-output,")
     head, worker = run(ngc_mpi, hosts_file, clients, tmp_path, "t-mpi-ngc-prefix", text)
     assert head.command[head.command.index("--prefix") + 1] == "/usr/local/mpi"

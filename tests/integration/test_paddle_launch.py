@@ -18,12 +18,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from repro.hosts import load_hosts
+from repro.spec.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, prepare
-from repro.launch import launch_cell
-from repro.manifest import load_manifest
-from repro.measure import Protocol, measure
-from repro.parsers import parse_file
+from repro.run.launch import launch_cell
+from repro.spec.manifest import load_manifest
+from repro.measure.protocol import Protocol, measure
+from repro.measure.parsers import parse_file
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 from repro.cli import cli
 from repro.errors import InputError
-from repro.hosts import load_hosts
-from repro.nodes import HostKeyChanged, NodeTimedOut, NodeUnreachable, fingerprint, run_on_all
-from repro.preflight import NodeReport, run_preflight
+from repro.spec.hosts import load_hosts
+from repro.nodes.ssh import HostKeyChanged, NodeTimedOut, NodeUnreachable, fingerprint, run_on_all
+from repro.nodes.preflight import NodeReport, run_preflight
 
 pytestmark = pytest.mark.ssh
 
@@ -203,7 +203,7 @@ def test_metacharacters_in_docker_host_never_run(pinned: dict, tmp_path: Path) -
 
 
 def test_ghost_alone_is_unreachable(pinned: dict) -> None:
-    from repro.hosts import Node
+    from repro.spec.hosts import Node
     out = run_on_all([Node("ghost", ghost_address(pinned), user="root")], lambda s: "ok", timeout=20)
     assert isinstance(out["ghost"], NodeUnreachable)
     assert out["ghost"].hint

@@ -129,7 +129,7 @@ PIP_NAME = {"torch": "torch", "paddle": "paddlepaddle", "tensorflow": "tensorflo
 @pytest.mark.docker
 @pytest.mark.parametrize("name", list(FRAMEWORKS))
 def test_probe_reports_the_installed_framework(engine: Any, images: dict[str, str], name: str) -> None:
-    from repro.probes import probe_container
+    from repro.nodes.facts import probe_container
 
     tag = images[name]
     probe = probe_container(engine, tag, sources=["/workspace/source", "/nowhere"], timeout_s=600)
@@ -185,7 +185,7 @@ def test_build_ca_bundle_stays_out_of_the_images(engine: Any, images: dict[str, 
 
 @pytest.mark.docker
 def test_probe_fails_soft_without_python(engine: Any, cluster: dict) -> None:
-    from repro.probes import probe_container
+    from repro.nodes.facts import probe_container
 
     probe = probe_container(engine, "repro-test/no-such-image:none")
     assert probe["value"] is None and "no-such-image" in probe["reason"]
@@ -198,8 +198,8 @@ def test_probe_fails_soft_without_python(engine: Any, cluster: dict) -> None:
 def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import docker
 
-    from repro.hosts import load_hosts
-    from repro.preflight import run_preflight
+    from repro.spec.hosts import load_hosts
+    from repro.nodes.preflight import run_preflight
 
     monkeypatch.setenv("REPRO_SSH_CONFIG", cluster["ssh"]["config"])
     hosts = load_hosts(Path(cluster["hosts_file"]))
@@ -228,8 +228,8 @@ def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.Mo
 
 @pytest.mark.ssh
 def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from repro.hosts import Node
-    from repro.preflight import run_preflight
+    from repro.spec.hosts import Node
+    from repro.nodes.preflight import run_preflight
 
     info = cluster["nodes"][0]
     personal = Path.home() / ".ssh" / "known_hosts"   # trusted whatever the config says, as by ssh
@@ -251,14 +251,14 @@ def test_host_probe_refuses_unknown_host_keys(cluster: dict, tmp_path: Path, mon
 def test_real_probes_make_a_valid_record(cluster: dict, engine: Any, images: dict[str, str], tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Host facts from the namespace nodes and the torch image's probe, sealed, archived and audited."""
-    from repro import provenance
-    from repro.archive import create
-    from repro.audit import TAMPERED, audit
-    from repro.hosts import load_hosts
-    from repro.manifest import load_manifest
-    from repro.preflight import run_preflight
-    from repro.probes import probe_container
-    from repro.rundir import DONE, RUNNING, RunDir
+    from repro.record import provenance
+    from repro.record.archive import create
+    from repro.record.audit import TAMPERED, audit
+    from repro.spec.hosts import load_hosts
+    from repro.spec.manifest import load_manifest
+    from repro.nodes.preflight import run_preflight
+    from repro.nodes.facts import probe_container
+    from repro.run.rundir import DONE, RUNNING, RunDir
 
     manifest = load_manifest(ROOT / "tests" / "data" / "launch" / "echo.yaml")
     hosts = load_hosts(Path(cluster["hosts_file"]))

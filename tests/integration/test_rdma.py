@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from repro.errors import EnvironmentUnavailable
-from repro.manifest import find_target
-from repro.preflight import NodeReport, Probe
+from repro.spec.manifest import find_target
+from repro.nodes.preflight import NodeReport, Probe
 
 pytestmark = pytest.mark.docker
 PREFLIGHT = Path(__file__).resolve().parents[1] / "data" / "preflight"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from repro import nodes
-from repro.hosts import Node
+from repro.nodes import ssh as nodes
+from repro.spec.hosts import Node
 from repro.images.engine import node_client
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]

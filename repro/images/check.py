@@ -1,0 +1,266 @@
+"""``repro check``: hold a target's recipe against its sources before anything is built.
+
+For each target: the pinned commit exists in its repository; every patch's old text
+occurs exactly once (patches apply in order, as the build applies them); every file the
+Dockerfile copies from the checkout or the build context exists; requirement files use no
+``git://`` URL (GitHub no longer serves that protocol); for rdma strategy mlnx-ofed, the
+base image declares its OS, its tag names no other OS, and a bundle in the cache is built
+for that OS and has the recorded sha256. Sources are read with git, through
+``--git-mirror`` prefixes for sites without GitHub. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.images import lock
+from repro.errors import BuildError, ReproError
+from repro.images import rdma as rdma_layer
+from repro.images.build import BuildOptions, build_args, dockerfile_dir
+from repro.images.refs import parse_ref
+from repro.images.render import render_dockerfile
+from repro.images.source import Mirrors, git, mirrored, repository_url
+from repro.spec.manifest import Manifest
+
+#: what the kit itself puts into every build context (see dockerfiles/*/Dockerfile)
+KIT_CONTEXT = ("repro-ca.crt", "wheels")
+_COPY = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.I)
+_GIT_URL = re.compile(r"(?<![\w+])(?:git\+)?git://\S+")
+_REQUIREMENTS = re.compile(r"requirements[^/]*\.txt$")
+_OS_IN_TAG = re.compile(r"(ubuntu|centos|rhel|debian)(\d+(?:\.\d+)?)")
+#: records one failed check: (check, message)
+Fail = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class Failure:
+    target: str
+    check: str       # commit, patch, copy, requirements, rdma, checksum
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.target}: {self.check}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Checked:
+    target: str
+    passed: tuple[str, ...] = ()         # what was verified, one phrase each
+    failures: tuple[Failure, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    git_mirrors: Mirrors = ()
+    ofed_cache: Path | None = None
+    dockerfiles: Path | None = None
+
+
+@dataclass
+class _Tree:
+    """Files of one commit, read with git, with the patches applied so far layered on top."""
+
+    git_dir: Path
+    commit: str
+    patched: dict[str, str] = field(default_factory=dict)
+
+    def read(self, path: str) -> str | None:
+        if path in self.patched:
+            return self.patched[path]
+        try:
+            return git(["--git-dir", str(self.git_dir), "show", f"{self.commit}:{path}"], timeout=120)
+        except BuildError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        if path in ("", ".") or path in self.patched:
+            return True
+        try:
+            git(["--git-dir", str(self.git_dir), "cat-file", "-e", f"{self.commit}:{path}"], timeout=120)
+        except BuildError:
+            return False
+        return True
+
+
+def _git_dir(path: Path) -> Path | None:
+    try:
+        return Path(git(["-C", str(path), "rev-parse", "--absolute-git-dir"], timeout=60).strip())
+    except (BuildError, ReproError):
+        return None
+
+
+@contextmanager
+def _repository(url: str, commit: str) -> Iterator[Path]:
+    """A git directory holding ``commit``: a local repository as it is, else a fetch into a temporary one."""
+    local = url.removeprefix("file://")
+    if local.startswith("/") and Path(local).is_dir():
+        found = _git_dir(Path(local))
+        if found is not None:
+            yield found
+            return
+    with tempfile.TemporaryDirectory(prefix="repro-check-") as tmp:
+        git(["init", "-q", "--bare", "--", tmp], timeout=60)
+        try:
+            git(["--git-dir", tmp, "fetch", "-q", "--depth", "1", "--", repository_url(url), commit])
+        except BuildError:
+            git(["--git-dir", tmp, "fetch", "-q", "--", repository_url(url), "+refs/heads/*:refs/remotes/src/*",
+                 "+refs/tags/*:refs/tags/*"])
+        yield Path(tmp)
+
+
+def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Checked:
+    """Every check of the module doc for one target; failures are returned, never raised."""
+    passed: list[str] = []
+    failures: list[Failure] = []
+
+    def fail(check: str, message: str) -> None:
+        failures.append(Failure(manifest.id, check, message))
+
+    if manifest.source:
+        src = manifest.source
+        url = mirrored(src["repository"], opts.git_mirrors)
+        try:
+            with _repository(url, src["commit"]) as git_dir:
+                tree = _Tree(git_dir, src["commit"])
+                if not _has_commit(git_dir, src["commit"]):
+                    fail("commit", f"{src['commit']} is not in {url}")
+                else:
+                    passed.append(f"commit {src['commit'][:12]} in {url}")
+                    _patches(manifest, tree, passed, fail)
+                    _copies(manifest, tree, opts, passed, fail)
+        except ReproError as e:
+            fail("commit", f"cannot read {url}: {e}")
+    else:
+        _copies(manifest, None, opts, passed, fail)
+    _rdma(manifest, opts, passed, fail)
+    return Checked(manifest.id, tuple(passed), tuple(failures))
+
+
+def _has_commit(git_dir: Path, commit: str) -> bool:
+    try:
+        git(["--git-dir", str(git_dir), "cat-file", "-e", f"{commit}^{{commit}}"], timeout=60)
+    except BuildError:
+        return False
+    return True
+
+
+def _patches(manifest: Manifest, tree: _Tree, passed: list[str], fail: Fail) -> None:
+    patches = (manifest.source or {}).get("patches", [])
+    ok = 0
+    for i, p in enumerate(patches):
+        text = tree.read(p["file"])
+        if text is None:
+            fail("patch", f"source.patches[{i}]: no file {p['file']} at {tree.commit[:12]}")
+            continue
+        count = text.count(p["old"])
+        if count != 1:
+            fail("patch", f"source.patches[{i}] ({p['file']}): the old text {_short(p['old'])} occurs {count} times, "
+                          "not once")
+            continue
+        tree.patched[p["file"]] = text.replace(p["old"], p["new"], 1)
+        ok += 1
+    if patches and ok == len(patches):
+        passed.append(f"{ok} patch(es) apply once each")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _copied(manifest: Manifest, opts: CheckOptions) -> tuple[str, list[str]]:
+    """The Dockerfile's name and the sources of its COPY/ADD lines from the build context (not --from)."""
+    directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=opts.dockerfiles))
+    base = parse_ref(manifest.image["build"]["base"]["ref"]).with_digest("sha256:" + "0" * 64)
+    text = render_dockerfile((directory / "Dockerfile").read_text(encoding="utf-8"), build_args(manifest, base))
+    sources = []
+    for line in text.splitlines():
+        m = _COPY.match(line)
+        if not m:
+            continue
+        words = shlex.split(m.group(2))
+        if any(w.startswith("--from") for w in words):
+            continue
+        sources += [w for w in words if not w.startswith("--")][:-1]   # the last word is the destination
+    return f"dockerfiles/{directory.name}/Dockerfile", sources
+
+
+def _copies(manifest: Manifest, tree: _Tree | None, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
+    if "build" not in manifest.image:
+        return
+    name, sources = _copied(manifest, opts)
+    directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=opts.dockerfiles))
+    found = 0
+    for s in sources:
+        path = posixpath.normpath(s).rstrip("/")
+        if path == "source" or path.startswith("source/"):
+            rel = posixpath.normpath(path.removeprefix("source").lstrip("/") or ".")
+            if tree is None and rel != ".":
+                fail("copy", f"{name} copies {s}, but the manifest has no source")
+            elif tree is not None and not tree.exists(rel):
+                fail("copy", f"{name} copies {s}, which is not in {manifest.source['repository']} at "  # type: ignore[index]
+                             f"{tree.commit[:12]}")
+            else:
+                found += 1
+                if tree is not None and _REQUIREMENTS.search(rel):
+                    _requirements(rel, tree, passed, fail)
+        elif path.split("/", 1)[0] in KIT_CONTEXT or (directory / path).exists():
+            found += 1
+        else:
+            fail("copy", f"{name} copies {s}, which is not in {directory}")
+    if found == len(sources):
+        passed.append(f"{found} file(s) {name} copies exist")
+
+
+def _requirements(rel: str, tree: _Tree, passed: list[str], fail: Fail) -> None:
+    text = tree.read(rel) or ""
+    bad = [(n, m.group(0)) for n, line in enumerate(text.splitlines(), 1)
+           for m in [_GIT_URL.search(line.split(" #", 1)[0])] if m]
+    for n, url in bad:
+        fail("requirements", f"{rel}:{n}: {url} uses git://, which GitHub no longer serves; add a source.patches "
+                             "entry that rewrites it to git+https://")
+    if not bad:
+        passed.append(f"{rel}: no git:// URL")
+
+
+def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
+    rdma = manifest.rdma
+    if rdma is None or rdma.strategy == "image":
+        return
+    os_ = rdma_layer.base_os(manifest) or ""   # declared whenever the strategy is mlnx-ofed (manifest.py)
+    ref = manifest.image.get("build", {}).get("base", {}).get("ref", "")
+    tagged = _OS_IN_TAG.search(ref)
+    if os_ and tagged and tagged.group(0) != os_:
+        fail("rdma", f"the base {ref} names {tagged.group(0)}, but image.build.base.os is {os_}")
+        return
+    if rdma.strategy == "inbox":
+        if os_ and not os_.startswith(("ubuntu", "debian")):
+            fail("rdma", f"strategy inbox installs rdma-core with apt-get; the base OS {os_} has no apt-get")
+        return
+    name = rdma_layer.bundle_name(manifest)
+    passed.append(f"MLNX_OFED bundle {name} matches the base OS {os_}")
+    bundle = rdma_layer.cached_bundle(manifest, opts.ofed_cache)
+    locked = lock.read_lock(lock.lock_path(manifest))
+    expected = rdma.sha256 or (locked.files.get(name, "") if locked else "")
+    if bundle is None:
+        return
+    try:
+        top = rdma_layer.tarball_top(bundle)
+    except BuildError as e:
+        fail("rdma", str(e))
+        return
+    if rdma_layer.bundle_distro(top) != os_:
+        fail("rdma", f"{bundle} holds {top}, not a build for {os_}")
+    if expected:
+        got = rdma_layer.file_sha256(bundle)
+        if got != expected:
+            source = "rdma.sha256" if rdma.sha256 else f"the lock {lock.lock_path(manifest).name}"
+            fail("checksum", f"{bundle}: sha256 {got}, {source} has {expected}")
+        else:
+            passed.append(f"{bundle.name}: sha256 as recorded")

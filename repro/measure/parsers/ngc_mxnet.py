@@ -1,0 +1,111 @@
+"""NVIDIA DeepLearningExamples MXNet RN50v1.5 driven by ``benchmark.py``.
+
+``benchmark.py`` runs ``train.py`` once per GPU count and appends all runs to one log. Each run
+starts with its DLLogger ``PARAMETER`` line (``gpus : [0, 1, ...]``, global ``batch_size``,
+``dtype``, ``amp``), so every ``PARAMETER`` line opens a new series and the epoch lines after it
+belong to that run. Records are the per-epoch lines ``Epoch: E  train.ips : x`` (global
+images/s); the per-iteration lines (``Epoch: E Iteration: I ...``) are progress output and are
+not records. At the end ``benchmark.py`` prints its result table, one row per GPU count and one
+column per batch size; those cells are the series summaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+from repro.measure.parsers import PARSERS
+from repro.measure.parsers.base import (
+    NUM,
+    Builder,
+    PatternParser,
+    Rule,
+    Series,
+    clean_text,
+    params_of,
+    to_bool,
+    to_int,
+)
+
+
+@PARSERS.register("ngc-mxnet")
+class NgcMxnet(PatternParser):
+    min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
+    record_hints = ("train.ips : ",)
+    detect_any = (
+        re.compile(r"PARAMETER [^\n]*\bkv_store : "),
+        re.compile(r"Epoch: \d+ +(?:Iteration: \d+ +)?train\.loss : \S+ +train\.ips : "),
+    )
+    rules = (
+        Rule(rf"Epoch: (?P<epoch>\d+) +train\.loss : \S+ +train\.ips : (?P<value>{NUM})(?=\s)", "record"),
+        Rule(r"PARAMETER (arch : [^\n]*)", "on_params"),
+        Rule(r"train\.ips\n", "on_table"),
+        Rule(r"\|((?: +[^\s|]+ +\|)+)[ \t]*\n", "on_table_row"),
+    )
+
+    def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
+        gpus, per_gpu, facts = _run_of(m.group(1))
+        s = b.new_run(gpus)
+        b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
+        b.scratch.pop("table", None)
+        b.facts_at(facts, line)
+
+    def on_table(self, b: Builder, m: re.Match[str], line: int) -> None:
+        b.scratch["table"] = []  # batch-size columns, filled by the header row
+
+    def on_table_row(self, b: Builder, m: re.Match[str], line: int) -> None:
+        cols = b.scratch.get("table")
+        if not isinstance(cols, list):
+            return
+        text = m.string
+        label = clean_text(text[text.rfind("\n", 0, m.start()) + 1 : m.start()]).strip()
+        cells = [c.strip() for c in m.group(1).split("|") if c.strip()]
+        if not label:
+            cols[:] = [to_int(c) for c in cells]
+            return
+        gpus = to_int(label)
+        if gpus is None:
+            return
+        for bs, cell in zip(cols or [None] * len(cells), cells):
+            self._table_cell(b, gpus, bs, cell, line)
+
+    def _table_cell(self, b: Builder, gpus: int, bs: int | None, cell: str, line: int) -> None:
+        try:
+            value = float(cell)
+        except ValueError:
+            value = math.nan
+        runs: list[tuple[Series, int | None]] = b.scratch.get("runs", [])  # type: ignore[assignment]
+        # the latest matching run, searched from the end: the table follows its own runs, and a
+        # log of many runs would otherwise cost runs x cells
+        match = next(
+            (s for s, per_gpu in reversed(runs) if s.gpus == gpus and (bs is None or per_gpu in (None, bs))),
+            None,
+        )
+        where = f"{gpus} GPU(s)" + (f", batch {bs}" if bs is not None else "")
+        if match is None:
+            b.issue(f"result table (line {line}) has a figure for {where} but the log has no such run")
+        elif math.isnan(value):
+            b.issue(f"result table (line {line}) prints {cell!r} for {where}; no summary for that run")
+        else:
+            b.summary(value, line, match)
+
+
+@functools.lru_cache(maxsize=256)  # the runs of a log repeat a few PARAMETER lines: each read once
+def _run_of(params: str) -> tuple[int | None, int | None, tuple[tuple[str, object], ...]]:
+    """A PARAMETER line's GPU count, batch size per GPU and facts."""
+    listed, batch, dtype, amp_text, backend = params_of(params).pick(
+        "gpus", "batch_size", "dtype", "amp", "data_backend"
+    )
+    gpus = len(listed.strip("[]").split(",")) if listed and listed.strip("[] ") else None
+    total = to_int(batch or "")
+    per_gpu = total // gpus if total is not None and gpus else None
+    facts: list[tuple[str, object]] = [("batch_size", per_gpu)]
+    amp = to_bool(amp_text or "")
+    if dtype:
+        facts += [("dtype", dtype), ("precision", "amp" if amp else "fp16" if dtype == "float16" else "fp32")]
+    if amp_text is not None:
+        facts.append(("amp", amp))
+    if backend:
+        facts += [("data_backend", backend), ("dali", backend.startswith("dali"))]
+    return gpus, per_gpu, tuple(facts)

@@ -1,0 +1,1 @@
+"""The machines: SSH transport, the facts each node reports, and preflight's checks of them."""

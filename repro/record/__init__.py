@@ -1,0 +1,1 @@
+"""What a run leaves behind: the provenance record, the sealed archive, audit and diff."""

@@ -1,0 +1,76 @@
+"""The scheduler interface: how ``repro up``, ``repro preflight`` and ``repro plan`` get nodes and run cells.
+
+A scheduler is made for one run (its settings, the target, the selected cells and the inventory) and
+used in this order: ``check`` (everything it can refuse before anything is built or submitted), ``open``
+(the nodes), ``preflight`` (one report per node), ``launch_cell`` per cell and repeat, ``facts`` (what
+the provenance records of it) and ``close`` (on every path out). Class attributes tell ``up`` what it
+needs to know, so it never branches on a scheduler's name.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from repro.events import Event
+from repro.spec.hosts import Hosts, Node
+from repro.spec.manifest import Cell, Manifest
+
+if TYPE_CHECKING:
+    from repro.nodes.preflight import NodeReport
+    from repro.run.cell import LogSink, NodeResult
+
+
+class Scheduler(abc.ABC):
+    name: str                   # set by the registry
+    #: the scheduler takes its nodes from somewhere else than the inventory (the run directory then records
+    #: the nodes it got, and the image is made before any node is held)
+    allocates: bool = False
+
+    def __init__(self, config: Mapping[str, str], manifest: Manifest | None, cells: Sequence[Cell], hosts: Hosts,
+                 progress: Callable[[Event], None] | None = None) -> None:
+        self.cfg, self.manifest, self.cells, self.inventory = dict(config), manifest, cells, hosts
+        self.progress = progress or (lambda e: None)
+
+    @property
+    def engines(self) -> bool:
+        """Whether each node's Docker engine runs the containers (the image goes to every engine, and the kit
+        holds a client per node); False where the nodes' own runtime pulls the image (pyxis/enroot)."""
+        return True
+
+    @abc.abstractmethod
+    def check(self, need: int, *, preflight: bool = False) -> None:
+        """Raise UsageError or EnvironmentUnavailable for anything that would stop a run of ``need`` nodes,
+        before anything is built or submitted; ``preflight``: for a preflight alone."""
+
+    @abc.abstractmethod
+    def open(self, need: int, *, preflight: bool = False) -> Hosts:
+        """The ``need`` nodes the run uses, in rank order, with the inventory's settings."""
+
+    @abc.abstractmethod
+    def preflight(self, nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
+                  dataset: Any = None) -> list[NodeReport]:
+        """One report per node, from preflight's node script run where this scheduler runs things."""
+
+    @abc.abstractmethod
+    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
+                    clients: Any = None, timeout_s: float | None = None,
+                    on_event: Callable[[tuple[str, str, str]], None] | None = None, image: str | None = None,
+                    log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
+        """Run one repeat of ``cell`` on ``hosts``: one result per rank; raise CellFailed if any failed, and
+        leave nothing running on any path out."""
+
+    def facts(self) -> dict[str, Any] | None:
+        """What the provenance records of the scheduler (None: nothing beyond the nodes)."""
+        return None
+
+    def close(self, interrupted: bool = False) -> None:
+        """Release what ``open`` took (called on every path out; twice is harmless)."""
+
+    @classmethod
+    def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,
+                  cells: Sequence[Cell]) -> tuple[Hosts, str]:
+        """What ``repro plan`` adds for this scheduler (the nodes it shows, and its text)."""
+        return hosts, ""

@@ -1,0 +1,72 @@
+"""``repro show``: a manifest as a person reads it."""
+
+from __future__ import annotations
+
+import shlex
+
+from repro.spec.manifest import Manifest
+from repro.redact import redact_argv, redact_env
+
+
+def rdma_summary(m: Manifest) -> str:
+    r = m.rdma
+    if r is None:
+        return "none"
+    if r.strategy == "image":
+        return "image (the base image's own MOFED user space; nothing installed)"
+    if r.strategy == "inbox":
+        return "inbox (the distribution's rdma-core)"
+    os_ = m.image.get("build", {}).get("base", {}).get("os", "?")
+    return (f"mlnx-ofed {r.version} for {os_}, user space only, mlnxofedinstall {' '.join(r.flags)}; sha256 "
+            + (r.sha256 or "recorded by repro lock"))
+
+
+def describe_manifest(m: Manifest) -> str:
+    lines = [f"{m.id}: {m.title}", f"  file: {m.path}", f"  sha256: {m.sha256}",
+             f"  framework: {m.framework}, model: {m.model}"]
+    if "registry" in m.image:
+        pinned = "pinned" if m.image["registry"]["digest"] else "NOT pinned: run `repro lock`"
+        lines.append(f"  image: {m.image_reference} ({pinned})")
+    else:
+        b = m.image["build"]
+        base = b["base"]["ref"] + (f"@{b['base']['digest']}" if b["base"]["digest"] else " (base not pinned)")
+        lines.append(f"  image: built from dockerfiles/{b['dockerfile']} as {b['tag']}, FROM {base}")
+        if b["base"].get("os") or b["base"].get("published"):
+            lines.append(f"    base OS {b['base'].get('os', '(not declared)')}, tag published "
+                         f"{b['base'].get('published', '(not recorded)')}")
+        if b.get("env"):
+            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in redact_env(b["env"]).items()))
+    if m.source:
+        lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
+        for p in m.source.get("patches", []):
+            lines += [f"    patch {p['file']}: {p['why']}", f"      {p['old']!r} -> {p['new']!r}"]
+    lines.append(f"  rdma: {rdma_summary(m)}")
+    lines.append(f"  launch ({m.launch.kind}): {shlex.join(redact_argv(m.launch.command))}")
+    for prec, toks in m.launch.precision_args.items():
+        lines.append(f"    {{precision_args}} for {prec}: {shlex.join(redact_argv(toks)) or '(none)'}")
+    for when, toks in m.launch.cell_args:
+        lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(redact_argv(toks))}")
+    for when, env in m.launch.cell_env:
+        lines.append(f"    env when {dict(when)}: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
+    if m.launch.env:
+        lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(m.launch.env).items())))
+    cells = m.cells()
+    lines.append(f"  matrix: {len(cells)} cells x {m.repeats} repeats: {', '.join(c.key for c in cells)}")
+    lines.append(f"  measure: parser {m.measure.parser}, protocol {dict(m.measure.protocol)}")
+    lines += [f"    when {dict(w)}: {dict(p)}" for w, p in m.measure.overrides]
+    if m.measure.repeats:
+        lines.append(f"    repeats: {dict(m.measure.repeats)}")
+    if m.measure.speedup:
+        lines.append(f"    speedup: {dict(m.measure.speedup)}")
+    for t in m.published:
+        c = t.cite
+        lines.append(f"  published {t.id}: {c['title']}")
+        lines.append(f"    {c['repository']} @ {c['commit']} {c['path']} (tolerance {t.tolerance_pct}%)")
+        for cell in t.cells:
+            log = f"  log: {cell.logs[0].name}" + (f" (+{len(cell.logs) - 1})" if len(cell.logs) > 1 else "") if cell.logs else ""
+            sp = f", speedup {cell.speedup}" if cell.speedup else ""
+            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: {cell.value} {t.unit}{sp}{log}")
+    if m.expect:
+        lines.append("  expect: " + ", ".join(f"{k}={v}" for k, v in m.expect.items()))
+    lines += [f"  note: {n}" for n in m.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Published beside reproduced: re-derivation and new-run verdicts, their rules, and the reports."""
