@@ -1,6 +1,7 @@
 """Shared test setup.
 
-Tests that need a real component (Docker engine, the SSH test cluster) carry a marker.
+Tests that need a real component (Docker engine, the SSH test cluster, its Slurm, pyxis/enroot in that
+Slurm) carry a marker.
 Where the component is missing they are skipped with the reason locally, but they FAIL
 when ``CI`` is set or ``REPRO_REQUIRE`` names the component: a CI lane that is meant to
 have Docker can never go green by skipping.
@@ -73,6 +74,26 @@ def _slurm_reason() -> str | None:
     return None if "UP" in ping.stdout else f"slurmctld does not answer: {ping.stdout.strip()}"
 
 
+def _pyxis_reason() -> str | None:
+    """pyxis/enroot as ``scripts/test-cluster up`` installs them: in the description and in srun's options."""
+    import subprocess
+
+    reason = _slurm_reason()
+    if reason is not None:
+        return reason
+    info = _cluster() or {}
+    if not info.get("pyxis"):
+        return f"the test cluster at {CLUSTER_ENV} has no pyxis (REPRO_CLUSTER_PYXIS=0, or made before pyxis)"
+    try:
+        help_ = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=20,
+                               env={**os.environ, "SLURM_CONF": info["slurm_conf"]})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"srun --help failed: {e}"
+    if "--container-image" not in help_.stdout:
+        return f"`srun --help` shows no --container-image (plugstack: {info['pyxis'].get('plugstack')})"
+    return None
+
+
 def _upstream_reason() -> str | None:
     """An upstream repository's code (tf_cnn_benchmarks) comes from GitHub, which CI machines cannot reach
     (only the package registries): such a test runs where REPRO_TEST_GIT_MIRROR names a mirror of it."""
@@ -81,7 +102,8 @@ def _upstream_reason() -> str | None:
     return "no REPRO_TEST_GIT_MIRROR=PREFIX=URL naming a mirror of the upstream repository"
 
 
-_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "slurm": _slurm_reason, "upstream": _upstream_reason}
+_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "slurm": _slurm_reason, "pyxis": _pyxis_reason,
+           "upstream": _upstream_reason}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

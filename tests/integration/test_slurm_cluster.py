@@ -7,7 +7,8 @@ one slurmd per namespace node, each node's own Docker engine), with ``container:
 - mpi-rn50-cpu across 2 nodes (mpirun inside the allocation): Ctrl-C while the cell runs ->
   exit 130, the job is cancelled, no container is left; --resume finishes the cell.
 - bad input (unknown partition, too few nodes, a time limit shorter than a repeat, pyxis
-  without the plugin, Slurm down): a clear error and nothing submitted.
+  without the plugin (a slurm.conf with an empty plugin stack), Slurm down): a clear error and
+  nothing submitted.
 
 The image is the one the session's cpu_torch fixture built (the same as tests/integration/test_up.py).
 """
@@ -220,6 +221,16 @@ def test_mpi_ctrl_c_or_kill_cancels_the_job_and_resumes(cluster, env, inventory,
     assert containers(cluster, **{"repro.run": run.name}) == []
 
 
+def without_pyxis(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The cluster as a login node without pyxis sees it: its slurm.conf with an empty plugin stack
+    (the test cluster installs pyxis; srun reads PlugStackConfig)."""
+    empty = tmp_path / "plugstack-empty.conf"
+    empty.write_text("")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(Path(env["SLURM_CONF"]).read_text() + f"PlugStackConfig={empty}\n")
+    return {**env, "SLURM_CONF": str(conf)}
+
+
 @pytest.mark.parametrize("scheduler,message,hint", [
     ("slurm:partition=nope", "--scheduler partition: no partition 'nope' in this cluster (it has: debug)",
      "hint: set scheduler.partition"),
@@ -232,6 +243,7 @@ def test_mpi_ctrl_c_or_kill_cancels_the_job_and_resumes(cluster, env, inventory,
      "Invalid feature specification", "nothing was submitted"),
 ])
 def test_bad_slurm_settings_submit_nothing(cluster, env, tmp_path, scheduler, message, hint):
+    env = without_pyxis(env, tmp_path) if "pyxis" in scheduler else env
     inv = tmp_path / "hosts.yaml"
     inv.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")
     before = jobs(env)
@@ -332,6 +344,7 @@ def test_preflight_inside_an_allocation_uses_it(cluster, env, tmp_path):
     ("slurm:container=pyxis", "--scheduler container: pyxis, but `srun --help` here shows no --container-image"),
 ])
 def test_preflight_bad_slurm_settings_submit_nothing(cluster, env, tmp_path, scheduler, message):
+    env = without_pyxis(env, tmp_path) if "pyxis" in scheduler else env
     inv = tmp_path / "hosts.yaml"
     inv.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")
     before = jobs(env)
