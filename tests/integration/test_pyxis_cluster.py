@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import tarfile
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -95,13 +94,11 @@ def imported(cluster: dict, slurm_env: dict[str, str], mpi_image: dict[str, str]
     writes a file into that container's filesystem and prints, per node, the marker and the container's root.
     The named container is removed from both nodes afterwards."""
     name = f"repro-test-{mpi_image['marker']}"
-    t0 = time.monotonic()
     proc = srun(slurm_env, "-N2", f"--nodelist={','.join(names)}", "--ntasks-per-node=1", "--label",
                 f"--container-image={mpi_image['ref']}", f"--container-name={name}", "--container-writable",
                 "sh", "-c", 'hostname >/written-by-first-step; echo "$(hostname) $(cat /etc/repro-test-marker)";'
                             " awk '$5 == \"/\" {print $4}' /proc/self/mountinfo", timeout=600)
-    seconds = time.monotonic() - t0
-    yield {"name": name, "proc": proc, "seconds": seconds}
+    yield {"name": name, "proc": proc}
     enroot = cluster["pyxis"]["enroot"]
     srun(slurm_env, "-N2", f"--nodelist={','.join(names)}", "--ntasks-per-node=1", enroot, "remove", "-f",
          f"pyxis_{name}")
@@ -130,16 +127,14 @@ def test_two_node_step_imports_the_image_by_digest(cluster, imported, mpi_image,
 
 def test_container_name_reuses_the_imported_container(slurm_env, imported, mpi_image, names):
     assert imported["proc"].returncode == 0, imported["proc"].stderr[-3000:]
-    t0 = time.monotonic()
     proc = srun(slurm_env, "-N2", f"--nodelist={','.join(names)}", "--ntasks-per-node=1", "--label",
                 f"--container-name={imported['name']}", "sh", "-c",
                 'echo "$(hostname) $(cat /written-by-first-step) $(cat /etc/repro-test-marker)"')
-    seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "imported" not in proc.stderr
-    # the file the first step wrote is there: the same container filesystem, not a new import
+    # the file the first step wrote is there: the same container filesystem, not a new import (no timing
+    # assertion: a step may wait for the previous job's nodes, and other test runs share the cores)
     assert by_rank(proc.stdout) == {r: [f"{n} {n} {mpi_image['marker']}"] for r, n in enumerate(names)}
-    assert seconds < imported["seconds"] / 2, (seconds, imported["seconds"])
 
 
 def test_multi_prog_gives_each_rank_its_own_environment(cluster, slurm_env, imported, tmp_path, names):
