@@ -483,10 +483,11 @@ TF_PS_RUNNER = """\
       
       ... (52 lines)
 """
-TF_PS_2N = "  parameter servers: one beside the worker on every node (2)\n" + "".join(f"""\
+TF_PS_2N = ("  parameter servers: one beside the worker on every node (2), each without GPUs "
+            "(CUDA_VISIBLE_DEVICES= empty)\n") + "".join(f"""\
   rank {r} on node{r + 1} (10.11.0.{r + 2}) [ps+worker]
     {TF_PS_DOCKER}
-    $ python /tmp/repro-tf-ps-pair.py 14 python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
+    $ python /tmp/repro-tf-ps-pair.py 16 env CUDA_VISIBLE_DEVICES= python {TF_PS_ARGS.format(job="ps", rank=r)} python {TF_PS_ARGS.format(job="worker", rank=r)}
 {TF_PS_RUNNER}""" for r in (0, 1))
 
 # The page's exception "ResNet-152: 8 instances / 4 parameter servers" (benchmarks.md line 363 at 5984ffe): on 8
@@ -500,11 +501,11 @@ RN152_8N_ARGS = ("tf_cnn_benchmarks.py --num_gpus=8 --batch_size=32 --model=resn
 RN152_8N = ("cell 8n8g-fp32-bs32: 8 node(s) x 8 GPU(s) = 64 GPU(s), fp32, batch 32/GPU\n"
             "  image: repro/tf-cnn-benchmarks:1.2.0-9165a70\n"
             "  parameter servers: 4 of 8 nodes, on rank(s) 0, 1, 2, 3 in ps task order (launch.parameter_servers); "
-            "a worker on every node\n"
+            "a worker on every node; each ps without GPUs (CUDA_VISIBLE_DEVICES= empty)\n"
             + "".join(f"""\
   rank {r} on node{r + 1} (10.11.0.{r + 2}) [ps+worker]
     {TF_PS_DOCKER}
-    $ python /tmp/repro-tf-ps-pair.py 14 python {RN152_8N_ARGS.format(job="ps", rank=r)} python {RN152_8N_ARGS.format(job="worker", rank=r)}
+    $ python /tmp/repro-tf-ps-pair.py 16 env CUDA_VISIBLE_DEVICES= python {RN152_8N_ARGS.format(job="ps", rank=r)} python {RN152_8N_ARGS.format(job="worker", rank=r)}
 {TF_PS_RUNNER}""" for r in (0, 1, 2, 3))
             + "".join(f"""\
   rank {r} on node{r + 1} (10.11.0.{r + 2}) [worker]
@@ -558,8 +559,9 @@ def test_tf_ps_placement_other_than_the_first_nodes(tmp_path: Path) -> None:
             assert (p.command.role, argv[:2], p.command.files) == ("worker", ["python", "tf_cnn_benchmarks.py"], {})
             assert argv[-4:-2] == ["--job_name=worker", hosts] and argv[-1] == f"--task_index={rank}"
             continue
-        assert p.command.role == "ps+worker" and argv[:3] == ["python", "/tmp/repro-tf-ps-pair.py", "14"]
-        ps, worker = argv[3:17], argv[17:]
+        assert p.command.role == "ps+worker" and argv[:3] == ["python", "/tmp/repro-tf-ps-pair.py", "16"]
+        ps, worker = argv[3:19], argv[19:]
+        assert ps[:3] == ["env", "CUDA_VISIBLE_DEVICES=", "python"]
         assert ps[-4:-2] == ["--job_name=ps", hosts] and ps[-1] == f"--task_index={(6, 2).index(rank)}"
         assert worker[-4:-2] == ["--job_name=worker", hosts] and worker[-1] == f"--task_index={rank}"
 
@@ -574,6 +576,10 @@ def test_tf_ps_render_at_api_level() -> None:
         assert argv[:2] == ["python", "/tmp/repro-tf-ps-pair.py"]
         n = int(argv[2])
         ps, worker = argv[3:3 + n], argv[3 + n:]
+        # the upstream harness hides the GPUs from ps tasks (tensorflow/benchmarks 8fb7907
+        # scripts/tf_cnn_benchmarks/benchmark_cnn_distributed_test.py line 225); the worker keeps its environment
+        assert ps[:2] == ["env", "CUDA_VISIBLE_DEVICES="] and worker[0] == "python"
+        ps = ps[2:]
         assert [a for a in ps if not a.startswith("--job_name")] == [a for a in worker if not a.startswith("--job_name")]
         assert "--job_name=ps" in ps and "--job_name=worker" in worker
         assert f"--task_index={rank}" in worker

@@ -41,3 +41,17 @@ def test_a_parameter_server_that_dies_first_ends_the_worker() -> None:
     proc = pair(ps, worker)
     assert proc.returncode == 5
     assert "repro: the parameter server exited with status 5 before the worker" in proc.stderr
+
+
+def test_the_parameter_server_sees_no_gpu_and_the_worker_keeps_its_own() -> None:
+    """The ps as the launcher renders it (``env CUDA_VISIBLE_DEVICES=`` before its command): the variable is
+    empty for the ps process alone; the worker keeps the container's value."""
+    from repro.launchers.tf_ps import PS_NO_GPU
+
+    show = "import os, sys; print(sys.argv[1], repr(os.environ.get('CUDA_VISIBLE_DEVICES')), flush=True)"
+    ps = [*PS_NO_GPU, sys.executable, "-c", f"{show}\nimport time\nwhile True: time.sleep(0.1)", "ps"]
+    worker = [sys.executable, "-c", "import time; time.sleep(1)\n" + show, "worker"]
+    proc = subprocess.run([sys.executable, str(RUNNER), str(len(ps)), *ps, *worker], capture_output=True, text=True,
+                          timeout=60, check=False, env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["ps ''", "worker '0,1'"]

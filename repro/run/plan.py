@@ -134,9 +134,11 @@ FILE_LINES_SHOWN = 16
 def _ps_placement(manifest: Manifest, cell: Cell) -> str:
     ranks = manifest.launch.ps_ranks(cell)
     if ranks == tuple(range(cell.nodes)):
-        return f"parameter servers: one beside the worker on every node ({cell.nodes})"
+        return (f"parameter servers: one beside the worker on every node ({cell.nodes}), each without GPUs "
+                "(CUDA_VISIBLE_DEVICES= empty)")
     return (f"parameter servers: {len(ranks)} of {cell.nodes} nodes, on rank(s) {', '.join(map(str, ranks))} "
-            "in ps task order (launch.parameter_servers); a worker on every node")
+            "in ps task order (launch.parameter_servers); a worker on every node; each ps without GPUs "
+            "(CUDA_VISIBLE_DEVICES= empty)")
 
 
 def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
