@@ -59,7 +59,7 @@ REWRITE = {"file": "bench/requirements.txt", "old": GIT_URL, "new": GIT_URL.repl
 def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict[str, str]] | None = None,
              dockerfile: str = "requirements", rdma: dict[str, Any] | None = None,
              base: str = "paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04",
-             os_: str | None = "ubuntu16.04") -> Path:
+             os_: str | None = "ubuntu16.04", published: str | None = None) -> Path:
     data = yaml.safe_load((GOOD / "minimal.yaml").read_text(encoding="utf-8"))
     data.pop("published")
     data["id"] = f"test-check-{name}"
@@ -67,6 +67,8 @@ def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict
                                "tag": "repro/test-check:1"}}
     if os_:
         data["image"]["build"]["base"]["os"] = os_
+    if published:
+        data["image"]["build"]["base"]["published"] = published
     data["source"] = {"repository": URL, "commit": commit, "path": "/workspace/src", "subdir": "bench",
                       "patches": [REWRITE] if patches is None else patches}
     if rdma:
@@ -86,9 +88,10 @@ def mirror_args(mirror: Path) -> list[str]:
     return ["--git-mirror", f"https://github.com/example/={mirror}/"]
 
 
-def failures(path: Path, mirror: Path, cache: Path | None = None) -> list[str]:
+def failures(path: Path, mirror: Path, cache: Path | None = None,
+             dockerfiles: Path | None = None) -> list[str]:
     r = check_target(load_manifest(path), CheckOptions(git_mirrors=(("https://github.com/example/", f"{mirror}/"),),
-                                                       ofed_cache=cache))
+                                                       ofed_cache=cache, dockerfiles=dockerfiles))
     return [str(f) for f in r.failures]
 
 
@@ -239,3 +242,67 @@ def test_inbox_needs_apt(upstream: tuple[Path, str], tmp_path: Path) -> None:
                     os_="centos7")
     assert failures(path, mirror) == [
         "test-check-t: rdma: strategy inbox installs rdma-core with apt-get; the base OS centos7 has no apt-get"]
+
+
+# --- apt on CUDA bases older than NVIDIA's April 2022 key rotation -------------------------------------------
+
+NGC_2003 = "nvcr.io/nvidia/pytorch:20.03-py3"
+APT_FAIL = ("test-check-t: apt: {part} runs apt-get update on nvcr.io/nvidia/pytorch:20.03-py3, a CUDA base "
+            "{when}: over the base's CUDA sources it fails with NO_PUBKEY A4B469963BF863CC; read the "
+            "distribution's sources only (repro.images.apt.dist_apt_install) or install NVIDIA's cuda-keyring by "
+            "pinned sha256 first")
+BEFORE = "published 2020-03, before NVIDIA's April 2022 CUDA apt key rotation"
+
+
+def dockerfiles_with(tmp_path: Path, run: str) -> Path:
+    """The shipped requirements Dockerfile with one more RUN at its end, in a --dockerfiles directory."""
+    text = (ROOT / "dockerfiles" / "requirements" / "Dockerfile").read_text(encoding="utf-8")
+    (tmp_path / "dockerfiles" / "requirements").mkdir(parents=True)
+    (tmp_path / "dockerfiles" / "requirements" / "Dockerfile").write_text(text + run, encoding="utf-8")
+    return tmp_path / "dockerfiles"
+
+
+def test_an_apt_update_over_every_source_of_an_old_cuda_base_fails(upstream: tuple[Path, str],
+                                                                    tmp_path: Path) -> None:
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, base=NGC_2003, os_="ubuntu18.04", published="2020-03 (NGC 20.03)")
+    run = "RUN apt-get update \\\n && apt-get install -y --no-install-recommends numactl\n"
+    assert failures(path, mirror, dockerfiles=dockerfiles_with(tmp_path, run)) == [
+        APT_FAIL.format(part="dockerfiles/requirements/Dockerfile", when=BEFORE)]
+
+
+def test_apt_over_a_cuda_base_of_unknown_date_fails_and_after_the_rotation_passes(upstream: tuple[Path, str],
+                                                                                   tmp_path: Path) -> None:
+    mirror, commit = upstream
+    run = "RUN apt -o Acquire::Retries=3 update && apt install -y numactl\n"
+    dockerfiles = dockerfiles_with(tmp_path, run)
+    unknown = manifest(tmp_path, commit, name="t", base=NGC_2003, os_="ubuntu18.04")
+    assert failures(unknown, mirror, dockerfiles=dockerfiles) == [
+        APT_FAIL.format(part="dockerfiles/requirements/Dockerfile",
+                        when="of unknown date (image.build.base.published)")]
+    later = manifest(tmp_path, commit, name="t", base=NGC_2003, os_="ubuntu18.04", published="2022-05")
+    assert failures(later, mirror, dockerfiles=dockerfiles) == []
+    cpu = manifest(tmp_path, commit, name="t", base="debian:bookworm", os_=None, published="2020-03")
+    assert failures(cpu, mirror, dockerfiles=dockerfiles) == []
+
+
+def test_nvidias_keyring_by_checksum_is_accepted(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, base=NGC_2003, os_="ubuntu18.04", published="2020-03")
+    run = ("RUN curl -fsSLO https://developer.download.nvidia.com/compute/cuda/repos/ubuntu1804/x86_64/"
+           "cuda-keyring_1.0-1_all.deb \\\n"
+           " && echo \"$SHA  cuda-keyring_1.0-1_all.deb\" | sha256sum -c - \\\n"
+           " && dpkg -i cuda-keyring_1.0-1_all.deb && apt-get update\n")
+    assert failures(path, mirror, dockerfiles=dockerfiles_with(tmp_path, run)) == []
+
+
+def test_the_kits_own_layers_read_the_distribution_sources_only(upstream: tuple[Path, str],
+                                                                 tmp_path: Path) -> None:
+    """The RDMA inbox layer on an old CUDA base: its apt-get update passes the check, and says so."""
+    mirror, commit = upstream
+    path = manifest(tmp_path, commit, rdma={"strategy": "inbox"}, base=NGC_2003, os_="ubuntu18.04",
+                    published="2020-03")
+    mirrors = (("https://github.com/example/", f"{mirror}/"),)
+    r = check_target(load_manifest(path), CheckOptions(git_mirrors=mirrors))
+    assert r.failures == ()
+    assert r.passed[-1] == "apt reads the distribution's sources only (CUDA base published 2020-03)"

@@ -23,6 +23,7 @@ from repro.images.rdma import bundle_name, describe, parse_probe, render_rdma_la
 from repro.images.refs import Ref, parse_ref, retag
 from repro.images.registry import classify
 from repro.images.render import render_build, render_dockerfile
+from repro.images.sshd import render_sshd_layer
 from repro.images.source import apply_patches
 from repro.images.lock import Pins, check, differences, lock_path, pins_for_run, read_lock, resolve_all
 from repro.spec.manifest import Manifest, Rdma, find_target, load_manifest, manifest_files
@@ -187,11 +188,50 @@ def test_inbox_layer_exact() -> None:
     assert render_rdma_layer(m, "sha256:abc") == (
         "# repro RDMA layer: inbox (the distribution's rdma-core user space)\n"
         "FROM sha256:abc\n"
-        "RUN apt-get update \\\n"
-        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        "RUN mkdir -p /tmp/repro-apt/sources.list.d \\\n"
+        + "".join(f" && {c} \\\n" for c in DIST_APT[1:])
+        + " && apt-get -o Dir::Etc::SourceList=/tmp/repro-apt/sources.list "
+        "-o Dir::Etc::SourceParts=/tmp/repro-apt/sources.list.d update \\\n"
+        " && DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Etc::SourceList=/tmp/repro-apt/sources.list "
+        "-o Dir::Etc::SourceParts=/tmp/repro-apt/sources.list.d install -y --no-install-recommends "
         "ibverbs-providers ibverbs-utils infiniband-diags perftest rdma-core \\\n"
-        " && rm -rf /var/lib/apt/lists/* \\\n"
+        " && rm -rf /var/lib/apt/lists/* /tmp/repro-apt \\\n"
         " && mkdir -p /etc/libibverbs.d\n")
+
+
+#: how the kit's layers copy the distribution's apt sources (Debian/Ubuntu one-line sources.list, Debian 12
+#: and Ubuntu 24.04 deb822 files) and refuse an image that has none; NVIDIA's cuda.list, nvidia-ml.list stay out
+DIST_APT = (
+    "mkdir -p /tmp/repro-apt/sources.list.d",
+    ("if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list /tmp/repro-apt/sources.list; "
+     "else : > /tmp/repro-apt/sources.list; fi"),
+    ('for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/ubuntu.sources; '
+     'do if [ -f "$f" ]; then cp "$f" /tmp/repro-apt/sources.list.d/; fi; done'),
+    ("if ! grep -qsE '^[[:space:]]*(deb|Types:)' /tmp/repro-apt/sources.list /tmp/repro-apt/sources.list.d/*; "
+     "then echo 'repro: the image has no distribution apt source (/etc/apt/sources.list, "
+     "sources.list.d/debian.sources or ubuntu.sources)' >&2; exit 1; fi"))
+
+
+def test_sshd_layer_exact() -> None:
+    opts = ("-o Dir::Etc::SourceList=/tmp/repro-apt/sources.list "
+            "-o Dir::Etc::SourceParts=/tmp/repro-apt/sources.list.d")
+    assert render_sshd_layer("sha256:abc") == (
+        "# repro mpi layer: the sshd (and ssh client) mpirun reaches the other nodes' ranks through\n"
+        "FROM sha256:abc\n"
+        "RUN if [ ! -x /usr/sbin/sshd ] || ! command -v ssh >/dev/null; then \\\n"
+        "      command -v apt-get >/dev/null \\\n"
+        "        || { echo 'repro: the image has no sshd and no apt-get to install openssh-server' >&2; "
+        "exit 1; }; \\\n"
+        f"      {DIST_APT[0]} \\\n"
+        + "".join(f"        && {c} \\\n" for c in DIST_APT[1:])
+        + f"        && apt-get {opts} update \\\n"
+        f"        && DEBIAN_FRONTEND=noninteractive apt-get {opts} install -y --no-install-recommends "
+        "openssh-server openssh-client \\\n"
+        "        && rm -rf /var/lib/apt/lists/* /tmp/repro-apt \\\n"
+        "        && rm -f /etc/ssh/ssh_host_*; \\\n"
+        "    fi \\\n"
+        " && mkdir -p /run/sshd \\\n"
+        " && test -x /usr/sbin/sshd && ssh -V\n")
 
 
 def test_mlnx_ofed_layer_takes_the_distro_from_the_base_os_and_the_publishers_flags() -> None:

@@ -5,7 +5,9 @@ occurs exactly once (patches apply in order, as the build applies them); every f
 Dockerfile copies from the checkout or the build context exists; requirement files use no
 ``git://`` URL (GitHub no longer serves that protocol); for rdma strategy mlnx-ofed, the
 base image declares its OS, its tag names no other OS, and a bundle in the cache is built
-for that OS and has the recorded sha256. Sources are read with git, through
+for that OS and has the recorded sha256; on a CUDA base published before NVIDIA's April 2022 apt key
+rotation, no ``apt-get update`` of the build (the Dockerfile and the kit's layers) reads NVIDIA's CUDA
+sources unless it installs NVIDIA's current keyring by checksum. Sources are read with git, through
 ``--git-mirror`` prefixes for sites without GitHub. Nothing here prints.
 """
 
@@ -23,9 +25,10 @@ from pathlib import Path
 from repro.images import lock
 from repro.errors import BuildError, ReproError
 from repro.images import rdma as rdma_layer
+from repro.images.apt import APT_WORK
 from repro.images.build import BuildOptions, build_args, dockerfile_dir
 from repro.images.refs import parse_ref
-from repro.images.render import render_dockerfile
+from repro.images.render import render_build, render_dockerfile
 from repro.images.source import Mirrors, git, mirrored, repository_url
 from repro.spec.manifest import Manifest
 
@@ -35,6 +38,12 @@ _COPY = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.I)
 _GIT_URL = re.compile(r"(?<![\w+])(?:git\+)?git://\S+")
 _REQUIREMENTS = re.compile(r"requirements[^/]*\.txt$")
 _OS_IN_TAG = re.compile(r"(ubuntu|centos|rhel|debian)(\d+(?:\.\d+)?)")
+#: NVIDIA rotated the key of its CUDA apt repositories in April 2022 (new key 3bf863cc); images made before
+#: carry the old one, and ``apt-get update`` over their CUDA sources fails with NO_PUBKEY A4B469963BF863CC
+KEY_ROTATION = "2022-04"
+_CUDA_REF = re.compile(r"(^|/)nvidia/|nvcr\.io/|cuda|-gpu", re.IGNORECASE)
+_APT_UPDATE = re.compile(r"\bapt(?:-get)?((?:\s+-o\s*\S+|\s+-\S+)*)\s+update\b")
+_KEYRING = re.compile(r"cuda-keyring[^\n]*\bsha256sum\b|\bsha256sum\b[^\n]*cuda-keyring")
 #: records one failed check: (check, message)
 Fail = Callable[[str, str], None]
 
@@ -42,7 +51,7 @@ Fail = Callable[[str, str], None]
 @dataclass(frozen=True)
 class Failure:
     target: str
-    check: str       # commit, patch, copy, requirements, rdma, checksum
+    check: str       # commit, patch, copy, requirements, rdma, checksum, apt
     message: str
 
     def __str__(self) -> str:
@@ -140,6 +149,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
     else:
         _copies(manifest, None, opts, passed, fail)
     _rdma(manifest, opts, passed, fail)
+    _apt(manifest, opts, passed, fail)
     return Checked(manifest.id, tuple(passed), tuple(failures))
 
 
@@ -264,3 +274,50 @@ def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
             fail("checksum", f"{bundle}: sha256 {got}, {source} has {expected}")
         else:
             passed.append(f"{bundle.name}: sha256 as recorded")
+
+
+def cuda_base_before_rotation(manifest: Manifest) -> str | None:
+    """The base's publication month when it is a CUDA image published before NVIDIA's apt key rotation
+    (``unknown`` when it declares none), else None."""
+    base = manifest.image.get("build", {}).get("base")
+    if not base or not (manifest.expect.get("cuda") or _CUDA_REF.search(base["ref"])):
+        return None
+    m = re.match(r"\d{4}-\d\d", str(base.get("published", "")))
+    if m is None:
+        return "unknown"
+    return m.group(0) if m.group(0) <= KEY_ROTATION else None
+
+
+def unsafe_apt_updates(text: str) -> list[str]:
+    """Where a rendered build runs ``apt-get update`` over every apt source of the image: neither with the
+    distribution's sources only (repro.images.apt) nor after installing NVIDIA's keyring by checksum. One
+    entry per such RUN, naming the Dockerfile or layer it is in."""
+    found, part = [], "the Dockerfile"
+    for run in re.split(r"\n(?=\S)", text.replace("\\\n", " ")):
+        if run.startswith("# dockerfiles/"):
+            part = run.split()[1]
+        elif run.startswith("# then the "):
+            part = run.removeprefix("# then the ").split(" (")[0]
+        if not re.match(r"RUN\s", run) or _KEYRING.search(run):
+            continue
+        if any(f"Dir::Etc::SourceParts={APT_WORK}/" not in m.group(1) for m in _APT_UPDATE.finditer(run)):
+            found.append(part)
+    return found
+
+
+def _apt(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
+    published = cuda_base_before_rotation(manifest)
+    if published is None:
+        return
+    base = manifest.image["build"]["base"]["ref"]
+    text = render_build(manifest, parse_ref(base), opts.dockerfiles)
+    bad = unsafe_apt_updates(text)
+    when = ("of unknown date (image.build.base.published)" if published == "unknown"
+            else f"published {published}, before NVIDIA's April 2022 CUDA apt key rotation")
+    for part in dict.fromkeys(bad):
+        fail("apt", f"{part} runs apt-get update on {base}, a CUDA base {when}: over the base's CUDA sources "
+                    "it fails with NO_PUBKEY A4B469963BF863CC; read the distribution's sources only "
+                    "(repro.images.apt.dist_apt_install) or install NVIDIA's cuda-keyring by pinned sha256 "
+                    "first")
+    if not bad and "apt-get" in text:
+        passed.append(f"apt reads the distribution's sources only (CUDA base {when.split(',')[0]})")

@@ -5,7 +5,8 @@ the host driver); nothing is installed. ``mlnx-ofed``: the pinned MLNX_OFED bund
 distro taken from the base image's declared OS (``image.build.base.os``), installed user
 space only with the publisher's installer flags; the bundle's sha256 is checked before
 it enters the build (the manifest's, else the one ``repro lock`` recorded). ``inbox``:
-the distribution's rdma-core. Rendering is a pure function; after a build that installed
+the distribution's rdma-core. apt reads the distribution's sources only (``repro.images.apt``).
+Rendering is a pure function; after a build that installed
 something, the stack is checked inside the image and its versions recorded.
 """
 
@@ -25,6 +26,7 @@ import docker
 
 from repro.errors import BuildError, EnvironmentUnavailable, UsageError
 from repro.events import Event, Progress, ignore
+from repro.images.apt import dist_apt_install
 from repro.spec.manifest import Manifest, Rdma
 
 log = logging.getLogger(__name__)
@@ -82,12 +84,6 @@ def _run(*commands: str) -> list[str]:
             for i, c in enumerate(commands)]
 
 
-def _apt(packages: tuple[str, ...]) -> tuple[str, ...]:
-    return ("apt-get update",
-            f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {' '.join(packages)}",
-            "rm -rf /var/lib/apt/lists/*")
-
-
 def render_rdma_layer(manifest: Manifest, base: str) -> str:
     """The Dockerfile that adds the manifest's RDMA user space on top of ``base`` (an image ID or ref)."""
     rdma = manifest.rdma
@@ -96,7 +92,7 @@ def render_rdma_layer(manifest: Manifest, base: str) -> str:
     if rdma.strategy == "inbox":
         lines = ["# repro RDMA layer: inbox (the distribution's rdma-core user space)",
                  f"FROM {base}",
-                 *_run(*_apt(INBOX_PACKAGES), "mkdir -p /etc/libibverbs.d")]
+                 *_run(*dist_apt_install(INBOX_PACKAGES), "mkdir -p /etc/libibverbs.d")]
     else:
         name = bundle_name(manifest)
         lines = [f"# repro RDMA layer: MLNX_OFED {rdma.version} for {base_os(manifest)} (the base image's OS), "
@@ -104,7 +100,7 @@ def render_rdma_layer(manifest: Manifest, base: str) -> str:
                  f"FROM {base}",
                  *_run(". /etc/os-release", f'test "$ID$VERSION_ID" = {base_os(manifest)} || {{ echo "the base image '
                        f'is $ID$VERSION_ID, image.build.base.os says {base_os(manifest)}" >&2; exit 1; }}'),
-                 *_run(*_apt(MLNX_BUILD_DEPS)),
+                 *_run(*dist_apt_install(MLNX_BUILD_DEPS)),
                  f"COPY {name}.tgz /tmp/{name}.tgz",
                  *_run("cd /tmp", f"tar -xf {name}.tgz", f"./{name}/mlnxofedinstall {' '.join(rdma.flags)}",
                        f"rm -rf /tmp/{name} /tmp/{name}.tgz", "mkdir -p /etc/libibverbs.d")]

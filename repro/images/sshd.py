@@ -4,20 +4,22 @@ mpirun in the rank-0 container starts the other nodes' ranks through an sshd the
 in their containers. NGC containers (and most framework images) carry OpenMPI and an ssh
 client but no sshd, so every image of an mpi target gets this layer on top, last: it
 installs openssh-server (and the client) with apt when ``/usr/sbin/sshd`` or ``ssh`` is
-missing, drops the host keys the package generates (each run brings its own), and checks
+missing (from the distribution's apt sources only: ``repro.images.apt``),
+drops the host keys the package generates (each run brings its own), and checks
 that both are there. The sshd configuration is written per run (``repro.launchers.mpi``).
 Rendering is a pure function.
 """
 
 from __future__ import annotations
 
+from repro.images.apt import dist_apt_install
+
 PACKAGES = ("openssh-server", "openssh-client")
 
 
 def render_sshd_layer(base: str) -> str:
     """The Dockerfile that adds the mpi launcher's sshd on top of ``base`` (an image ID or ref)."""
-    install = (f"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-               f"{' '.join(PACKAGES)} && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*")
+    install = " \\\n        && ".join((*dist_apt_install(PACKAGES), "rm -f /etc/ssh/ssh_host_*"))
     return "\n".join([
         "# repro mpi layer: the sshd (and ssh client) mpirun reaches the other nodes' ranks through",
         f"FROM {base}",

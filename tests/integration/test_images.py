@@ -29,7 +29,9 @@ from repro.spec.hosts import load_hosts, local_hosts
 from repro.images import BuildOptions, ImagesOptions, ImagesResult, lock_target, prepare, registry
 from repro.images.build import CA_IMAGE_PATH
 from repro.images.engine import connect
+from repro.images.rdma import render_rdma_layer
 from repro.images.refs import parse_ref
+from repro.images.sshd import render_sshd_layer
 from repro.images.lock import lock_path, read_lock
 from repro.spec.manifest import Manifest, load_manifest
 
@@ -260,6 +262,43 @@ def test_inbox_rdma_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict,
     assert r.built.rdma_versions["perftest"]
     out = helpers.run_in(engine, tag, ["sh", "-c", "command -v ibv_devinfo; ibv_devinfo; echo rc=$?"], track)
     assert out.startswith("/usr/bin/ibv_devinfo\n") and "error while loading" not in out
+
+
+#: as in an image built FROM nvidia/cuda before NVIDIA's April 2022 key rotation: an apt source in
+#: sources.list.d/cuda.list whose signing key the image does not hold (here the base's own mirror, a suite the
+#: base does not list, signed-by a keyring that is not there), so that apt-get update over it fails with NO_PUBKEY
+NO_KEY_SOURCE = (
+    "RUN uri=$(sed -n 's/^URIs: *\\([^ ]*\\).*/\\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null "
+    "| head -n 1); [ -n \"$uri\" ] || uri=$(awk '$1 == \"deb\" {print $2; exit}' /etc/apt/sources.list); "
+    ". /etc/os-release; echo \"deb [signed-by=/usr/share/keyrings/repro-test-absent.gpg] $uri "
+    "$VERSION_CODENAME-backports main\" "
+    "> /etc/apt/sources.list.d/cuda.list\n")
+
+
+def _build_log(engine: docker.DockerClient, text: str, **kw: Any) -> str:
+    _, log = engine.images.build(fileobj=_dockerfile(text), network_mode="host", rm=True, forcerm=True, **kw)
+    return "".join(str(e.get("stream", "")) for e in log)
+
+
+def test_the_kits_apt_layers_build_on_a_base_with_an_apt_source_whose_key_is_missing(
+        smoke: Smoke, cluster: dict, engine: docker.DockerClient, track: Any, helpers: Any,
+        tmp_path: Path) -> None:
+    base = track.image(f"repro-test/no-pubkey-{track.run_id}:t")
+    _build_log(engine, f"FROM {cluster['base_image']}\n{NO_KEY_SOURCE}", tag=base, labels=track.labels)
+    with pytest.raises(docker.errors.BuildError) as plain:   # what any layer that updates every source meets
+        _build_log(engine, f"FROM {base}\nRUN apt-get update\n", labels=track.labels)
+    assert "NO_PUBKEY" in "".join(str(e.get("stream", "")) for e in plain.value.build_log)
+    m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-nokey",
+                                             tag="unused:t", rdma="inbox"))
+    layers = (("rdma", render_rdma_layer(m, base), "dpkg-query -W rdma-core perftest && echo rc=0"),
+              ("sshd", render_sshd_layer(base), "test -x /usr/sbin/sshd && echo rc=0"))
+    for name, layer, check in layers:
+        tag = track.image(f"repro-test/no-pubkey-{name}-{track.run_id}:t")
+        _build_log(engine, layer, tag=tag, labels=track.labels)
+        show = f"{check}; cat /etc/apt/sources.list.d/cuda.list; ls /var/lib/apt/lists /tmp"
+        out = helpers.run_in(engine, tag, ["sh", "-c", show], track)
+        assert "rc=0" in out and "repro-test-absent.gpg" in out, out   # the image's own apt sources are kept
+        assert "repro-apt" not in out and "_Packages" not in out, out
 
 
 def test_ca_bundle_reaches_the_build_but_not_the_image(smoke: Smoke, cluster: dict, engine: docker.DockerClient,
