@@ -100,7 +100,7 @@ def test_a_clean_target_passes_through_the_mirror(upstream: tuple[Path, str], tm
     proc = run_check(str(manifest(tmp_path, commit)), *mirror_args(mirror))
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == (f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
-                           "bench/requirements.txt: no git:// URL; 4 file(s) dockerfiles/requirements/Dockerfile "
+                           "bench/requirements.txt: no git:// URL; 5 file(s) dockerfiles/requirements/Dockerfile "
                            "copies exist\n")
 
 
@@ -119,7 +119,7 @@ def test_every_failure_is_one_line_and_a_nonzero_exit(upstream: tuple[Path, str]
         f"FAIL test-check-bad: requirements: bench/requirements.txt:2: {GIT_URL} uses git://, which GitHub no longer "
         "serves; add a source.patches entry that rewrites it to git+https://",
         f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
-        "bench/requirements.txt: no git:// URL; 4 file(s) dockerfiles/requirements/Dockerfile copies exist",
+        "bench/requirements.txt: no git:// URL; 5 file(s) dockerfiles/requirements/Dockerfile copies exist",
     ]
 
 

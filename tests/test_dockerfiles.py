@@ -56,6 +56,10 @@ def test_ngc_pytorch_renders_exactly() -> None:
     assert body == f"""ARG BASE=nvcr.io/nvidia/pytorch@{D}
 
 FROM nvcr.io/nvidia/pytorch@{D} AS deps
+ARG BASE_PYTHON=
+ARG BASE_SHIPS=
+COPY repro-base-check.py /tmp/repro-base-check.py
+RUN "$(command -v python3 || command -v python)" /tmp/repro-base-check.py "" 
 ARG SOURCE_SUBDIR=PyTorch/Classification/ConvNets
 ARG REQUIREMENTS=requirements.txt
 COPY repro-ca.crt /etc/ssl/certs/repro-build-ca.crt
@@ -156,7 +160,8 @@ def test_build_args_may_not_override_the_pins() -> None:
     m = find_target("dlperf-tf2-rn50-v100")
     data = json.loads(json.dumps(m.data))
     assert build.build_args(m, pinned_base("dlperf-tf2-rn50-v100")) == {
-        "BASE": f"tensorflow/tensorflow@{D}", "TF_MODELS_OFFICIAL": "2.3.0", "TENSORFLOW_DATASETS": "3.0.0"}
+        "BASE": f"tensorflow/tensorflow@{D}", "TF_MODELS_OFFICIAL": "2.3.0", "TENSORFLOW_DATASETS": "3.0.0",
+        "BASE_PYTHON": "3.6", "BASE_SHIPS": "tensorflow-gpu==2.3.0"}  # image.build.base python and ships
     data["image"]["build"]["args"]["BASE"] = "evil:latest"
     forged = type(m)(**{**m.__dict__, "image": data["image"]})
     with pytest.raises(UsageError, match="may not set BASE"):

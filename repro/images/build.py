@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: The build context's CA bundle (empty when none is given) and where build stages put it.
 CA_FILE = "repro-ca.crt"
+#: the base check (repro/images/base_check.py) in every build context
+BASE_CHECK_FILE = "repro-base-check.py"
 CA_IMAGE_PATH = "/etc/ssl/certs/repro-build-ca.crt"
 TAIL_LINES = 20
 _STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
@@ -123,6 +125,8 @@ def build_inputs_sha256(manifest: Manifest) -> str:
               "rdma": manifest.data.get("rdma")}
     if manifest.launch.kind == "mpi":
         inputs["sshd"] = render_sshd_layer("BASE")
+    if "python" in manifest.image["build"]["base"] or manifest.image["build"]["base"].get("ships"):
+        inputs["base_check"] = Path(__file__).with_name("base_check.py").read_text(encoding="utf-8")
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -233,6 +237,7 @@ def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions
             progress(Event("info", f"applied {len(src['patches'])} patch(es)"))
     else:
         (context / "source").mkdir()
+    shutil.copyfile(Path(__file__).with_name("base_check.py"), context / BASE_CHECK_FILE)
     ca = context / CA_FILE
     if opts.ca_bundle:
         shutil.copyfile(opts.ca_bundle, ca)
@@ -245,14 +250,26 @@ def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions
     return context
 
 
+def base_declared(manifest: Manifest) -> dict[str, str]:
+    """BASE_PYTHON and BASE_SHIPS, what the build's first stage checks the base against (``base_check``),
+    when the manifest declares them (image.build.base.python / ships)."""
+    base = manifest.image["build"]["base"]
+    out = {}
+    if "python" in base:
+        out["BASE_PYTHON"] = base["python"]["version"]
+    if base.get("ships"):
+        out["BASE_SHIPS"] = " ".join(f"{s['name']}=={s['version']}" for s in base["ships"])
+    return out
+
+
 def build_args(manifest: Manifest, base: Ref) -> dict[str, str]:
     """BASE (pinned by digest) and SOURCE_PATH (the manifest's source.path), then the manifest's args."""
     extra = dict(manifest.image["build"].get("args", {}))
-    for reserved in ("BASE", "SOURCE_PATH", "SOURCE_SUBDIR"):
+    for reserved in ("BASE", "SOURCE_PATH", "SOURCE_SUBDIR", "BASE_PYTHON", "BASE_SHIPS"):
         if reserved in extra:
             raise UsageError(f"{manifest.id}: image.build.args may not set {reserved}",
                              hint="the kit sets it from image.build.base / source.path")
-    args = {"BASE": base.pinned}
+    args = {"BASE": base.pinned, **base_declared(manifest)}
     if manifest.source:
         args["SOURCE_PATH"] = manifest.source["path"]
         if manifest.source.get("subdir"):

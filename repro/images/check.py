@@ -33,7 +33,7 @@ from repro.images.source import Mirrors, git, mirrored, repository_url
 from repro.spec.manifest import Manifest
 
 #: what the kit itself puts into every build context (see dockerfiles/*/Dockerfile)
-KIT_CONTEXT = ("repro-ca.crt", "wheels")
+KIT_CONTEXT = ("repro-ca.crt", "wheels", "repro-base-check.py")
 _COPY = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.I)
 _GIT_URL = re.compile(r"(?<![\w+])(?:git\+)?git://\S+")
 _REQUIREMENTS = re.compile(r"requirements[^/]*\.txt$")
