@@ -388,14 +388,18 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
 @click.argument("targets", nargs=-1, required=True)
 @git_mirror_option
 @click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED bundle directory")
+@click.option("--resolve", is_flag=True, help="also ask the package index: upload times of the locked versions "
+              "against the cutoff, and whether the requirements still resolve")
+@click.option("--index-url", default=None, help="the package index (PEP 691) for --resolve [default: the lock's]")
 @reports_errors
-def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None) -> None:
+def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None,
+                  resolve: bool, index_url: str | None) -> None:
     """Check TARGETs' recipes against their sources before a build (one line per failed check)."""
     from repro.images.check import CheckOptions, check_target
     from repro.spec.manifest import find_target
 
     manifests = [find_target(t) for t in targets]
-    opts = CheckOptions(git_mirrors=git_mirror, ofed_cache=ofed_cache)
+    opts = CheckOptions(git_mirrors=git_mirror, ofed_cache=ofed_cache, resolve=resolve, index_url=index_url)
     failed = 0
     for m in manifests:
         result = check_target(m, opts)
@@ -411,13 +415,27 @@ def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], .
 @cli.command("lock")
 @click.argument("target")
 @click.option("--update-lock", "update", is_flag=True, help="rewrite a lock that differs from what resolves now")
+@click.option("--deps-only", is_flag=True, help="only resolve the Python dependency lock (image.build.deps)")
+@click.option("--index-url", default=None, help="the package index (PEP 691) the dependency lock resolves from "
+              "[default: https://pypi.org/simple]")
 @reports_errors
-def lock_command(target: str, update: bool) -> None:
-    """Resolve TARGET's tags to digests and branches to commits; write or check its lock file."""
-    from repro.images import lock_target
+def lock_command(target: str, update: bool, deps_only: bool, index_url: str | None) -> None:
+    """Resolve TARGET's tags to digests and branches to commits; write or check its lock file. A target that
+    declares image.build.deps also gets its Python dependency lock, resolved as of the cutoff."""
+    from repro.images import deps, lock_target
     from repro.spec.manifest import find_target
 
-    path, pins, written = lock_target(find_target(target), update=update, progress=_image_events(False))
+    manifest = find_target(target)
+    if deps.declared(manifest) is not None:
+        dpath, changed = deps.write_lock(manifest, index_url or deps.DEFAULT_INDEX)
+        click.echo(f"dependency lock {'written' if changed else 'unchanged'}: {dpath} "
+                   f"({len(deps.pins(dpath.read_text(encoding='utf-8')))} pins as of "
+                   f"{manifest.image['build']['deps']['cutoff']})")
+    elif deps_only:
+        raise UsageError(f"{manifest.id} declares no image.build.deps: there is no dependency lock to make")
+    if deps_only:
+        return
+    path, pins, written = lock_target(manifest, update=update, progress=_image_events(False))
     for role, ref in pins.images.items():
         click.echo(f"{role} {ref.tagged} -> {ref.digest}")
     for name, src in pins.sources.items():

@@ -30,7 +30,7 @@ from repro import __version__, paths
 from repro.labels import probe_labels
 from repro.errors import BuildError, ReproError, UsageError
 from repro.events import Event, Progress, ignore
-from repro.images import lock
+from repro.images import deps, lock
 from repro.images import rdma as rdma_layer
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
@@ -125,6 +125,9 @@ def build_inputs_sha256(manifest: Manifest) -> str:
               "rdma": manifest.data.get("rdma")}
     if manifest.launch.kind == "mpi":
         inputs["sshd"] = render_sshd_layer("BASE")
+    lock = deps.deps_lock_path(manifest)
+    if deps.declared(manifest) is not None and lock.is_file():
+        inputs["requirements_lock"] = lock.read_text(encoding="utf-8")
     if "python" in manifest.image["build"]["base"] or manifest.image["build"]["base"].get("ships"):
         inputs["base_check"] = Path(__file__).with_name("base_check.py").read_text(encoding="utf-8")
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
@@ -224,6 +227,24 @@ def env_lines(manifest: Manifest) -> str:
     return "".join(f"ENV {k}={json.dumps(v)}\n" for k, v in env.items())
 
 
+def _dependency_lock(manifest: Manifest, context: Path) -> None:
+    """The target's dependency lock into the context as ``requirements.lock``, when its Dockerfile installs from
+    one; a missing, edited or stale lock stops the build here, naming what is wrong."""
+    if "requirements.lock" not in (context / "Dockerfile").read_text(encoding="utf-8"):
+        return
+    if deps.declared(manifest) is None:
+        raise UsageError(f"{manifest.id}: dockerfiles/{manifest.image['build']['dockerfile']} installs from a "
+                         "dependency lock, but the manifest declares no image.build.deps",
+                         hint="declare image.build.deps (cutoff, why), then run `repro lock TARGET --deps-only`")
+    path = deps.deps_lock_path(manifest)
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    problems = deps.lock_problems(manifest, text)
+    if problems:
+        raise BuildError(f"{manifest.id}: " + "; ".join(problems),
+                         hint=f"run `repro lock {manifest.id} --deps-only` and commit {path.name}")
+    (context / "requirements.lock").write_text(text or "", encoding="utf-8")
+
+
 def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions, progress: Progress) -> Path:
     shutil.copytree(df_dir, context)
     if env_lines(manifest):
@@ -238,6 +259,7 @@ def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions
     else:
         (context / "source").mkdir()
     shutil.copyfile(Path(__file__).with_name("base_check.py"), context / BASE_CHECK_FILE)
+    _dependency_lock(manifest, context)
     ca = context / CA_FILE
     if opts.ca_bundle:
         shutil.copyfile(opts.ca_bundle, ca)

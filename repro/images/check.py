@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.images import lock
 from repro.errors import BuildError, ReproError
+from repro.images import deps, lock
 from repro.images import rdma as rdma_layer
 from repro.images.apt import APT_WORK
 from repro.images.build import BuildOptions, build_args, dockerfile_dir
@@ -33,7 +33,7 @@ from repro.images.source import Mirrors, git, mirrored, repository_url
 from repro.spec.manifest import Manifest
 
 #: what the kit itself puts into every build context (see dockerfiles/*/Dockerfile)
-KIT_CONTEXT = ("repro-ca.crt", "wheels", "repro-base-check.py")
+KIT_CONTEXT = ("repro-ca.crt", "wheels", "repro-base-check.py", "requirements.lock")
 _COPY = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.I)
 _GIT_URL = re.compile(r"(?<![\w+])(?:git\+)?git://\S+")
 _REQUIREMENTS = re.compile(r"requirements[^/]*\.txt$")
@@ -51,7 +51,7 @@ Fail = Callable[[str, str], None]
 @dataclass(frozen=True)
 class Failure:
     target: str
-    check: str       # commit, patch, copy, requirements, rdma, checksum, apt
+    check: str       # commit, patch, copy, requirements, rdma, checksum, apt, deps
     message: str
 
     def __str__(self) -> str:
@@ -70,6 +70,8 @@ class CheckOptions:
     git_mirrors: Mirrors = ()
     ofed_cache: Path | None = None
     dockerfiles: Path | None = None
+    resolve: bool = False                # ask the package index too (repro check --resolve)
+    index_url: str | None = None
 
 
 @dataclass
@@ -150,6 +152,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
         _copies(manifest, None, opts, passed, fail)
     _rdma(manifest, opts, passed, fail)
     _apt(manifest, opts, passed, fail)
+    _deps(manifest, opts, passed, fail)
     return Checked(manifest.id, tuple(passed), tuple(failures))
 
 
@@ -321,3 +324,32 @@ def _apt(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) 
                     "first")
     if not bad and "apt-get" in text:
         passed.append(f"apt reads the distribution's sources only (CUDA base {when.split(',')[0]})")
+
+
+def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
+    """The Python dependency lock: offline from the file; with --resolve, against the package index too."""
+    if deps.declared(manifest) is None:
+        return
+    path = deps.deps_lock_path(manifest)
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    problems = deps.lock_problems(manifest, text)
+    sealed = text is not None and not any("was changed after" in p for p in problems)
+    if sealed and opts.resolve:
+        assert text is not None
+        index = opts.index_url or deps.index_of(text)
+        problems += deps.upload_problems(manifest, text, index)
+        try:
+            fresh = deps.compile_lock(manifest, index)
+        except ReproError as e:
+            problems.append(f"the requirements no longer resolve from {index}: {e}")
+        else:
+            moved = {n: (v, deps.pins(fresh).get(n)) for n, v in deps.pins(text).items()
+                     if deps.pins(fresh).get(n) != v}
+            problems += [f"{n}=={v} in the lock resolves as {w or 'nothing'} now from {index}"
+                         for n, (v, w) in sorted(moved.items())]
+    for p in problems:
+        fail("deps", p)
+    if not problems:
+        cutoff = manifest.image["build"]["deps"]["cutoff"]
+        passed.append(f"{path.name}: {len(deps.pins(text or ''))} pins as of {cutoff}, no second distribution of "
+                      "what the base ships" + ("; the index agrees" if opts.resolve else ""))

@@ -1,0 +1,218 @@
+"""Python dependencies locked as they were: ``<manifest stem>.requirements.lock`` beside the image lock.
+
+A manifest whose build installs Python packages declares ``image.build.deps``: the cutoff (the publication's
+run date where its logs show one, else the end of the base tag's month) and why. ``repro lock`` resolves the
+build's requirements once with uv (``uv pip compile --exclude-newer CUTOFF --generate-hashes``) for the base's
+declared Python (``image.build.base.python``) on manylinux x86_64, treating the distributions the base ships
+(``image.build.base.ships``) as installed: each is pinned at its declared version for the resolution (so their
+own requirements hold) and left out of the lock, and every name one ``provides`` is overridden away, so that no
+second TensorFlow beside ``tensorflow-gpu`` is ever resolved. The lock's header records the inputs; its last
+line is the sha256 of everything above it, so that a build refuses a lock that is missing, stale (other inputs)
+or edited. Checks of a lock (``lock_problems``) are pure; ``upload_problems`` asks the package index (PEP 691).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from repro.errors import BuildError, UsageError
+from repro.manifest import Manifest
+
+PLATFORM = "x86_64-manylinux_2_17"
+DEFAULT_INDEX = "https://pypi.org/simple"
+NEVER = "sys_platform == 'never'"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
+_SEAL = re.compile(r"^# sha256 of the lines above: ([0-9a-f]{64})\n?$")
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def deps_lock_path(manifest: Manifest) -> Path:
+    return manifest.path.with_name(f"{manifest.path.stem}.requirements.lock")
+
+
+def declared(manifest: Manifest) -> dict | None:
+    """``image.build.deps`` when the manifest locks its Python dependencies."""
+    return manifest.image.get("build", {}).get("deps")
+
+
+def shipped(manifest: Manifest) -> dict[str, str]:
+    """Normalized name -> version of what the base ships, and of every name one provides."""
+    out: dict[str, str] = {}
+    for s in manifest.image["build"]["base"].get("ships", []):
+        out[normalize(s["name"])] = s["version"]
+        out.update({normalize(p): f"{s['version']} (as {s['name']})" for p in s.get("provides", [])})
+    return out
+
+
+def requirements_in(manifest: Manifest) -> list[str]:
+    """What the build installs, as requirement lines (tf2-models: its two pinned packages)."""
+    build = manifest.image["build"]
+    if build["dockerfile"] == "tf2-models":
+        args = build.get("args", {})
+        return [f"tf-models-official=={args['TF_MODELS_OFFICIAL']}",
+                f"tensorflow-datasets=={args['TENSORFLOW_DATASETS']}"]
+    reqs = declared(manifest) or {}
+    if reqs.get("requirements"):
+        return list(reqs["requirements"])
+    raise UsageError(f"{manifest.id}: image.build.deps.requirements is missing",
+                     hint="list the requirement lines the build installs (the requirements file at the commit)")
+
+
+def header(manifest: Manifest, index_url: str) -> list[str]:
+    deps, base = declared(manifest) or {}, manifest.image["build"]["base"]
+    ships = ", ".join(f"{s['name']}=={s['version']}" + (f" (provides {', '.join(s['provides'])})"
+                                                       if s.get("provides") else "")
+                      for s in base.get("ships", [])) or "nothing declared"
+    return [f"# repro dependency lock for {manifest.id}: pip install --require-hashes --no-deps -r this file",
+            f"# cutoff: {deps.get('cutoff', '')}",
+            f"# python: {base.get('python', {}).get('version', '')} {PLATFORM}",
+            f"# base ships (not installed again): {ships}",
+            f"# requirements: {'; '.join(requirements_in(manifest))}",
+            f"# index: {index_url}"]
+
+
+def seal(lines: Sequence[str]) -> str:
+    body = "".join(ln + "\n" for ln in lines)
+    return body + f"# sha256 of the lines above: {hashlib.sha256(body.encode()).hexdigest()}\n"
+
+
+def drop_blocks(text: str, names: Mapping[str, str]) -> list[str]:
+    """uv's output without its comments and without the blocks (a pin and its hash lines) of ``names``."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        if line.startswith("#") or line.strip().startswith("# via") or not line.strip():
+            continue
+        m = _PIN.match(line)
+        if m:
+            skipping = normalize(m.group(1)) in names
+        if not skipping and not line.lstrip().startswith("#"):
+            out.append(line)
+    return out
+
+
+def uv_command() -> list[str]:
+    return [sys.executable, "-m", "uv"]
+
+
+def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, run: Callable[..., Any] = subprocess.run) -> str:
+    """The lock's text, resolved now with uv for the manifest's Python, platform and cutoff."""
+    deps, base = declared(manifest), manifest.image["build"]["base"]
+    if deps is None or "python" not in base:
+        raise UsageError(f"{manifest.id}: nothing to lock", hint="declare image.build.deps (cutoff, why) and "
+                         "image.build.base.python")
+    ships = base.get("ships", [])
+    pins = [f"{s['name']}=={s['version']}" for s in ships]
+    overrides = [f"{p} ; {NEVER}" for s in ships for p in s.get("provides", [])]
+    with tempfile.TemporaryDirectory(prefix="repro-deps-") as tmp:
+        (Path(tmp) / "in.txt").write_text("\n".join([*requirements_in(manifest), *pins]) + "\n", encoding="utf-8")
+        (Path(tmp) / "over.txt").write_text("".join(o + "\n" for o in overrides), encoding="utf-8")
+        argv = [*uv_command(), "pip", "compile", str(Path(tmp) / "in.txt"), "--overrides", str(Path(tmp) / "over.txt"),
+                "--python-version", base["python"]["version"], "--python-platform", PLATFORM,
+                "--exclude-newer", deps["cutoff"], "--generate-hashes", "--index-url", index_url, "--no-header",
+                "--no-annotate", "--quiet", "--no-cache", "--native-tls"]
+        env = {**os.environ, "UV_NO_CONFIG": "1"}
+        proc = run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"{manifest.id}: the requirements do not resolve as of {deps['cutoff']}: "
+                         f"{_last_lines(proc.stderr)}")
+    names = {normalize(s["name"]): s["version"] for s in ships}
+    return seal([*header(manifest, index_url), *drop_blocks(proc.stdout, names)])
+
+
+def _last_lines(text: str, n: int = 6) -> str:
+    return " | ".join(ln.strip() for ln in text.strip().splitlines()[-n:])
+
+
+def pins(text: str) -> dict[str, str]:
+    """Normalized name -> version of every pin in a lock."""
+    return {normalize(m.group(1)): m.group(2) for line in text.splitlines() if (m := _PIN.match(line))}
+
+
+def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None) -> list[str]:
+    """What is wrong with a target's lock, offline: missing, edited, made for other inputs, or installing a
+    second distribution of one the base ships. One message per problem."""
+    path = deps_lock_path(manifest)
+    if text is None:
+        return [f"{path.name} is missing: run `repro lock {manifest.id} --deps-only`"]
+    lines = text.splitlines(keepends=True)
+    sealed = _SEAL.match(lines[-1]) if lines else None
+    if sealed is None or hashlib.sha256("".join(lines[:-1]).encode()).hexdigest() != sealed.group(1):
+        return [f"{path.name} was changed after `repro lock` wrote it (its last line's sha256 does not match)"]
+    problems = []
+    want = header(manifest, index_url or index_of(text))
+    have = [ln.rstrip("\n") for ln in lines[:len(want)]]
+    for w, h in zip(want, have, strict=False):
+        if w != h:
+            problems.append(f"{path.name} was made for other inputs: it says {h[2:]!r}, the manifest gives {w[2:]!r}")
+    base = shipped(manifest)
+    for name, version in pins(text).items():
+        if name in base:
+            problems.append(f"{name}=={version} is a second distribution of {name} {base[name]}, which the base "
+                            "ships (image.build.base.ships)")
+    return problems
+
+
+def index_of(text: str) -> str:
+    return next((ln.split(": ", 1)[1].strip() for ln in text.splitlines() if ln.startswith("# index: ")), "")
+
+
+def _fetch_json(url: str) -> dict:
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read().decode("utf-8"))
+
+
+def upload_problems(manifest: Manifest, text: str, index_url: str,
+                    fetch: Callable[[str], dict] = _fetch_json) -> list[str]:
+    """Pins whose release the index shows uploaded after the cutoff (PEP 691 ``upload-time``)."""
+    cutoff = _when((declared(manifest) or {})["cutoff"])
+    problems = []
+    for name, version in sorted(pins(text).items()):
+        try:
+            files = fetch(f"{index_url.rstrip('/')}/{name}/").get("files", [])
+        except OSError as e:
+            problems.append(f"{name}: the index {index_url} cannot be read: {e}")
+            continue
+        times = [_when(f["upload-time"]) for f in files if f.get("upload-time") and _version_of(f["filename"], name)
+                 == version]
+        if not times:
+            problems.append(f"{name}=={version}: the index lists no file of it with an upload time")
+        elif min(times) > cutoff:
+            problems.append(f"{name}=={version} was uploaded {min(times):%Y-%m-%d}, after the cutoff "
+                            f"{cutoff:%Y-%m-%d %H:%M:%S}Z (image.build.deps.cutoff)")
+    return problems
+
+
+def _version_of(filename: str, name: str) -> str:
+    """The version a distribution file's name carries (``py-cpuinfo-7.0.0.tar.gz``, ``py_cpuinfo-7.0.0-...whl``)."""
+    parts = re.sub(r"(\.tar\.gz|\.zip|\.whl|\.tar\.bz2|\.egg)$", "", filename).split("-")
+    return next((parts[i] for i in range(1, len(parts)) if normalize("-".join(parts[:i])) == name), "")
+
+
+def _when(text: str) -> datetime:
+    t = text.strip().replace("Z", "+00:00")
+    value = datetime.fromisoformat(t if "T" in t or ":" in t else t + "T00:00:00+00:00")
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def write_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX) -> tuple[Path, bool]:
+    """Resolve and write the target's dependency lock; whether its text changed."""
+    text, path = compile_lock(manifest, index_url), deps_lock_path(manifest)
+    old = path.read_text(encoding="utf-8") if path.is_file() else None
+    if old != text:
+        path.write_text(text, encoding="utf-8")
+    return path, old != text
