@@ -388,9 +388,10 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
 @click.argument("targets", nargs=-1, required=True)
 @git_mirror_option
 @click.option("--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED bundle directory")
-@click.option("--resolve", is_flag=True, help="also ask the package index: upload times of the locked versions "
-              "against the cutoff, and whether the requirements still resolve")
-@click.option("--index-url", default=None, help="the package index (PEP 691) for --resolve [default: the lock's]")
+@click.option("--resolve", is_flag=True, help="also ask the package index: upload times of the locked "
+              "versions against the cutoff, and whether the requirements still resolve")
+@click.option("--index-url", default=None,
+              help="the package index (PEP 691) for --resolve [default: the lock's]")
 @reports_errors
 def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], ...], ofed_cache: Path | None,
                   resolve: bool, index_url: str | None) -> None:
@@ -416,8 +417,9 @@ def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], .
 @click.argument("target")
 @click.option("--update-lock", "update", is_flag=True, help="rewrite a lock that differs from what resolves now")
 @click.option("--deps-only", is_flag=True, help="only resolve the Python dependency lock (image.build.deps)")
-@click.option("--index-url", default=None, help="the package index (PEP 691) the dependency lock resolves from "
-              "[default: https://pypi.org/simple]")
+@click.option("--index-url", default=None,
+              help="the package index (PEP 691) the dependency lock resolves from "
+                   "[default: https://pypi.org/simple]")
 @reports_errors
 def lock_command(target: str, update: bool, deps_only: bool, index_url: str | None) -> None:
     """Resolve TARGET's tags to digests and branches to commits; write or check its lock file. A target that
@@ -428,7 +430,8 @@ def lock_command(target: str, update: bool, deps_only: bool, index_url: str | No
     manifest = find_target(target)
     if deps.declared(manifest) is not None:
         dpath, changed = deps.write_lock(manifest, index_url or deps.DEFAULT_INDEX)
-        click.echo(f"dependency lock {'written' if changed else 'unchanged'}: {dpath} "
+        shown = dpath.relative_to(Path.cwd()) if dpath.is_relative_to(Path.cwd()) else dpath
+        click.echo(f"dependency lock {'written' if changed else 'unchanged'}: {shown} "
                    f"({len(deps.pins(dpath.read_text(encoding='utf-8')))} pins as of "
                    f"{manifest.image['build']['deps']['cutoff']})")
     elif deps_only:

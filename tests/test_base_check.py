@@ -1,5 +1,5 @@
-"""The build's first-stage check of the base image (repro/images/base_check.py, ``repro-base-check.py`` in every
-build context): real processes of this interpreter and its pip, and the pure comparison."""
+"""The build's first-stage check of the base image (repro/images/base_check.py, ``repro-base-check.py`` in
+every build context): real processes of this interpreter and its pip, and the pure comparison."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def pip_version() -> str:
-    out = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json"], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
     return next(d["version"] for d in json.loads(out) if d["name"] == "pip")
 
 
@@ -29,7 +29,8 @@ def test_a_base_as_declared_passes_and_says_what_it_found() -> None:
     minor = ".".join(platform.python_version_tuple()[:2])
     proc = run(minor, f"pip=={pip_version()}")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout == f"repro: base as declared: python {platform.python_version()}, pip=={pip_version()}\n"
+    found = f"python {platform.python_version()}, pip=={pip_version()}"
+    assert proc.stdout == f"repro: base as declared: {found}\n"
 
 
 def test_every_difference_is_named_on_one_line() -> None:

@@ -100,8 +100,8 @@ def test_a_clean_target_passes_through_the_mirror(upstream: tuple[Path, str], tm
     proc = run_check(str(manifest(tmp_path, commit)), *mirror_args(mirror))
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == (f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
-                           "bench/requirements.txt: no git:// URL; 5 file(s) dockerfiles/requirements/Dockerfile "
-                           "copies exist\n")
+                           "bench/requirements.txt: no git:// URL; 5 file(s) "
+                           "dockerfiles/requirements/Dockerfile copies exist\n")
 
 
 def test_every_failure_is_one_line_and_a_nonzero_exit(upstream: tuple[Path, str], tmp_path: Path) -> None:
@@ -244,13 +244,13 @@ def test_inbox_needs_apt(upstream: tuple[Path, str], tmp_path: Path) -> None:
         "test-check-t: rdma: strategy inbox installs rdma-core with apt-get; the base OS centos7 has no apt-get"]
 
 
-# --- apt on CUDA bases older than NVIDIA's April 2022 key rotation -------------------------------------------
+# --- apt on CUDA bases older than NVIDIA's April 2022 key rotation ------------------------------------------
 
 NGC_2003 = "nvcr.io/nvidia/pytorch:20.03-py3"
 APT_FAIL = ("test-check-t: apt: {part} runs apt-get update on nvcr.io/nvidia/pytorch:20.03-py3, a CUDA base "
             "{when}: over the base's CUDA sources it fails with NO_PUBKEY A4B469963BF863CC; read the "
-            "distribution's sources only (repro.images.apt.dist_apt_install) or install NVIDIA's cuda-keyring by "
-            "pinned sha256 first")
+            "distribution's sources only (repro.images.apt.dist_apt_install) or install NVIDIA's "
+            "cuda-keyring by pinned sha256 first")
 BEFORE = "published 2020-03, before NVIDIA's April 2022 CUDA apt key rotation"
 
 

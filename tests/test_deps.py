@@ -1,7 +1,8 @@
-"""Python dependency locks (``repro lock``, ``repro check``, the build's refusal) against a package index the test
-serves on loopback: the JSON simple API (PEP 691) with upload times, the way the real index answers, holding small
-wheels with the dependency structure of tf-models-official 2.3.0 (tensorflow>=2.3.0 and an unpinned pyyaml) and the
-releases that made it drift (tensorflow 2.3.1 and 2.6.2, PyYAML 6.0). Never the network."""
+"""Python dependency locks (``repro lock``, ``repro check``, the build's refusal) against a package index the
+test serves on loopback: the JSON simple API (PEP 691) with upload times, the way the real index answers,
+holding small wheels with the dependency structure of tf-models-official 2.3.0 (tensorflow>=2.3.0 and an
+unpinned pyyaml) and the releases that made it drift (tensorflow 2.3.1 and 2.6.2, PyYAML 6.0). Never the
+network."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def wheel(name: str, version: str, requires: list[str]) -> tuple[str, bytes]:
     meta = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
                     *(f"Requires-Dist: {r}\n" for r in requires)])
     files = {f"{dist}.dist-info/METADATA": meta,
-             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+             f"{dist}.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                         "Tag: py3-none-any\n")}
     files[f"{dist}.dist-info/RECORD"] = "".join(f"{p},,\n" for p in [*files, f"{dist}.dist-info/RECORD"])
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -123,7 +125,8 @@ def failures(path: Path, resolve: bool, index_url: str | None = None) -> list[st
 
 
 #: what plain pip does today: no cutoff, and nothing tells it the base's tensorflow-gpu is a TensorFlow
-AS_PIP_TODAY = {'cutoff: "2020-08-26T15:10:08Z"': 'cutoff: "2026-01-01"', "provides: [tensorflow]": "provides: []"}
+AS_PIP_TODAY = {'cutoff: "2020-08-26T15:10:08Z"': 'cutoff: "2026-01-01"',
+                "provides: [tensorflow]": "provides: []"}
 
 
 def test_the_lock_as_of_the_cutoff_and_without_a_second_tensorflow(index: Index, tmp_path: Path) -> None:
@@ -131,8 +134,9 @@ def test_the_lock_as_of_the_cutoff_and_without_a_second_tensorflow(index: Index,
     lock, changed = deps.write_lock(load_manifest(path), index.url)
     text = lock.read_text(encoding="utf-8")
     assert changed and lock == tmp_path / f"{TARGET}.requirements.lock"
+    # tensorflow-gpu is the base's: resolved against, not installed again
     assert deps.pins(text) == {"numpy": "1.18.5", "pyyaml": "5.3.1", "tensorflow-datasets": "3.0.0",
-                               "tf-models-official": "2.3.0"}   # tensorflow-gpu is the base's, not installed again
+                               "tf-models-official": "2.3.0"}
     assert text.splitlines()[:6] == [
         f"# repro dependency lock for {TARGET}: pip install --require-hashes --no-deps -r this file",
         "# cutoff: 2020-08-26T15:10:08Z", "# python: 3.6 x86_64-manylinux_2_17",
@@ -145,8 +149,8 @@ def test_the_lock_as_of_the_cutoff_and_without_a_second_tensorflow(index: Index,
 
 
 def test_before_the_fix_pyyaml_6_and_a_second_tensorflow_each_fail(index: Index, tmp_path: Path) -> None:
-    """A lock as pip resolves it today (no cutoff; nothing says tensorflow-gpu is a TensorFlow): PyYAML 6.0 and a
-    second TensorFlow (2.3.1, the newest one the base's numpy pin admits), each failing the check."""
+    """A lock as pip resolves it today (no cutoff; nothing says tensorflow-gpu is a TensorFlow): PyYAML 6.0
+    and a second TensorFlow (2.3.1, the newest here the base's numpy pin admits), each failing the check."""
     (tmp_path / "today").mkdir()
     naive = deps.compile_lock(load_manifest(target_copy(tmp_path / "today", AS_PIP_TODAY)), index.url)
     assert deps.pins(naive) == {"numpy": "1.18.5", "pyyaml": "6.0", "tensorflow": "2.3.1",
@@ -158,8 +162,8 @@ def test_before_the_fix_pyyaml_6_and_a_second_tensorflow_each_fail(index: Index,
         other + "'cutoff: 2026-01-01', the manifest gives 'cutoff: 2020-08-26T15:10:08Z'",
         other + ("'base ships (not installed again): tensorflow-gpu==2.3.0', the manifest gives "
                  "'base ships (not installed again): tensorflow-gpu==2.3.0 (provides tensorflow)'"),
-        (f"{TARGET}: deps: tensorflow==2.3.1 is a second distribution of tensorflow 2.3.0 (as tensorflow-gpu), "
-         "which the base ships (image.build.base.ships)")]
+        (f"{TARGET}: deps: tensorflow==2.3.1 is a second distribution of tensorflow 2.3.0 "
+         "(as tensorflow-gpu), which the base ships (image.build.base.ships)")]
     assert failures(path, resolve=False) == offline
     late = "after the cutoff 2020-08-26 15:10:08Z (image.build.deps.cutoff)"
     assert failures(path, resolve=True, index_url=index.url) == [
@@ -173,7 +177,8 @@ def test_before_the_fix_pyyaml_6_and_a_second_tensorflow_each_fail(index: Index,
 def test_a_range_that_no_longer_resolves_fails(index: Index, tmp_path: Path) -> None:
     path = target_copy(tmp_path)
     deps.write_lock(load_manifest(path), index.url)
-    gone = Index([r for r in RELEASES if not (r[0] == "pyyaml" and r[1] == "5.3.1")])   # only 6.0, after the cutoff
+    # PyYAML 6.0 alone, uploaded after the cutoff
+    gone = Index([r for r in RELEASES if not (r[0] == "pyyaml" and r[1] == "5.3.1")])
     try:
         (only,) = failures(path, resolve=True, index_url=gone.url)[-1:]
         assert only.startswith(f"{TARGET}: deps: the requirements no longer resolve from {gone.url}: "
@@ -196,7 +201,8 @@ def test_missing_and_edited_locks_fail_the_check_and_the_build(index: Index, tmp
     _dependency_lock(manifest, tmp_path / "ctx")
     assert (tmp_path / "ctx" / "requirements.lock").read_text() == lock.read_text()
     lock.write_text(lock.read_text().replace("pyyaml==5.3.1", "pyyaml==6.0"), encoding="utf-8")
-    edited = f"{TARGET}.requirements.lock was changed after `repro lock` wrote it (its last line's sha256 does not match)"
+    edited = (f"{TARGET}.requirements.lock was changed after `repro lock` wrote it "
+              "(its last line's sha256 does not match)")
     assert failures(path, resolve=False) == [f"{TARGET}: deps: {edited}"]
     with pytest.raises(BuildError, match="was changed after"):
         _dependency_lock(manifest, tmp_path / "ctx")
@@ -215,8 +221,8 @@ def test_the_shipped_lock_is_current_for_its_manifest() -> None:
 
 def test_repro_lock_deps_only_through_the_cli(index: Index, tmp_path: Path) -> None:
     path = target_copy(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "repro", "lock", str(path), "--deps-only", "--index-url", index.url],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    argv = [sys.executable, "-m", "repro", "lock", str(path), "--deps-only", "--index-url", index.url]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == (f"dependency lock written: {tmp_path / (TARGET + '.requirements.lock')} "
                            "(4 pins as of 2020-08-26T15:10:08Z)\n")

@@ -205,15 +205,16 @@ def test_inbox_layer_exact() -> None:
 
 
 #: how the kit's layers copy the distribution's apt sources (Debian/Ubuntu one-line sources.list, Debian 12
-#: and Ubuntu 24.04 deb822 files) and refuse an image that has none; NVIDIA's cuda.list, nvidia-ml.list stay out
+#: and Ubuntu 24.04 deb822 files) and refuse an image that has none; NVIDIA's cuda.list and nvidia-ml.list
+#: stay out
 DIST_APT = (
     "mkdir -p /tmp/repro-apt/sources.list.d",
     ("if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list /tmp/repro-apt/sources.list; "
      "else : > /tmp/repro-apt/sources.list; fi"),
     ('for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/ubuntu.sources; '
      'do if [ -f "$f" ]; then cp "$f" /tmp/repro-apt/sources.list.d/; fi; done'),
-    ("if ! grep -qsE '^[[:space:]]*(deb|Types:)' /tmp/repro-apt/sources.list /tmp/repro-apt/sources.list.d/*; "
-     "then echo 'repro: the image has no distribution apt source (/etc/apt/sources.list, "
+    ("if ! grep -qsE '^[[:space:]]*(deb|Types:)' /tmp/repro-apt/sources.list "
+     "/tmp/repro-apt/sources.list.d/*; then echo 'repro: the image has no distribution apt source (/etc/apt/sources.list, "
      "sources.list.d/debian.sources or ubuntu.sources)' >&2; exit 1; fi"))
 
 

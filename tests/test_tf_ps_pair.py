@@ -51,7 +51,8 @@ def test_the_parameter_server_sees_no_gpu_and_the_worker_keeps_its_own() -> None
     show = "import os, sys; print(sys.argv[1], repr(os.environ.get('CUDA_VISIBLE_DEVICES')), flush=True)"
     ps = [*PS_NO_GPU, sys.executable, "-c", f"{show}\nimport time\nwhile True: time.sleep(0.1)", "ps"]
     worker = [sys.executable, "-c", "import time; time.sleep(1)\n" + show, "worker"]
-    proc = subprocess.run([sys.executable, str(RUNNER), str(len(ps)), *ps, *worker], capture_output=True, text=True,
-                          timeout=60, check=False, env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1"})
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1"}
+    proc = subprocess.run([sys.executable, str(RUNNER), str(len(ps)), *ps, *worker], capture_output=True,
+                          text=True, timeout=60, check=False, env=env)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == ["ps ''", "worker '0,1'"]

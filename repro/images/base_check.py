@@ -1,9 +1,11 @@
-"""Check, inside the first build stage, that the base image is what the manifest declares (``image.build.base``:
-``python`` and ``ships``): the interpreter's version and each declared distribution's version as pip lists it.
+"""Check, inside the first build stage, that the base image is what the manifest declares
+(``image.build.base``: ``python`` and ``ships``): the interpreter's version and each declared distribution's
+version as pip lists it.
 
-Written into every build context as ``repro-base-check.py`` and run by the base's own interpreter (Python 2.7 or
-3), so it uses only the standard library of both. argv: the declared Python version (``3.6`` matches 3.6.x; empty:
-not checked), then ``name==version`` for each declared distribution. Exit 1 with one line naming every difference.
+Written into every build context as ``repro-base-check.py`` and run by the base's own interpreter (Python
+2.7 or 3), so it uses only the standard library of both. argv: the declared Python version (``3.6`` matches
+3.6.x; empty: not checked), then ``name==version`` for each declared distribution. Exit 1 with one line
+naming every difference.
 """
 
 import platform
@@ -44,7 +46,8 @@ def main(argv):
     python, ships = (argv[0] if argv else ""), argv[1:]
     diff = differences(python, ships, platform.python_version(), installed() if ships else {})
     if diff:
-        sys.stderr.write("repro: the base image is not the one image.build.base declares: %s\n" % "; ".join(diff))  # noqa: UP031
+        sys.stderr.write("repro: the base image is not the one image.build.base declares: %s\n"  # noqa: UP031
+                         % "; ".join(diff))
         return 1
     sys.stdout.write("repro: base as declared: python %s%s\n" % (  # noqa: UP031
         platform.python_version(), "".join(", " + s for s in ships)))

@@ -228,14 +228,16 @@ def env_lines(manifest: Manifest) -> str:
 
 
 def _dependency_lock(manifest: Manifest, context: Path) -> None:
-    """The target's dependency lock into the context as ``requirements.lock``, when its Dockerfile installs from
-    one; a missing, edited or stale lock stops the build here, naming what is wrong."""
+    """The target's dependency lock into the context as ``requirements.lock``, when its Dockerfile installs
+    from one; a missing, edited or stale lock stops the build here, naming what is wrong."""
     if "requirements.lock" not in (context / "Dockerfile").read_text(encoding="utf-8"):
         return
     if deps.declared(manifest) is None:
-        raise UsageError(f"{manifest.id}: dockerfiles/{manifest.image['build']['dockerfile']} installs from a "
-                         "dependency lock, but the manifest declares no image.build.deps",
-                         hint="declare image.build.deps (cutoff, why), then run `repro lock TARGET --deps-only`")
+        name = manifest.image["build"]["dockerfile"]
+        raise UsageError(f"{manifest.id}: dockerfiles/{name} installs from a dependency lock, but the "
+                         "manifest declares no image.build.deps",
+                         hint="declare image.build.deps (cutoff, why), then run "
+                              "`repro lock TARGET --deps-only`")
     path = deps.deps_lock_path(manifest)
     text = path.read_text(encoding="utf-8") if path.is_file() else None
     problems = deps.lock_problems(manifest, text)

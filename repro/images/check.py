@@ -351,5 +351,6 @@ def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
         fail("deps", p)
     if not problems:
         cutoff = manifest.image["build"]["deps"]["cutoff"]
-        passed.append(f"{path.name}: {len(deps.pins(text or ''))} pins as of {cutoff}, no second distribution of "
-                      "what the base ships" + ("; the index agrees" if opts.resolve else ""))
+        count = len(deps.pins(text or ""))
+        passed.append(f"{path.name}: {count} pins as of {cutoff}, no second distribution of what the base "
+                      "ships" + ("; the index agrees" if opts.resolve else ""))

@@ -5,10 +5,11 @@ run date where its logs show one, else the end of the base tag's month) and why.
 build's requirements once with uv (``uv pip compile --exclude-newer CUTOFF --generate-hashes``) for the base's
 declared Python (``image.build.base.python``) on manylinux x86_64, treating the distributions the base ships
 (``image.build.base.ships``) as installed: each is pinned at its declared version for the resolution (so their
-own requirements hold) and left out of the lock, and every name one ``provides`` is overridden away, so that no
-second TensorFlow beside ``tensorflow-gpu`` is ever resolved. The lock's header records the inputs; its last
-line is the sha256 of everything above it, so that a build refuses a lock that is missing, stale (other inputs)
-or edited. Checks of a lock (``lock_problems``) are pure; ``upload_problems`` asks the package index (PEP 691).
+own requirements hold) and left out of the lock, and every name one ``provides`` is overridden away, so that
+no second TensorFlow beside ``tensorflow-gpu`` is ever resolved. The lock's header records the inputs; its
+last line is the sha256 of everything above it, so that a build refuses a lock that is missing, stale (other
+inputs) or edited. Checks of a lock (``lock_problems``) are pure; ``upload_problems`` asks the package index
+(PEP 691).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def requirements_in(manifest: Manifest) -> list[str]:
     if reqs.get("requirements"):
         return list(reqs["requirements"])
     raise UsageError(f"{manifest.id}: image.build.deps.requirements is missing",
-                     hint="list the requirement lines the build installs (the requirements file at the commit)")
+                     hint="list the requirement lines the build installs (its requirements file)")
 
 
 def header(manifest: Manifest, index_url: str) -> list[str]:
@@ -108,7 +109,8 @@ def uv_command() -> list[str]:
     return [sys.executable, "-m", "uv"]
 
 
-def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, run: Callable[..., Any] = subprocess.run) -> str:
+def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
+                 run: Callable[..., Any] = subprocess.run) -> str:
     """The lock's text, resolved now with uv for the manifest's Python, platform and cutoff."""
     deps, base = declared(manifest), manifest.image["build"]["base"]
     if deps is None or "python" not in base:
@@ -118,12 +120,14 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, run: Callab
     pins = [f"{s['name']}=={s['version']}" for s in ships]
     overrides = [f"{p} ; {NEVER}" for s in ships for p in s.get("provides", [])]
     with tempfile.TemporaryDirectory(prefix="repro-deps-") as tmp:
-        (Path(tmp) / "in.txt").write_text("\n".join([*requirements_in(manifest), *pins]) + "\n", encoding="utf-8")
+        (Path(tmp) / "in.txt").write_text("".join(r + "\n" for r in [*requirements_in(manifest), *pins]),
+                                          encoding="utf-8")
         (Path(tmp) / "over.txt").write_text("".join(o + "\n" for o in overrides), encoding="utf-8")
-        argv = [*uv_command(), "pip", "compile", str(Path(tmp) / "in.txt"), "--overrides", str(Path(tmp) / "over.txt"),
+        argv = [*uv_command(), "pip", "compile", str(Path(tmp) / "in.txt"),
+                "--overrides", str(Path(tmp) / "over.txt"),
                 "--python-version", base["python"]["version"], "--python-platform", PLATFORM,
-                "--exclude-newer", deps["cutoff"], "--generate-hashes", "--index-url", index_url, "--no-header",
-                "--no-annotate", "--quiet", "--no-cache", "--native-tls"]
+                "--exclude-newer", deps["cutoff"], "--generate-hashes", "--index-url", index_url,
+                "--no-header", "--no-annotate", "--quiet", "--no-cache", "--native-tls"]
         env = {**os.environ, "UV_NO_CONFIG": "1"}
         proc = run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
     if proc.returncode != 0:
@@ -151,18 +155,20 @@ def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = 
     lines = text.splitlines(keepends=True)
     sealed = _SEAL.match(lines[-1]) if lines else None
     if sealed is None or hashlib.sha256("".join(lines[:-1]).encode()).hexdigest() != sealed.group(1):
-        return [f"{path.name} was changed after `repro lock` wrote it (its last line's sha256 does not match)"]
+        return [f"{path.name} was changed after `repro lock` wrote it "
+                "(its last line's sha256 does not match)"]
     problems = []
     want = header(manifest, index_url or index_of(text))
     have = [ln.rstrip("\n") for ln in lines[:len(want)]]
     for w, h in zip(want, have, strict=False):
         if w != h:
-            problems.append(f"{path.name} was made for other inputs: it says {h[2:]!r}, the manifest gives {w[2:]!r}")
+            problems.append(f"{path.name} was made for other inputs: it says {h[2:]!r}, "
+                            f"the manifest gives {w[2:]!r}")
     base = shipped(manifest)
     for name, version in pins(text).items():
         if name in base:
-            problems.append(f"{name}=={version} is a second distribution of {name} {base[name]}, which the base "
-                            "ships (image.build.base.ships)")
+            problems.append(f"{name}=={version} is a second distribution of {name} {base[name]}, "
+                            "which the base ships (image.build.base.ships)")
     return problems
 
 
@@ -187,8 +193,8 @@ def upload_problems(manifest: Manifest, text: str, index_url: str,
         except OSError as e:
             problems.append(f"{name}: the index {index_url} cannot be read: {e}")
             continue
-        times = [_when(f["upload-time"]) for f in files if f.get("upload-time") and _version_of(f["filename"], name)
-                 == version]
+        times = [_when(f["upload-time"]) for f in files
+                 if f.get("upload-time") and _version_of(f["filename"], name) == version]
         if not times:
             problems.append(f"{name}=={version}: the index lists no file of it with an upload time")
         elif min(times) > cutoff:
@@ -198,7 +204,7 @@ def upload_problems(manifest: Manifest, text: str, index_url: str,
 
 
 def _version_of(filename: str, name: str) -> str:
-    """The version a distribution file's name carries (``py-cpuinfo-7.0.0.tar.gz``, ``py_cpuinfo-7.0.0-...whl``)."""
+    """The version a file's name carries (``py-cpuinfo-7.0.0.tar.gz``, ``py_cpuinfo-7.0.0-....whl``)."""
     parts = re.sub(r"(\.tar\.gz|\.zip|\.whl|\.tar\.bz2|\.egg)$", "", filename).split("-")
     return next((parts[i] for i in range(1, len(parts)) if normalize("-".join(parts[:i])) == name), "")
 

@@ -265,8 +265,9 @@ def test_inbox_rdma_layer_has_a_working_verbs_stack(smoke: Smoke, cluster: dict,
 
 
 #: as in an image built FROM nvidia/cuda before NVIDIA's April 2022 key rotation: an apt source in
-#: sources.list.d/cuda.list whose signing key the image does not hold (here the base's own mirror, a suite the
-#: base does not list, signed-by a keyring that is not there), so that apt-get update over it fails with NO_PUBKEY
+#: sources.list.d/cuda.list whose signing key the image does not hold (here the base's own mirror, a suite
+#: the base does not list, signed-by a keyring that is not there), so that apt-get update over it fails
+#: with NO_PUBKEY
 NO_KEY_SOURCE = (
     "RUN uri=$(sed -n 's/^URIs: *\\([^ ]*\\).*/\\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null "
     "| head -n 1); [ -n \"$uri\" ] || uri=$(awk '$1 == \"deb\" {print $2; exit}' /etc/apt/sources.list); "
