@@ -226,3 +226,11 @@ def test_repro_lock_deps_only_through_the_cli(index: Index, tmp_path: Path) -> N
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == (f"dependency lock written: {tmp_path / (TARGET + '.requirements.lock')} "
                            "(4 pins as of 2020-08-26T15:10:08Z)\n")
+
+
+def test_an_index_url_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
+    path = target_copy(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "repro", "lock", str(path), "--deps-only", "--index-url",
+                           "--find-links=/tmp"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "index URL '--find-links=/tmp' is not an http://, https:// or file:// URL" in proc.stderr

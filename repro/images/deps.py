@@ -105,6 +105,14 @@ def drop_blocks(text: str, names: Mapping[str, str]) -> list[str]:
     return out
 
 
+def checked_index(url: str) -> str:
+    """The package index URL, refused unless it is http(s) or file (never an option or a transport helper)."""
+    if not re.match(r"^(https?|file)://[^\s]+$", url):
+        raise UsageError(f"index URL {url!r} is not an http://, https:// or file:// URL",
+                         hint="e.g. --index-url https://pypi.org/simple")
+    return url
+
+
 def uv_command() -> list[str]:
     return [sys.executable, "-m", "uv"]
 
@@ -116,6 +124,7 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
     if deps is None or "python" not in base:
         raise UsageError(f"{manifest.id}: nothing to lock", hint="declare image.build.deps (cutoff, why) and "
                          "image.build.base.python")
+    index_url = checked_index(index_url)
     ships = base.get("ships", [])
     pins = [f"{s['name']}=={s['version']}" for s in ships]
     overrides = [f"{p} ; {NEVER}" for s in ships for p in s.get("provides", [])]
@@ -185,7 +194,7 @@ def _fetch_json(url: str) -> dict:
 def upload_problems(manifest: Manifest, text: str, index_url: str,
                     fetch: Callable[[str], dict] = _fetch_json) -> list[str]:
     """Pins whose release the index shows uploaded after the cutoff (PEP 691 ``upload-time``)."""
-    cutoff = _when((declared(manifest) or {})["cutoff"])
+    cutoff, index_url = _when((declared(manifest) or {})["cutoff"]), checked_index(index_url)
     problems = []
     for name, version in sorted(pins(text).items()):
         try:
