@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from repro.check import CheckOptions, check_target
+from repro.images.check import CheckOptions, check_target
 from repro.errors import BuildError
 from repro.images import deps
 from repro.images.build import _dependency_lock
-from repro.manifest import load_manifest
+from repro.spec.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "dlperf-tf2-rn50-v100"
@@ -210,7 +210,7 @@ def test_missing_and_edited_locks_fail_the_check_and_the_build(index: Index, tmp
 
 def test_the_shipped_lock_is_current_for_its_manifest() -> None:
     """The committed seed lock (made against the real index, https://pypi.org/simple) matches its manifest."""
-    from repro.manifest import find_target
+    from repro.spec.manifest import find_target
 
     m = find_target(TARGET)
     text = deps.deps_lock_path(m).read_text(encoding="utf-8")

@@ -46,7 +46,7 @@ def test_a_parameter_server_that_dies_first_ends_the_worker() -> None:
 def test_the_parameter_server_sees_no_gpu_and_the_worker_keeps_its_own() -> None:
     """The ps as the launcher renders it (``env CUDA_VISIBLE_DEVICES=`` before its command): the variable is
     empty for the ps process alone; the worker keeps the container's value."""
-    from repro.launchers.tf_ps import PS_NO_GPU
+    from repro.run.launchers.tf_ps import PS_NO_GPU
 
     show = "import os, sys; print(sys.argv[1], repr(os.environ.get('CUDA_VISIBLE_DEVICES')), flush=True)"
     ps = [*PS_NO_GPU, sys.executable, "-c", f"{show}\nimport time\nwhile True: time.sleep(0.1)", "ps"]

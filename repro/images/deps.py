@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import BuildError, UsageError
-from repro.manifest import Manifest
+from repro.spec.manifest import Manifest
 
 PLATFORM = "x86_64-manylinux_2_17"
 DEFAULT_INDEX = "https://pypi.org/simple"
