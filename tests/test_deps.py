@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.images.check import CheckOptions, check_target
 from repro.errors import BuildError
 from repro.images import deps
 from repro.images.build import _dependency_lock
+from repro.images.check import CheckOptions, check_target
 from repro.spec.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
