@@ -19,21 +19,30 @@ import click
 
 from repro import __version__
 from repro.errors import InputError, ReproError, UsageError
+from repro.redact import shown
 from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def echo(text: Any = "", *, err: bool = False, nl: bool = True, color: bool | None = None,
+         raw: bool = False) -> None:
+    """Everything the CLI prints: secrets blanked and terminal control removed (``repro.redact.shown``);
+    ``raw`` for a document that did so to each text it holds (the HTML page)."""
+    text = str(text) if raw else shown(str(text), colour=bool(color))
+    click.echo(text, err=err, nl=nl, color=color)
+
+
 def _fail(err: ReproError) -> None:
     if isinstance(err, InputError):
         for p in err.problems:
-            click.echo(f"error: {p}", err=True)
+            echo(f"error: {p}", err=True)
             if p.hint:
-                click.echo(f"  hint: {p.hint}", err=True)
+                echo(f"  hint: {p.hint}", err=True)
     else:
-        click.echo(f"error: {err}", err=True)
+        echo(f"error: {err}", err=True)
         if err.hint:
-            click.echo(f"hint: {err.hint}", err=True)
+            echo(f"hint: {err.hint}", err=True)
     sys.exit(err.exit_code)
 
 
@@ -93,17 +102,17 @@ def list_targets(fmt: str) -> None:
                                     f"{t.cite['path']}" for t in m.published) or "(none: measures only)"}
             for m in catalog.values()]
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2))
+        echo(json.dumps(rows, indent=2))
     else:
         from tabulate import tabulate
 
-        click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        echo(tabulate(rows, headers="keys", tablefmt="simple"))
         tables: dict[str, list[str]] = {}
         for m in catalog.values():
             for t in m.published:
                 tables.setdefault(t.id, []).append(m.id)
-        click.echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
-        click.echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
+        echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
+        echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
                             headers="keys", tablefmt="simple"))
 
 
@@ -121,13 +130,13 @@ def show(target: str, fmt: str) -> None:
     m = find_target(target)
     data = redact_document(m.data)[0]
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2))
+        echo(json.dumps(data, indent=2))
     elif fmt == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
     else:
-        click.echo(describe_manifest(m), nl=False)
+        echo(describe_manifest(m), nl=False)
 
 
 @cli.command()
@@ -138,7 +147,7 @@ def validate(paths: tuple[Path, ...]) -> None:
     from repro.spec.manifest import validate_files
 
     for path, what in validate_files(list(paths)):
-        click.echo(f"ok {path} ({what})")
+        echo(f"ok {path} ({what})")
 
 
 @cli.command()
@@ -163,7 +172,7 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
-    click.echo(render_plan(m, hosts, cells) + slurm_text, nl=False)
+    echo(render_plan(m, hosts, cells) + slurm_text, nl=False)
 
 
 @cli.command()
@@ -197,15 +206,15 @@ def parse(logs: tuple[Path, ...], parser_name: str | None, skip_records: int | N
             failed.append(problem)
         if fmt == "text":
             if "error" not in out:
-                click.echo(render_parse_text(out))
+                echo(render_parse_text(out))
             elif len(logs) > 1:
-                click.echo(f"{log}: error: {out['error']}")
+                echo(f"{log}: error: {out['error']}")
         elif fmt == "jsonl":
-            click.echo(json.dumps(out))
+            echo(json.dumps(out))
         else:
-            click.echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
+            echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
     if fmt == "json":
-        click.echo("\n]")
+        echo("\n]")
     if len(logs) == 1 and failed:
         raise UsageError(failed[0])
     if failed:
@@ -263,19 +272,21 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         results = [reproduce_table(m, t, tree, mapped) for m, t in resolve_tables(targets, table_id)]
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(results, colour=colour), nl=False, color=colour)
+        echo(render_text(results, colour=colour), nl=False, color=colour)
     elif fmt == "junit":
-        click.echo(render_junit(results, failing), nl=False)
+        echo(render_junit(results, failing), nl=False)
     elif fmt == "html":
-        click.echo(render_html(results, environment=environment, fail_on=failing), nl=False)
+        echo(render_html(results, environment=environment, fail_on=failing), nl=False, raw=True)
     else:
-        click.echo(RENDERERS[fmt](results), nl=False)
+        echo(RENDERERS[fmt](results), nl=False)
     if plot:
         try:
             plot_report(results, plot)
         except OSError as e:
             raise UsageError(f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path") from None
-        click.echo(f"plot written to {plot}", err=True)
+        except (ValueError, RuntimeError) as e:  # what matplotlib raises for what it cannot draw
+            raise UsageError(f"cannot draw the chart: {e}") from None
+        echo(f"plot written to {plot}", err=True)
     sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
 
 
@@ -330,13 +341,13 @@ def _image_events(verbose: bool) -> Callable[[Any], None]:
         e = redacted(e)
         where = f"[{e.node}] " if e.node else ""
         if e.kind == "step":
-            click.echo(f"==> {where}{e.message}", err=True)
+            echo(f"==> {where}{e.message}", err=True)
         elif e.kind == "log" and verbose:
-            click.echo(f"    {e.message}", err=True)
+            echo(f"    {e.message}", err=True)
         elif e.kind == "warn":
-            click.echo(f"warning: {where}{e.message}", err=True)
+            echo(f"warning: {where}{e.message}", err=True)
         elif e.kind in ("info", "node"):
-            click.echo(f"    {where}{e.message}", err=True)
+            echo(f"    {where}{e.message}", err=True)
 
     return show
 
@@ -365,23 +376,23 @@ def images(target: str, hosts_file: Path | None, mode: str | None, push: str | N
 
     m = find_target(target)
     if dry_run:
-        click.echo(dry_run_text(m), nl=False)
+        echo(dry_run_text(m), nl=False)
         return
     build = BuildOptions(ca_bundle=ca_bundle, work_dir=work_dir, ofed_cache=ofed_cache, wheels=wheels, no_cache=no_cache,
                          git_mirrors=git_mirror)
     opts = ImagesOptions(mode=mode or "auto", push=push, allow_unpinned=allow_unpinned, update_lock=update_lock,
                          build=build)
     r = prepare(m, load_hosts(hosts_file), opts, progress=_image_events(verbose))
-    click.echo(f"image {r.reference}\nid {r.image_id}")
+    echo(f"image {r.reference}\nid {r.image_id}")
     for role, ref in r.pins.images.items():
-        click.echo(f"pinned {role} {ref.pinned}")
+        echo(f"pinned {role} {ref.pinned}")
     if r.pushed:
-        click.echo(f"pushed {r.pushed.pinned}")
+        echo(f"pushed {r.pushed.pinned}")
     if r.built:
-        click.echo(f"built in {r.built.seconds:.1f} s, log {r.built.log}")
+        echo(f"built in {r.built.seconds:.1f} s, log {r.built.log}")
     for n in r.nodes:
-        click.echo(f"node {n.node} {n.how} {n.image_id}")
-    click.echo(f"lock {r.lock_path} ({'written' if r.lock_written else 'unchanged'}); {r.seconds:.1f} s")
+        echo(f"node {n.node} {n.how} {n.image_id}")
+    echo(f"lock {r.lock_path} ({'written' if r.lock_written else 'unchanged'}); {r.seconds:.1f} s")
 
 
 @cli.command("check")
@@ -405,9 +416,9 @@ def check_command(targets: tuple[str, ...], git_mirror: tuple[tuple[str, str], .
     for m in manifests:
         result = check_target(m, opts)
         for f in result.failures:
-            click.echo(f"FAIL {f}")
+            echo(f"FAIL {f}")
         if not result.failures:
-            click.echo(f"ok   {m.id}: " + "; ".join(result.passed or ("nothing to check",)))
+            echo(f"ok   {m.id}: " + "; ".join(result.passed or ("nothing to check",)))
         failed += len(result.failures)
     if failed:
         sys.exit(1)
@@ -440,13 +451,13 @@ def lock_command(target: str, update: bool, deps_only: bool, index_url: str | No
         return
     path, pins, written = lock_target(manifest, update=update, progress=_image_events(False))
     for role, ref in pins.images.items():
-        click.echo(f"{role} {ref.tagged} -> {ref.digest}")
+        echo(f"{role} {ref.tagged} -> {ref.digest}")
     for name, src in pins.sources.items():
         branch = f" (branch {src['branch']} -> {src['branch_commit']})" if "branch_commit" in src else ""
-        click.echo(f"{name} {src['repository']} @ {src['commit']}{branch}")
+        echo(f"{name} {src['repository']} @ {src['commit']}{branch}")
     for name, sha in pins.files.items():
-        click.echo(f"file {name} sha256 {sha}")
-    click.echo(f"lock {'written' if written else 'unchanged'}: {path}")
+        echo(f"file {name} sha256 {sha}")
+    echo(f"lock {'written' if written else 'unchanged'}: {path}")
 
 
 @cli.command()
@@ -462,7 +473,7 @@ def audit(run: Path, target: str | None, fmt: str) -> None:
     from repro.errors import ProvenanceError
 
     checks = audit_run(run, target)
-    click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
+    echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
                nl=fmt == "json")
     bad = failing(checks)
     if bad:
@@ -478,7 +489,7 @@ def diff(a: str, b: str) -> None:
     """Two runs (directories or archives), or a run and a target's publication, side by side."""
     from repro.record.diff import diff as diff_runs
 
-    click.echo(diff_runs(a, b), nl=False)
+    echo(diff_runs(a, b), nl=False)
 
 
 @cli.command()
@@ -508,10 +519,10 @@ def preflight(target: str | None, hosts_file: Path | None, strict: bool, accept_
     deviations = compare(reports, expect, size)
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
     deviations += more
-    click.echo(to_json(reports, deviations, blocking) if fmt == "json" else
+    echo(to_json(reports, deviations, blocking) if fmt == "json" else
                render_preflight(reports, deviations, blocking), nl=fmt == "json")
     if manifest and manifest.dataset_format and dataset is None:
-        click.echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
+        echo(f"note: dataset not checked: the hosts file names no directory for {manifest.dataset_format}, "
                    f"which `repro up {manifest.id}` needs (`data: {{{manifest.dataset_format}: /path}}`)", err=True)
     assess(reports, deviations, strict=strict, blocking=blocking)
 
@@ -565,13 +576,13 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)  # stopping already: another signal only brings a traceback
         progress.close()
-        click.echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
+        echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
                    err=True)
         sys.exit(128 + stopped_by[0])
     finally:
         progress.close()
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    click.echo(finish(result, colour=colour), nl=False, color=colour)
+    echo(finish(result, colour=colour), nl=False, color=colour)
     if result.failed:
         sys.exit(5)
     sys.exit(exit_code(result.verdicts, failing))
@@ -611,7 +622,7 @@ def clean(run: str | None, all_runs: bool, hosts_file: Path | None, fmt: str) ->
 
     run_id, hosts = resolve(run, all_runs, hosts_file)
     results = clean_nodes(hosts.nodes, run_id)
-    click.echo(json.dumps(as_json(results), indent=2) if fmt == "json" else summary(results), nl=fmt == "json")
+    echo(json.dumps(as_json(results), indent=2) if fmt == "json" else summary(results), nl=fmt == "json")
     failed = [r.node for r in results if r.error]
     if failed:
         raise EnvironmentUnavailable(f"could not clean {len(failed)} of {len(results)} node(s): {', '.join(failed)}",

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro.events import Event
-from repro.redact import redact_text
+from repro.redact import shown
 
 
 def _clock(seconds: float) -> str:
@@ -28,9 +28,10 @@ def _clock(seconds: float) -> str:
 
 
 def redacted(ev: Event) -> Event:
-    """The event as it may be shown: secrets in its message and data blanked (repro.redact)."""
-    data = {k: redact_text(v) if isinstance(v, str) else v for k, v in ev.data.items()}
-    return dataclasses.replace(ev, message=redact_text(ev.message), data=data)
+    """The event as it may be shown: secrets in its message and data blanked, terminal control
+    (a container's output, a manifest's title) removed (repro.redact.shown)."""
+    data = {k: shown(v) if isinstance(v, str) else v for k, v in ev.data.items()}
+    return dataclasses.replace(ev, message=shown(ev.message), node=shown(ev.node) if ev.node else ev.node, data=data)
 
 
 class PlainProgress:

@@ -1,15 +1,25 @@
-"""Secrets are never shown: one place that decides what is secret and blanks it out.
+"""Secrets are never shown: one place that decides what is secret and blanks it out, and what of
+a text may reach a terminal.
 
-Three kinds of secret are recognised wherever the kit prints or records something:
+A secret is recognised by its name or by its shape, wherever the kit prints or records something
+(plan, show, report, check, progress, the run directory, the archive, provenance):
 
-- the value of a variable or key whose name looks secret (TOKEN, SECRET, PASSWORD, KEY,
-  AUTH, CREDENTIAL): ``WANDB_API_KEY=...``;
-- the password of a URL: ``postgres://user:<redacted>@db/x``;
-- the value of a command-line option whose name ends in key, token, password, passwd,
-  secret or credential(s): ``--wandb-key=<redacted>``, and ``--wandb-key <redacted>``.
+- the value of a variable or key whose name contains PASS, SECRET, TOKEN, KEY, WEBHOOK,
+  CREDENTIAL, AUTH or COOKIE: ``WANDB_API_KEY=<redacted>``, ``DB_PASS=<redacted>``;
+- the value of a command-line option with such a word in its name, in either form:
+  ``--wandb-key=<redacted>``, ``--password <redacted>``, ``--auth=<redacted>``; a short option
+  only for the programs known to take a secret with it (``sshpass -p``, ``curl -u``): elsewhere
+  ``-p 1`` is a print frequency;
+- the credentials of any URL: ``https://user:<redacted>@host/``, ``https://<redacted>@host/`` (a
+  bare token; an ssh user name is kept), also when the password holds ``/``;
+- the value of an HTTP ``Authorization``, ``Proxy-Authorization``, ``Cookie`` or ``Set-Cookie``
+  header, and of ``X-…-Token``/``-Key``/``-Auth`` headers.
 
-``Redactor`` additionally scrubs values already known to be secret out of free text (logs
-the containers write), where no name stands next to them.
+Values that hold a ``{placeholder}`` are templates, not secrets, and are kept. Where in doubt
+the kit blanks (``--monkey 1`` loses its 1). ``Redactor`` additionally scrubs values already known
+to be secret out of free text (logs the containers write), where no name stands next to them.
+
+``shown`` is what every printer applies: secrets blanked and terminal control removed.
 """
 
 from __future__ import annotations
@@ -19,65 +29,106 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|KEY|AUTH|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 #: Shorter values are not scrubbed from free text (they would blank out ordinary words).
 MIN_SECRET_CHARS = 6
 
-_OPTION = re.compile(r"^(--?[A-Za-z0-9_.-]*(?:key|token|passw(?:or)?d|secret|credentials?))(=)(.+)$", re.IGNORECASE)
-_OPTION_ALONE = re.compile(r"^--?[A-Za-z0-9_.-]*(?:key|token|passw(?:or)?d|secret|credentials?)$", re.IGNORECASE)
-_URL_CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P<secret>[^\s@/]+)(?=@)")
-_TEXT_OPTION = re.compile(r"(?P<head>(?<![\w-])--?[A-Za-z0-9_.-]*(?:key|token|passw(?:or)?d|secret|credentials?)[= ])"
-                          r"(?P<secret>[^\s'\"]+)", re.IGNORECASE)
+_WORD = r"(?:key|token|pass|passwd|password|passphrase|pwd|secrets?|credentials?|auth|authorization|webhook|cookie)"
+#: an option name: one of its dash-separated parts ends in a secret word (``--api-key-file``, not ``--tokenizer``)
+_OPTION_NAME = rf"--?(?:[A-Za-z0-9]+[-_.])*[A-Za-z0-9]*{_WORD}(?:[-_.][A-Za-z0-9]+)*"
+_OPTION = re.compile(rf"^({_OPTION_NAME})=(.*)$", re.IGNORECASE)
+_OPTION_ALONE = re.compile(rf"^{_OPTION_NAME}$", re.IGNORECASE)
+#: short (and other) options that carry a secret only for the program named
+_PROGRAM_OPTIONS = {"sshpass": ("-p",), "curl": ("-u", "--user"), "redis-cli": ("-a",)}
+#: a URL's user information: ``user:password@`` (a password may hold ``/``; ``host:8080/`` is a port) or ``token@``
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b(?P<name>[A-Za-z][A-Za-z0-9+.-]*)://)(?P<user>[^\s:/@'\"<>]*)"
+                              r"(?::(?P<secret>(?!\d+(?:/|$))[^\s@'\"]+))?@")
+_SSH_SCHEMES = {"ssh", "git+ssh", "ssh+git", "sftp", "scp", "rsync"}
+_HEADER = re.compile(r"(?P<head>\b(?:proxy-authorization|authorization|set-cookie|cookie|x-[a-z0-9-]*(?:token|key|auth"
+                     r"|secret)[a-z0-9-]*)[ \t]*:[ \t]*)(?P<secret>[^\s'\"][^\r\n'\"]*)", re.IGNORECASE)
+_VALUE = r"(?P<secret>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
+_TEXT_OPTION = re.compile(rf"(?P<head>(?<![\w/-]){_OPTION_NAME}(?:=| +(?!-))){_VALUE}", re.IGNORECASE)
 #: NAME=value in text and argv: environment-style (upper-case) names only; ``HostKey=/path`` is an sshd option
-_TEXT_ASSIGN = re.compile(r"(?P<head>\b[A-Z_][A-Z0-9_]*(?:TOKEN|SECRET|PASSW(?:OR)?D|KEY|AUTH|CREDENTIALS?)"
-                          r"[A-Z0-9_]*=)(?P<secret>[^\s'\"]+)")
+_TEXT_ASSIGN = re.compile(r"(?P<head>\b[A-Z_][A-Z0-9_]*(?:PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH|COOKIE)"
+                          rf"[A-Z0-9_]*=){_VALUE}")
 
 
 def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name))
 
 
-def redact_value(value: str) -> str:
-    """A value whose name is not secret, with any URL password in it blanked."""
-    return _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED, value)
+def _url(m: re.Match[str]) -> str:
+    if m["secret"] is not None:
+        return f"{m['scheme']}{m['user']}:{REDACTED}@"
+    if not m["user"] or m["name"].lower() in _SSH_SCHEMES:
+        return m[0]
+    return f"{m['scheme']}{REDACTED}@"
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with secret-named values replaced by ``<redacted>`` and URL passwords blanked."""
-    return {k: REDACTED if is_secret_name(k) else redact_value(v) if isinstance(v, str) else v for k, v in env.items()}
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Command tokens with secret options' values (``--x-key=V``, ``--x-token V``) and URL passwords blanked."""
-    out: list[str] = []
-    hide_next = False
-    for tok in argv:
-        if hide_next and not tok.startswith("-"):
-            out.append(REDACTED)
-        elif (m := _OPTION.match(tok)) and "{" not in m[3]:
-            out.append(m[1] + m[2] + REDACTED)
-        else:
-            out.append(redact_value(_redact_assignment(tok)))
-        hide_next = bool(_OPTION_ALONE.match(tok))
-    return out
-
-
-_ASSIGNMENT = re.compile(r"^(?P<head>(?:-e=|--env=)?(?P<name>[A-Z_][A-Z0-9_]*)=)(?P<value>.+)$")
-
-
-def _redact_assignment(tok: str) -> str:
-    """``NAME=value``, ``-e=NAME=value``, ``--env=NAME=value`` with a secret NAME -> value blanked."""
-    m = _ASSIGNMENT.match(tok)
-    if m is None and (tok.startswith("-e=") or tok.startswith("--env=")):  # docker -e: the name is the user's
-        m = re.match(r"^(?P<head>--?e(?:nv)?=(?P<name>[A-Za-z_][A-Za-z0-9_]*)=)(?P<value>.+)$", tok)
-    return m["head"] + REDACTED if m and is_secret_name(m["name"]) and "{" not in m["value"] else tok
+def _blank(m: re.Match[str]) -> str:
+    secret = m["secret"]
+    if "{" in secret:  # a template, filled in at run time
+        return m[0]
+    quote = secret[0] if secret[0] in "'\"" else ""
+    return m["head"] + quote + REDACTED + quote
 
 
 def redact_text(text: str) -> str:
-    """Free text (a progress line, a log line) with NAME=secret, --x-key=secret and URL passwords blanked."""
-    text = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED, text)
-    text = _TEXT_OPTION.sub(lambda m: m["head"] + REDACTED, text)
-    return _TEXT_ASSIGN.sub(lambda m: m["head"] + REDACTED, text)
+    """Free text (a progress line, a log line, a printed command) with every secret of a known shape blanked."""
+    text = _URL_CREDENTIALS.sub(_url, text)
+    text = _HEADER.sub(lambda m: m["head"] + REDACTED, text)
+    text = _TEXT_OPTION.sub(lambda m: _blank(m) if m["secret"] else m[0], text)
+    return _TEXT_ASSIGN.sub(_blank, text)
+
+
+def redact_value(value: str) -> str:
+    """A value whose name is not secret, with any secret of a known shape in it blanked."""
+    return redact_text(value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with secret-named values replaced by ``<redacted>`` and secrets in the other values blanked."""
+    return {k: REDACTED if is_secret_name(k) else redact_text(v) if isinstance(v, str) else v for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Command tokens with secret options' values (``--x-key=V``, ``--x-token V``), secret assignments,
+    URL credentials and headers blanked."""
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    by_program = _PROGRAM_OPTIONS.get(program, ())
+    out: list[str] = []
+    hide_next = env_next = False
+    for tok in argv:
+        if hide_next and not tok.startswith("-") and "{" not in tok:
+            out.append(REDACTED)
+        elif (m := _OPTION.match(tok) or _short_attached(tok, by_program)) and m[2] and "{" not in m[2]:
+            out.append(f"{m[1]}={REDACTED}" if tok.startswith(f"{m[1]}=") else m[1] + REDACTED)
+        else:
+            out.append(redact_text(_redact_assignment(tok, loose=env_next)))
+        hide_next = bool(_OPTION_ALONE.match(tok)) or tok in by_program
+        env_next = tok in ("-e", "--env")
+    return out
+
+
+def _short_attached(tok: str, options: Sequence[str]) -> re.Match[str] | None:
+    """``-pSECRET`` or ``--user=SECRET`` for a program whose ``-p`` or ``--user`` takes a secret."""
+    for o in options:
+        if m := re.match(rf"^({re.escape(o)})({'' if len(o) == 2 else '='}.+)$", tok):
+            return m
+    return None
+
+
+_ASSIGNMENT = re.compile(r"^(?P<head>(?:-e=|--env=)?(?P<name>[A-Z_][A-Z0-9_]*)=)(?P<value>.+)$")
+_ANY_ASSIGNMENT = re.compile(r"^(?P<head>(?:-e=|--env=)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=)(?P<value>.+)$")
+
+
+def _redact_assignment(tok: str, loose: bool = False) -> str:
+    """``NAME=value``, ``-e=NAME=value``, ``--env=NAME=value`` with a secret NAME -> value blanked (after
+    ``-e`` or with ``-e=``, and for docker, the name is the user's and may be lower-case)."""
+    m = _ASSIGNMENT.match(tok)
+    if m is None and (loose or tok.startswith("-e=") or tok.startswith("--env=")):
+        m = _ANY_ASSIGNMENT.match(tok)
+    return m["head"] + REDACTED if m and is_secret_name(m["name"]) and "{" not in m["value"] else tok
 
 
 def redact_document(doc: Any, path: str = "") -> tuple[Any, list[str]]:
@@ -98,7 +149,7 @@ def redact_document(doc: Any, path: str = "") -> tuple[Any, list[str]]:
             return out
         if isinstance(node, list):
             if all(isinstance(t, str) for t in node):
-                new = [redact_text(t) for t in redact_argv(node)]
+                new = redact_argv(node)
                 done.extend(f"{where}[{i}]" for i, (a, b) in enumerate(zip(node, new)) if a != b)
                 return new
             return [walk(v, f"{where}[{i}]") for i, v in enumerate(node)]
@@ -114,6 +165,27 @@ def redact_document(doc: Any, path: str = "") -> tuple[Any, list[str]]:
 
 #: Keys of the kit's own schemas whose names look secret but hold no secret.
 _NOT_SECRET_KEYS = frozenset({"sha256", "cell_args"})
+
+# ------------------------------------------------------------------ terminal control
+#: escape sequences (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ones) and 8-bit CSI
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+                     r"|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
+#: other control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSHOWN = re.compile(f"{_ESCAPE.pattern}|{_CONTROL.pattern}")
+#: the colours the kit itself paints verdicts with (repro.report.ANSI), kept when colour is on
+_OWN_COLOURS = frozenset({"\x1b[0m", "\x1b[31m", "\x1b[32m", "\x1b[33m"})
+
+
+def strip_control(text: str, *, colour: bool = False) -> str:
+    """``text`` without terminal escape sequences and control characters (tab and newline stay); with
+    ``colour``, the kit's own verdict colours stay (an injected one can only colour text)."""
+    return _UNSHOWN.sub(lambda m: m[0] if colour and m[0] in _OWN_COLOURS else "", text)
+
+
+def shown(text: str, *, colour: bool = False) -> str:
+    """Text as the kit may print it: secrets blanked, terminal control removed."""
+    return strip_control(redact_text(text), colour=colour)
 
 
 class Redactor:

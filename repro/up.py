@@ -428,7 +428,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
     and return the table with a closing summary for the CLI to print."""
     from repro.record.audit import environment_checks
-    from repro.verdict.report import plot_report, render_html, render_text
+    from repro.verdict.report import render_html, render_text
     from repro.verdict.reproduce import reproduce_run
 
     from repro.record import archive
@@ -440,7 +440,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
                        if not ran or (c.nodes, c.gpus, c.precision, c.batch_size) in ran]
     findings = findings_section(result.record)
     write_reports(run, [table], findings)
-    plot_report([table], run.file("report.png"))
+    chart = _draw_chart(table, run)
     try:  # the environment against the publication's, as far as the record has it
         environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
     except (KeyError, TypeError, ValueError):
@@ -452,12 +452,24 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     summary = (f"\nrun {run.path}: {result.done} repeat(s) done, {len(result.failed)} failed"
                + (f" ({', '.join(result.failed)})" if result.failed else "")
                + f"; {result.seconds:.0f} s in all, {result.cell_seconds:.0f} s in cells\n")
-    summary += f"report {run.file('report.html')}\n"
+    summary += f"report {run.file('report.html')}\n" + (f"chart not drawn: {chart}\n" if chart else "")
     summary += f"archive {packed} (check it with: repro audit {packed})\n"
     if result.failed:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
     return render_text([table], colour=colour) + findings + summary
+
+
+def _draw_chart(table: Any, run: RunDir) -> str | None:
+    """report.png; a chart that cannot be drawn is said so (returned), never stops the run from being sealed."""
+    from repro.verdict.report import plot_report
+
+    try:
+        plot_report([table], run.file("report.png"))
+    except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the archive matters more
+        run.file("report.png").unlink(missing_ok=True)
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def write_reports(run: RunDir, tables: Sequence[Any], findings: str = "") -> None:

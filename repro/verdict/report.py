@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from repro.redact import shown
 from repro.verdict.reproduce import MATCH, CellResult, TableResult, non_monotonic
 from repro.verdict.rules import (
     DEVIATES,
@@ -313,10 +314,21 @@ def render_json(results: Sequence[TableResult]) -> str:
     return json.dumps(records(results), indent=1) + "\n"
 
 
+#: what makes a spreadsheet read a cell as a formula (OWASP's CSV injection list)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell a spreadsheet would evaluate, prefixed with ``'`` as OWASP recommends (numbers stay
+    numbers: only text is touched); the raw value is the text after the ``'``."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def render_csv(results: Sequence[TableResult]) -> str:
     import pandas as pd
 
-    return pd.DataFrame(records(results), columns=list(COLUMNS)).to_csv(index=False)
+    rows = [{k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results)]
+    return pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)
 
 
 def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None) -> str:
@@ -344,7 +356,17 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
     root.set("tests", str(sum(int(s.get("tests", 0)) for s in root)))
     root.set("failures", str(sum(int(s.get("failures", 0)) for s in root)))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return xml_safe('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
+
+
+#: characters XML 1.0 forbids (ElementTree writes them as they are, which makes the file unreadable)
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """XML text without the characters XML forbids (control characters, lone surrogates, U+FFFE/U+FFFF);
+    the markup holds none, so the whole serialised document may be cleaned at once."""
+    return _NOT_XML.sub("", text)
 
 
 RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv}
@@ -468,9 +490,21 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         eff.grid(True, alpha=0.3)
         if eff.lines[1:]:
             eff.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _plain_text(fig)
     fig.tight_layout(h_pad=3)
-    fig.savefig(path, format=fmt, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(path, format=fmt, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+def _plain_text(fig: Any) -> None:
+    """Titles, axis labels, marks and legends come from manifests and logs: drawn as plain text, never
+    parsed as math (``$...$`` would be; a bad formula stops the drawing). Tick labels keep math (log axes)."""
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        for t in [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *(legend.get_texts() if legend else [])]:
+            t.set_parse_math(False)
 
 
 # ------------------------------------------------------------------ HTML
@@ -486,7 +520,9 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
                 fail_on: set[str] | None = None) -> str:
     """One self-contained page: citations, tables with verdict colours, the chart (embedded),
     environment and deviations from the published hardware, links to the logs."""
-    e = html.escape
+    def e(text: Any) -> str:  # every text from a manifest, log or record: secrets blanked, control removed
+        return html.escape(shown(str(text)))
+
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>repro report</title>"
              f"<style>{HTML_STYLE}</style></head><body>"]
     for group in _groups(results):
@@ -494,7 +530,7 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
         if t:
             cite = t.cite
             url = (f"{cite['repository']}/blob/{cite['commit']}/{cite['path']}"
-                   if "github.com" in cite["repository"] else "")
+                   if _is_web(cite["repository"]) and "github.com" in cite["repository"] else "")
             parts.append(f"<h1>{e(t.id)}: {e(cite['title'])}</h1><p>Published in "
                          + (f"<a href='{e(url)}'>{e(cite['repository'])}</a>" if url else e(cite["repository"]))
                          + f" @ <code>{e(cite['commit'][:12])}</code> <code>{e(cite['path'])}</code>"
@@ -514,7 +550,7 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
             unit = "worker" if rec["device"] == "CPU" else "GPU"
             log = rec["log"]
             delta = "" if rec["delta_pct"] is None else f"{rec['delta_pct']:+.2f}"
-            link = f"<a href='{e(log)}'>{e(Path(log).name)}</a>" if log else ""
+            link = f"<a href='{e(_relative_href(log))}'>{e(Path(log).name)}</a>" if log else ""
             digits = 2 if rec["kind"] != REDERIVATION or c.published is None else len(c.published.partition(".")[2]) + 1
             reproduced = _fmt(rec["reproduced"], digits) if rec["reproduced"] is not None else ""
             published = "" if rec["published"] is None else rec["published"]
@@ -532,10 +568,7 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
         notes = _notes(group)[2:]
         if notes:
             parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{e(n[2:])}</li>" for n in notes if n) + "</ul>")
-        buf = io.BytesIO()
-        plot_report(group, buf)
-        parts.append(f"<img alt='published vs reproduced' src='data:image/png;base64,"
-                     f"{base64.b64encode(buf.getvalue()).decode()}'>")
+        parts.append(_chart_html(group))
     if environment:
         parts.append("<h2>Environment and deviations from the published hardware</h2><table><tr>"
                      + "".join(f"<th class=l>{h}</th>" for h in ("check", "status", "published", "observed", "detail"))
@@ -549,6 +582,31 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
     code = exit_code((c.verdict for r in results for c in r.cells), fail_on)
     parts.append(f"<p>Exit status of this report: {code}.</p></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _is_web(url: str) -> bool:
+    """An http(s) URL with a host: the only kind of absolute link the page holds."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _relative_href(path: str) -> str:
+    """A log's path as a relative link, percent-encoded: a file named ``javascript:...`` stays a file."""
+    from urllib.parse import quote
+
+    return quote(path.lstrip("/"), safe="/")
+
+
+def _chart_html(group: Sequence[TableResult]) -> str:
+    """The group's chart as an embedded image; a chart that cannot be drawn is said so, never stops the page."""
+    buf = io.BytesIO()
+    try:
+        plot_report(group, buf)
+    except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the page matters more
+        return f"<p>The chart could not be drawn: {html.escape(shown(str(err)))}</p>"
+    return f"<img alt='published vs reproduced' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
 
 
 def render_parse_text(out: dict[str, Any]) -> str:
