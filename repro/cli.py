@@ -155,15 +155,18 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
+@click.option("--all", "all_ranks", is_flag=True,
+              help="every rank of every cell (default: a cell of more than 16 ranks shows its first two and its "
+                   "last, and counts the rest)")
 @scheduler_option
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool,
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool, all_ranks: bool,
          scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
     from repro.spec.manifest import find_target
     from repro.spec.manifest import synthetic as synthetic_variant
-    from repro.run.plan import render_plan, select_cells
+    from repro.run.plan import plan_chunks, select_cells
     from repro.run.schedulers import scheduled_plan
 
     m = find_target(target)
@@ -172,7 +175,9 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
-    echo(render_plan(m, hosts, cells) + slurm_text, nl=False)
+    for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks):
+        echo(chunk, nl=False)
+    echo(slurm_text, nl=False)
 
 
 @cli.command()
@@ -256,7 +261,7 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     from repro.record.archive import is_run_path, opened_run
     from repro.verdict.report import RENDERERS, plot_report, render_html, render_junit, render_text
     from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
-    from repro.measure.userlogs import parse_maps, scan_logs
+    from repro.measure.userlogs import check_maps, parse_maps, scan_logs
     from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
@@ -268,8 +273,10 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
             if fmt == "html":
                 environment = _run_environment(run, results[0].manifest)
     else:
+        tables = resolve_tables(targets, table_id)
+        check_maps(mapped, tables)
         tree = scan_logs(from_logs) if from_logs else None  # read once for every table
-        results = [reproduce_table(m, t, tree, mapped) for m, t in resolve_tables(targets, table_id)]
+        results = [reproduce_table(m, t, tree, mapped) for m, t in tables]
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         echo(render_text(results, colour=colour), nl=False, color=colour)

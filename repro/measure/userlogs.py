@@ -11,7 +11,6 @@ different batch size). ``--map CELL=FILE`` names a cell's log outright.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from repro.measure.protocol import Protocol
 from repro.measure.parsers import parse_file
 
 if TYPE_CHECKING:
-    from repro.spec.manifest import Manifest, PublishedCell
+    from repro.spec.manifest import Manifest, PublishedCell, PublishedTable
 
 #: GPU families by CUDA compute capability (what a log may print instead of a GPU's name)
 _CAPABILITY = {"6.0": "P100", "7.0": "V100", "7.5": "T4", "8.0": "A100", "9.0": "H100"}
@@ -58,17 +57,16 @@ class LogTree:
 
 def scan_logs(root: Path) -> LogTree:
     """Every training log under ``root`` with its facts; other files are passed over."""
+    from repro.tree import walk
+
     tree = LogTree(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
-            if name.startswith(".") or path.suffix.lower() in _NOT_LOGS:
-                continue
-            try:
-                tree.logs.append(log_facts(path))
-            except ReproError:
-                continue  # not a log of a known format, or not readable as one
+    for path in walk(root, UsageError, skip=lambda name: name.startswith(".")):
+        if path.suffix.lower() in _NOT_LOGS or not path.is_file():
+            continue
+        try:
+            tree.logs.append(log_facts(path))
+        except ReproError:
+            continue  # not a log of a known format, or not readable as one
     return tree
 
 
@@ -188,6 +186,17 @@ def parse_maps(items: Sequence[str]) -> dict[str, list[Path]]:
             raise UsageError(f"--map {item!r}: {file}: no such file")
         out.setdefault(key, []).append(path)
     return out
+
+
+def check_maps(maps: Mapping[str, list[Path]], tables: Sequence[tuple[Manifest, PublishedTable]]) -> None:
+    """Every ``--map`` key names a cell of the tables reported (``TARGET/KEY`` or ``KEY``); else exit 2 with
+    the cells there are (a key ignored silently would report the cell from another log, or none)."""
+    keys = [cell_key(m, c) for m, t in tables for c in t.cells]
+    known = set(keys) | {k.partition("/")[2] for k in keys}
+    unknown = [k for k in maps if k not in known]
+    if unknown:
+        raise UsageError(f"--map {', '.join(unknown)}: no such cell in what is reported",
+                         hint="the cells: " + ", ".join(keys))
 
 
 def mapped_for(maps: Mapping[str, list[Path]], manifest: Manifest, cell: PublishedCell) -> list[Path]:

@@ -18,7 +18,6 @@ import gzip
 import json
 import os
 import re
-import shutil
 import signal
 import tarfile
 import tempfile
@@ -31,6 +30,7 @@ from typing import BinaryIO
 
 from repro.errors import ProvenanceError, UsageError
 from repro.run.rundir import RunDir, atomic_write, sha256_file
+from repro.tree import MAX_DEPTH, remove, walk
 
 #: Every entry's modification time: 2000-01-01T00:00:00Z (a fixed, obviously synthetic date).
 FIXED_MTIME = 946684800
@@ -66,10 +66,11 @@ def checksum_file(archive: Path) -> Path:
 def create(run: RunDir, dest: Path | None = None) -> Path:
     """Pack the run directory into ``dest`` (default: ``<run dir>.tar.gz`` beside it) and its checksum."""
     dest = dest or run.path.with_name(run.run_id + SUFFIX)
-    for p in run.path.rglob("*"):
+    found = list(walk(run.path, ProvenanceError))
+    for p in found:
         if p.is_symlink() or not (p.is_file() or p.is_dir()):
             raise ProvenanceError(f"{p} is not a regular file or directory; a run directory holds only files")
-    entries = sorted([run.path, *(p for p in run.path.rglob("*") if not p.name.endswith(".part"))],
+    entries = sorted([run.path, *(p for p in found if not p.name.endswith(".part"))],
                      key=lambda p: p.relative_to(run.path).as_posix())
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
@@ -130,6 +131,8 @@ def _check_member(m: tarfile.TarInfo, top: str | None, limits: Limits) -> str:
         raise ProvenanceError(f"archive member {name!r} is a link (to {m.linkname!r}); run archives hold none")
     if not (m.isfile() or m.isdir()):
         raise ProvenanceError(f"archive member {name!r} is a device, fifo or other special file")
+    if len(parts) > MAX_DEPTH:
+        raise ProvenanceError(f"archive member {name[:200]!r}... is nested deeper than {MAX_DEPTH} levels")
     if m.size > limits.max_file_bytes:
         raise ProvenanceError(f"archive member {name!r} is {m.size} bytes, over the {limits.max_file_bytes} limit")
     if top is not None and parts[0] != top:
@@ -241,7 +244,7 @@ def opened_run(path: Path, limits: Limits = Limits()) -> Iterator[RunDir]:
                 raise ProvenanceError(f"{path.name}: {e.message.replace(str(root), root.name)}") from None
             yield run
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
 
 
 @contextlib.contextmanager

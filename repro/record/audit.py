@@ -25,12 +25,13 @@ from tabulate import tabulate
 
 from repro import __version__
 from repro.record.archive import Limits, checksum_file, is_archive, opened_run
-from repro.errors import ReproError
+from repro.errors import ProvenanceError, ReproError
 from repro.spec.manifest import Manifest, canonical_sha256
 from repro.nodes.facts import value
 from repro.record.provenance import load_record, statement_problems
 from repro.verdict.rules import Check
 from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir, sha256_file
+from repro.tree import walk
 
 OK, DRIFT, MISSING, TAMPERED = "ok", "drift", "missing", "tampered"
 FAILING = (DRIFT, TAMPERED)
@@ -74,7 +75,7 @@ def verify_sums(run: RunDir) -> list[Check]:
             continue
         listed[m.group(2)] = m.group(1)
     present = set()
-    for p in run.path.rglob("*"):
+    for p in walk(run.path, ProvenanceError):
         rel = p.relative_to(run.path).as_posix()
         if p.is_symlink():
             out.append(Check("integrity", rel, TAMPERED, detail=f"a symbolic link (to {p.readlink()})"))

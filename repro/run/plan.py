@@ -8,7 +8,8 @@ launch step starts containers from the same NodePlan objects.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -141,27 +142,61 @@ def _ps_placement(manifest: Manifest, cell: Cell) -> str:
             "(CUDA_VISIBLE_DEVICES= empty)")
 
 
-def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell]) -> str:
+#: a cell with more ranks than this shows its first two and its last, and counts the rest (--all: every rank);
+#: with thousands of nodes each rank's command holds every host, so every rank would print megabytes
+RANKS_SHOWN = 16
+
+
+def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *, all_ranks: bool = False) -> str:
     """The human-readable plan: exact-text tested, printed by ``repro plan``."""
-    lines = [f"target {manifest.id}: {manifest.title}",
-             f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats",
-             *_inventory_lines(manifest, hosts)]
+    return "".join(plan_chunks(manifest, hosts, cells, all_ranks=all_ranks))
+
+
+def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *, all_ranks: bool = False) -> Iterator[str]:
+    """``render_plan`` a cell at a time, so that what is printed need not be held (a cell's ranks are).
+    What the inventory lacks for any cell (nodes, the dataset) is an error before anything is yielded."""
     for cell in cells:
-        plans = plan_cell(manifest, cell, hosts)
-        lines += ["", f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "
-                      f"{cell.precision}, batch {cell.batch_size}/GPU",
-                  f"  image: {plans[0].image}"]
-        if manifest.launch.kind == "tf-ps":
-            lines.append(f"  {_ps_placement(manifest, cell)}")
-        for p in plans:
-            c = p.command
-            lines.append(f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]")
-            lines.append(f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE")
-            lines.append(f"    $ {shlex.join(redact_argv(c.command))}")
-            for path, text in c.files.items():
-                body = text.splitlines()
-                if len(body) > FILE_LINES_SHOWN:  # a program the kit ships (tf-ps's runner): its first lines
-                    body = [*body[:2], f"... ({len(body)} lines)"]
-                lines.append(f"    file {path}:")
-                lines += [f"      {redact_text(ln)}" for ln in body]
-    return "\n".join(lines) + "\n"
+        hosts.take(cell.nodes)
+    if manifest.dataset_format:
+        hosts.need_data_dir(manifest.dataset_format, manifest.id)
+    yield "\n".join([f"target {manifest.id}: {manifest.title}",
+                     f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats",
+                     *_inventory_lines(manifest, hosts)]) + "\n"
+    for cell in cells:
+        yield "\n" + "\n".join(_cell_lines(manifest, hosts, cell, all_ranks)) + "\n"
+
+
+def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -> list[str]:
+    plans = plan_cell(manifest, cell, hosts)
+    lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "
+             f"{cell.precision}, batch {cell.batch_size}/GPU",
+             f"  image: {plans[0].image}"]
+    if manifest.launch.kind == "tf-ps":
+        lines.append(f"  {_ps_placement(manifest, cell)}")
+    shown = plans if all_ranks or len(plans) <= RANKS_SHOWN else [*plans[:2], plans[-1]]
+    for p in shown:
+        if p is plans[-1] and len(shown) < len(plans):
+            lines.append(_ranks_left_out(plans[2:-1]))
+        lines += _rank_lines(p)
+    return lines
+
+
+def _ranks_left_out(plans: Sequence[NodePlan]) -> str:
+    first, last = plans[0].command, plans[-1].command
+    roles = Counter(p.command.role for p in plans)
+    return (f"  ... {len(plans)} more ranks, {first.rank} to {last.rank} on {first.node.name} to {last.node.name} "
+            f"({', '.join(f'{n} {r}' for r, n in roles.items())}), not shown: `repro plan --all` shows every rank")
+
+
+def _rank_lines(p: NodePlan) -> list[str]:
+    c = p.command
+    lines = [f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]",
+             f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE",
+             f"    $ {shlex.join(redact_argv(c.command))}"]
+    for path, text in c.files.items():
+        body = text.splitlines()
+        if len(body) > FILE_LINES_SHOWN:  # a program the kit ships (tf-ps's runner): its first lines
+            body = [*body[:2], f"... ({len(body)} lines)"]
+        lines.append(f"    file {path}:")
+        lines += [f"      {redact_text(ln)}" for ln in body]
+    return lines

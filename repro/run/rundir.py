@@ -39,6 +39,7 @@ from repro.errors import ProvenanceError, UsageError
 from repro.redact import Redactor, redact_document, redact_env
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest, canonical_sha256, load_manifest
+from repro.tree import walk
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATUSES = (PENDING, RUNNING, DONE, FAILED)
@@ -202,7 +203,7 @@ class RunDir:
         if missing:
             raise UsageError(f"{path} is not a run directory (no {', '.join(missing)})",
                              hint="give a logs/<run-id>/ directory written by `repro up`, or its .tar.gz")
-        for p in path.rglob("*"):  # a FIFO or device would block whoever reads it: refused at once
+        for p in walk(path, ProvenanceError):  # a FIFO or device would block whoever reads it: refused at once
             if not (p.is_symlink() or p.is_file() or p.is_dir()):
                 raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
                                       "a run directory holds only files")
@@ -302,7 +303,7 @@ class RunDir:
     def files(self) -> list[str]:
         """Every regular file, as a sorted relative POSIX path, except SHA256SUMS and partial writes."""
         out = []
-        for p in self.path.rglob("*"):
+        for p in walk(self.path, ProvenanceError):
             rel = p.relative_to(self.path).as_posix()
             if p.is_file() and not p.is_symlink() and rel != SUMS and not p.name.endswith(".part"):
                 out.append(rel)

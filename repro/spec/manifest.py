@@ -562,7 +562,15 @@ def find_target(name: str, dirs: Iterable[Path] | None = None) -> Manifest:
 
 
 def _is_hosts_file(doc: YamlDoc) -> bool:
-    return isinstance(doc.data, dict) and "id" not in doc.data and bool({"nodes", "defaults", "data"} & set(doc.data))
+    """What ``validate`` reads as an inventory: any of an inventory's own keys (a Slurm one may hold only
+    ``scheduler``), and no manifest's ``id``; ``plan`` and ``up`` read the same file with the same checks."""
+    return isinstance(doc.data, dict) and "id" not in doc.data and bool(_hosts_keys() & set(doc.data))
+
+
+def _hosts_keys() -> set[str]:
+    from repro.schema import load_schema
+
+    return set(load_schema("hosts.v1")["properties"]) - {"schema_version"}
 
 
 def validate_files(inputs: list[Path]) -> list[tuple[Path, str]]:

@@ -165,13 +165,13 @@ def read_bounded(path: Path, limit: int) -> bytes:
         raise InputError([Problem(str(path), None, "", "no such file")]) from None
     except OSError as e:
         raise InputError([Problem(str(path), None, "", f"cannot read: {e.strerror}")]) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory with IsADirectoryError
+        os.close(fd)
+        what = "is a directory, not a file" if stat.S_ISDIR(st.st_mode) else \
+            "not a regular file (a FIFO, socket or device)"
+        raise InputError([Problem(str(path), None, "", what, "give a file")])
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError([Problem(str(path), None, "", "is a directory, not a file")])
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError([Problem(str(path), None, "", "not a regular file (a FIFO, socket or device)",
-                                      "give a file")])
         if st.st_size > limit:
             raise InputError([Problem(str(path), None, "", f"{st.st_size} bytes, over the {limit}-byte limit for "
                                       "an input file", "a manifest or hosts file is a few KiB")])

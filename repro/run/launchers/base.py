@@ -31,26 +31,38 @@ class NodeCommand:
 
 def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
                        job_name: str = "worker") -> dict[str, str]:
+    return {**_cell_values(launch, cell, nodes), "node_rank": str(rank), "job_name": job_name,
+            "task_index": str(launch.ps_ranks(cell).index(rank) if job_name == "ps" else rank)}
+
+
+#: the last cell's rank-independent values: a launcher fills them for every rank, and with thousands of
+#: nodes computing the host lists again for each rank would cost time quadratic in the nodes
+_LAST_CELL: list[tuple[Launch, Cell, Sequence[Node], dict[str, str]]] = []
+
+
+def _cell_values(launch: Launch, cell: Cell, nodes: Sequence[Node]) -> dict[str, str]:
+    for seen_launch, seen_cell, seen_nodes, values in _LAST_CELL:
+        if seen_launch is launch and seen_cell is cell and seen_nodes is nodes:
+            return values
     worker_port, ps_port = launch.master_port, launch.master_port + 1
     ps_ranks = launch.ps_ranks(cell)
-    return {
+    values = {
         "batch_size": str(cell.batch_size),
         "global_batch_size": str(cell.batch_size * cell.gpus),
         "gpus_per_node": str(cell.gpus_per_node),
         "gpus": str(cell.gpus),
         "gpu_list": ",".join(str(i) for i in range(cell.gpus_per_node)),
         "nnodes": str(cell.nodes),
-        "node_rank": str(rank),
         "master_addr": nodes[0].rendezvous,
         "master_port": str(launch.master_port),
         "hosts": ",".join(n.rendezvous for n in nodes),
         "host_ports": ",".join(f"{n.rendezvous}:{launch.master_port}" for n in nodes),
         "worker_hosts": ",".join(f"{n.rendezvous}:{worker_port}" for n in nodes),
         "ps_hosts": ",".join(f"{nodes[r].rendezvous}:{ps_port}" for r in ps_ranks),
-        "job_name": job_name,
-        "task_index": str(ps_ranks.index(rank) if job_name == "ps" else rank),
         "precision": cell.precision,
     }
+    _LAST_CELL[:] = [(launch, cell, nodes, values)]
+    return values
 
 
 def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
