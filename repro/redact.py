@@ -98,7 +98,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     by_program = _PROGRAM_OPTIONS.get(program, ())
     out: list[str] = []
     hide_next = env_next = False
-    for tok in argv:
+    for i, tok in enumerate(argv):
+        if by_program and i and not hide_next and not tok.startswith("-"):
+            by_program = ()  # the program's first operand: what follows is another program's (sshpass ... ssh -p 22)
         if hide_next and not tok.startswith("-") and "{" not in tok:
             out.append(REDACTED)
         elif (m := _OPTION.match(tok) or _short_attached(tok, by_program)) and m[2] and "{" not in m[2]:

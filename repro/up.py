@@ -467,7 +467,8 @@ def _draw_chart(table: Any, run: RunDir) -> str | None:
     try:
         plot_report([table], run.file("report.png"))
     except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the archive matters more
-        run.file("report.png").unlink(missing_ok=True)
+        if run.file("report.png").is_file():
+            run.file("report.png").unlink()
         return f"{type(err).__name__}: {err}"
     return None
 

@@ -279,7 +279,18 @@ SPECIAL: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
      2, "/dev/zero: not a regular file"),
     ("show-fifo", lambda t: ["show", str(fifo(t, "m.yaml"))], 2, "m.yaml: not a regular file"),
     ("audit-fifo-archive", lambda t: ["audit", str(fifo(t, "r.tar.gz"))], 2, "r.tar.gz is neither a run directory"),
+    ("plan-directory-hosts", lambda t: ["plan", str(write(t, "m.yaml", BASE_MANIFEST)), "--hosts", str(t)],
+     2, ": is a directory, not a file"),
+    ("plan-directory-manifest", lambda t: ["plan", str(folder(t, "m.yaml"))], 2, "m.yaml: is a directory"),
+    ("show-directory-manifest", lambda t: ["show", str(folder(t, "m.yaml"))], 2, "m.yaml: is a directory"),
+    ("validate-directory-named-yaml", lambda t: ["validate", str(folder(t, "d.yaml").parent)], 2,
+     "d.yaml: is a directory"),
 ]
+
+
+def folder(tmp_path: Path, name: str) -> Path:
+    (tmp_path / name).mkdir()
+    return tmp_path / name
 
 
 @pytest.mark.parametrize("case,args,code,words", SPECIAL, ids=[c[0] for c in SPECIAL])
@@ -412,6 +423,7 @@ ARCHIVE_CASES: list[tuple[str, Callable[[Path, Path], Path], str]] = [
     ("empty-tar", lambda a, d: write(d.parent, d.name, gzip.compress(b"\0" * 10240)), "r.tar.gz"),
     ("gzip-bomb", lambda a, d: write(d.parent, d.name, bomb_tar()), "r.tar.gz"),
     ("checksum-mismatch", lambda a, d: with_sum(write(d.parent, d.name, a.read_bytes()), "0" * 64), "r.tar.gz"),
+    ("member-deep-sealed", lambda a, d: sealed(rebuild(a, d, keep, add("a/" * 40 + "x.log", data=b"x"))), "a/a/a"),
     ("checksum-garbage", lambda a, d: with_sum(write(d.parent, d.name, a.read_bytes()), "not a sum"), "r.tar.gz.sha256"),
 ]
 
@@ -429,6 +441,13 @@ def bomb_tar() -> bytes:
         info.size = 64 << 20
         tar.addfile(info, io.BytesIO(bytes(info.size)))
     return raw.getvalue()
+
+
+def sealed(archive: Path) -> Path:
+    """The archive with a checksum file that matches it, as `repro up` writes one."""
+    from repro.rundir import sha256_file
+
+    return with_sum(archive, sha256_file(archive))
 
 
 def with_sum(archive: Path, digest: str) -> Path:

@@ -500,11 +500,13 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
 
 def _plain_text(fig: Any) -> None:
     """Titles, axis labels, marks and legends come from manifests and logs: drawn as plain text, never
-    parsed as math (``$...$`` would be; a bad formula stops the drawing). Tick labels keep math (log axes)."""
+    parsed as math (``$...$`` would be; a bad formula stops the drawing), secrets and control characters
+    removed. Tick labels keep math (log axes)."""
     for ax in fig.axes:
         legend = ax.get_legend()
         for t in [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *(legend.get_texts() if legend else [])]:
             t.set_parse_math(False)
+            t.set_text(shown(t.get_text()))
 
 
 # ------------------------------------------------------------------ HTML
