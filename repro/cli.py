@@ -111,7 +111,8 @@ def list_targets(fmt: str) -> None:
         for m in catalog.values():
             for t in m.published:
                 tables.setdefault(t.id, []).append(m.id)
-        echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
+        echo("\npublished tables (`repro report TABLE` re-derives a whole table; "
+             "`repro report TARGET` one column):")
         echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
                             headers="keys", tablefmt="simple"))
 
@@ -156,12 +157,12 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
 @click.option("--all", "all_ranks", is_flag=True,
-              help="every rank of every cell (default: a cell of more than 16 ranks shows its first two and its "
-                   "last, and counts the rest)")
+              help="every rank of every cell (default: a cell of more than 16 ranks shows its first two "
+                   "and its last, and counts the rest)")
 @scheduler_option
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool, all_ranks: bool,
-         scheduler: str | None) -> None:
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool,
+         all_ranks: bool, scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
     from repro.spec.manifest import find_target

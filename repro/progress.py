@@ -31,7 +31,8 @@ def redacted(ev: Event) -> Event:
     """The event as it may be shown: secrets in its message and data blanked, terminal control
     (a container's output, a manifest's title) removed (repro.redact.shown)."""
     data = {k: shown(v) if isinstance(v, str) else v for k, v in ev.data.items()}
-    return dataclasses.replace(ev, message=shown(ev.message), node=shown(ev.node) if ev.node else ev.node, data=data)
+    node = shown(ev.node) if ev.node else ev.node
+    return dataclasses.replace(ev, message=shown(ev.message), node=node, data=data)
 
 
 class PlainProgress:

@@ -33,24 +33,27 @@ SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH|COOKIE"
 #: Shorter values are not scrubbed from free text (they would blank out ordinary words).
 MIN_SECRET_CHARS = 6
 
-_WORD = r"(?:key|token|pass|passwd|password|passphrase|pwd|secrets?|credentials?|auth|authorization|webhook|cookie)"
-#: an option name: one of its dash-separated parts ends in a secret word (``--api-key-file``, not ``--tokenizer``)
+_WORD = (r"(?:key|token|pass|passwd|password|passphrase|pwd|secrets?|credentials?|auth|authorization|webhook"
+         r"|cookie)")
+#: an option name: a dash-separated part of it ends in a secret word (``--api-key-file``, not ``--tokenizer``)
 _OPTION_NAME = rf"--?(?:[A-Za-z0-9]+[-_.])*[A-Za-z0-9]*{_WORD}(?:[-_.][A-Za-z0-9]+)*"
 _OPTION = re.compile(rf"^({_OPTION_NAME})=(.*)$", re.IGNORECASE)
 _OPTION_ALONE = re.compile(rf"^{_OPTION_NAME}$", re.IGNORECASE)
 #: short (and other) options that carry a secret only for the program named
 _PROGRAM_OPTIONS = {"sshpass": ("-p",), "curl": ("-u", "--user"), "redis-cli": ("-a",)}
-#: a URL's user information: ``user:password@`` (a password may hold ``/``; ``host:8080/`` is a port) or ``token@``
+#: a URL's user information: ``user:password@`` (the password may hold ``/``; ``host:8080/`` is a port)
+#: or ``token@``
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>\b(?P<name>[A-Za-z][A-Za-z0-9+.-]*)://)(?P<user>[^\s:/@'\"<>]*)"
                               r"(?::(?P<secret>(?!\d+(?:/|$))[^\s@'\"]+))?@")
 _SSH_SCHEMES = {"ssh", "git+ssh", "ssh+git", "sftp", "scp", "rsync"}
-_HEADER = re.compile(r"(?P<head>\b(?:proxy-authorization|authorization|set-cookie|cookie|x-[a-z0-9-]*(?:token|key|auth"
-                     r"|secret)[a-z0-9-]*)[ \t]*:[ \t]*)(?P<secret>[^\s'\"][^\r\n'\"]*)", re.IGNORECASE)
+_HEADER = re.compile(r"(?P<head>\b(?:proxy-authorization|authorization|set-cookie|cookie"
+                     r"|x-[a-z0-9-]*(?:token|key|auth|secret)[a-z0-9-]*)[ \t]*:[ \t]*)"
+                     r"(?P<secret>[^\s'\"][^\r\n'\"]*)", re.IGNORECASE)
 _VALUE = r"(?P<secret>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
 _TEXT_OPTION = re.compile(rf"(?P<head>(?<![\w/-]){_OPTION_NAME}(?:=| +(?!-))){_VALUE}", re.IGNORECASE)
 #: NAME=value in text and argv: environment-style (upper-case) names only; ``HostKey=/path`` is an sshd option
-_TEXT_ASSIGN = re.compile(r"(?P<head>\b[A-Z_][A-Z0-9_]*(?:PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH|COOKIE)"
-                          rf"[A-Z0-9_]*=){_VALUE}")
+_TEXT_ASSIGN = re.compile(r"(?P<head>\b[A-Z_][A-Z0-9_]*(?:PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH"
+                          rf"|COOKIE)[A-Z0-9_]*=){_VALUE}")
 
 
 def is_secret_name(name: str) -> bool:
@@ -74,7 +77,7 @@ def _blank(m: re.Match[str]) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Free text (a progress line, a log line, a printed command) with every secret of a known shape blanked."""
+    """Free text (a progress line, a log line, a printed command), every secret of a known shape blanked."""
     text = _URL_CREDENTIALS.sub(_url, text)
     text = _HEADER.sub(lambda m: m["head"] + REDACTED, text)
     text = _TEXT_OPTION.sub(lambda m: _blank(m) if m["secret"] else m[0], text)
@@ -88,7 +91,8 @@ def redact_value(value: str) -> str:
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with secret-named values replaced by ``<redacted>`` and secrets in the other values blanked."""
-    return {k: REDACTED if is_secret_name(k) else redact_text(v) if isinstance(v, str) else v for k, v in env.items()}
+    return {k: REDACTED if is_secret_name(k) else redact_text(v) if isinstance(v, str) else v
+            for k, v in env.items()}
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -100,7 +104,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     hide_next = env_next = False
     for i, tok in enumerate(argv):
         if by_program and i and not hide_next and not tok.startswith("-"):
-            by_program = ()  # the program's first operand: what follows is another program's (sshpass ... ssh -p 22)
+            by_program = ()  # its first operand: what follows is another program's (sshpass -p X ssh -p 22)
         if hide_next and not tok.startswith("-") and "{" not in tok:
             out.append(REDACTED)
         elif (m := _OPTION.match(tok) or _short_attached(tok, by_program)) and m[2] and "{" not in m[2]:
@@ -170,8 +174,8 @@ _NOT_SECRET_KEYS = frozenset({"sha256", "cell_args"})
 
 # ------------------------------------------------------------------ terminal control
 #: escape sequences (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ones) and 8-bit CSI
-_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-                     r"|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+                     r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
 #: other control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _UNSHOWN = re.compile(f"{_ESCAPE.pattern}|{_CONTROL.pattern}")

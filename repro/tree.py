@@ -38,7 +38,8 @@ def walk(root: Path, error: type[ReproError], *, max_depth: int = MAX_DEPTH,
             yield path
             if entry.is_dir(follow_symlinks=False):
                 if depth + 1 >= max_depth:
-                    raise error(f"{root}: nested deeper than {max_depth} levels (at {path.relative_to(root)})",
+                    where = path.relative_to(root)
+                    raise error(f"{root}: nested deeper than {max_depth} levels (at {where})",
                                 hint="a log tree or run directory is a few levels deep; give the folder that "
                                      "holds the logs")
                 below.append((path, depth + 1))

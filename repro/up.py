@@ -461,7 +461,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
 
 
 def _draw_chart(table: Any, run: RunDir) -> str | None:
-    """report.png; a chart that cannot be drawn is said so (returned), never stops the run from being sealed."""
+    """report.png; a chart that cannot be drawn is said so (returned) and never stops the run's sealing."""
     from repro.verdict.report import plot_report
 
     try:

@@ -423,7 +423,8 @@ ARCHIVE_CASES: list[tuple[str, Callable[[Path, Path], Path], str]] = [
     ("empty-tar", lambda a, d: write(d.parent, d.name, gzip.compress(b"\0" * 10240)), "r.tar.gz"),
     ("gzip-bomb", lambda a, d: write(d.parent, d.name, bomb_tar()), "r.tar.gz"),
     ("checksum-mismatch", lambda a, d: with_sum(write(d.parent, d.name, a.read_bytes()), "0" * 64), "r.tar.gz"),
-    ("member-deep-sealed", lambda a, d: sealed(rebuild(a, d, keep, add("a/" * 40 + "x.log", data=b"x"))), "a/a/a"),
+    ("member-deep-sealed", lambda a, d: sealed(rebuild(a, d, keep, add("a/" * 40 + "x.log", data=b"x"))),
+     "a/a/a"),
     ("checksum-garbage", lambda a, d: with_sum(write(d.parent, d.name, a.read_bytes()), "not a sum"), "r.tar.gz.sha256"),
 ]
 

@@ -90,7 +90,8 @@ def test_csv_neutralises_formulas_and_keeps_numbers(tmp_path: Path) -> None:
     key, log = first_log()
     named = tmp_path / "=HYPERLINK(1)"
     shutil.copy(log, named)
-    code, text = invoke("report", str(hostile_manifest(tmp_path)), "--map", f"{key}={named}", "--format", "csv")
+    m = hostile_manifest(tmp_path)
+    code, text = invoke("report", str(m), "--map", f"{key}={named}", "--format", "csv")
     assert code == 0, text
     df = pd.read_csv(io.StringIO(text))
     assert df.loc[0, "log"] == "'=HYPERLINK(1)"  # OWASP: a leading ' makes it text
@@ -106,13 +107,15 @@ def test_junit_is_valid_xml_with_control_characters_in_a_note(tmp_path: Path) ->
     key, _ = first_log()
     bad = tmp_path / "log\x01\x0b\x1b[31m.txt"  # not a log of the cell: its name reaches the cell's note
     bad.write_text("no throughput here\n")
-    code, text = invoke("report", str(hostile_manifest(tmp_path)), "--map", f"{key}={bad}", "--format", "junit")
+    m = hostile_manifest(tmp_path)
+    code, text = invoke("report", str(m), "--map", f"{key}={bad}", "--format", "junit")
     root = ET.fromstring(text.encode())  # raises on a character XML forbids
     failures = [f.get("message") for f in root.iter("failure")]
     assert failures and code != 0
 
 
-@pytest.mark.parametrize("args", [["show", "{m}"], ["plan", "{m}"], ["report", "{m}"], ["report", "{m}", "--format", "md"]])
+@pytest.mark.parametrize("args", [["show", "{m}"], ["plan", "{m}"], ["report", "{m}"],
+                                  ["report", "{m}", "--format", "md"]])
 def test_terminal_output_holds_no_control_sequence(tmp_path: Path, args: list[str]) -> None:
     m = hostile_manifest(tmp_path)
     code, out = invoke(*[a.format(m=m) for a in args])
@@ -122,7 +125,8 @@ def test_terminal_output_holds_no_control_sequence(tmp_path: Path, args: list[st
 
 
 def test_strip_control_exact() -> None:
-    text = "a\x1b[31mb\x1b[0m\x1b]8;;javascript:x\x1b\\c\x1b]8;;\x1b\\\x1b]0;t\x07d\r\x00e\u202ef\tg\nh\x9b2Ji"
+    text = ("a\x1b[31mb\x1b[0m\x1b]8;;javascript:x\x1b\\c\x1b]8;;\x1b\\\x1b]0;t\x07d"
+            "\r\x00e\u202ef\tg\nh\x9b2Ji")
     assert strip_control(text) == "abcdef\tg\nhi"
     assert strip_control(text, colour=True) == "a\x1b[31mb\x1b[0mcdef\tg\nhi"  # only the kit's own colours
 
@@ -150,21 +154,24 @@ def test_a_chart_that_cannot_be_drawn_does_not_stop_the_archive(tmp_path: Path) 
 
 
 # ------------------------------------------------------------------ item 4: secrets by shape
-SECRETS = {"TOKEN": "tk-0123456789", "AUTH": "au-0123456789", "PHRASE": "pp-0123456789", "PASSWORD": "pw-0123456789",
-           "URLTOKEN": "ghp0123456789", "SLASHPW": "pa/ss-0123456789", "DBPASS": "db-0123456789",
+SECRETS = {"TOKEN": "tk-0123456789", "AUTH": "au-0123456789", "PHRASE": "pp-0123456789",
+           "PASSWORD": "pw-0123456789", "URLTOKEN": "ghp0123456789",
+           "SLASHPW": "pa/ss-0123456789", "DBPASS": "db-0123456789",
            "HOOK": "hk-0123456789", "BEARER": "br-0123456789", "COOKIE": "ck-0123456789"}
 
 
 def secret_command() -> list[str]:
     s = SECRETS
-    return ["--token", s["TOKEN"], f"--auth={s['AUTH']}", f"--passphrase={s['PHRASE']}", "--password", s["PASSWORD"],
-            f"https://{s['URLTOKEN']}@git.example.org/x.git", f"https://bob:{s['SLASHPW']}@db.example.org/x",
+    return ["--token", s["TOKEN"], f"--auth={s['AUTH']}", f"--passphrase={s['PHRASE']}",
+            "--password", s["PASSWORD"], f"https://{s['URLTOKEN']}@git.example.org/x.git",
+            f"https://bob:{s['SLASHPW']}@db.example.org/x",
             "-H", f"Authorization: Bearer {s['BEARER']}", "-H", f"Cookie: session={s['COOKIE']}", "-p", "1"]
 
 
 def test_redact_shapes_exact() -> None:
     assert redact_argv(["python", *secret_command(), "--tokenizer", "bert", "--key-file={data}/k"]) == [
-        "python", "--token", REDACTED, f"--auth={REDACTED}", f"--passphrase={REDACTED}", "--password", REDACTED,
+        "python", "--token", REDACTED, f"--auth={REDACTED}", f"--passphrase={REDACTED}",
+        "--password", REDACTED,
         f"https://{REDACTED}@git.example.org/x.git", f"https://bob:{REDACTED}@db.example.org/x",
         "-H", f"Authorization: {REDACTED}", "-H", f"Cookie: {REDACTED}", "-p", "1", "--tokenizer", "bert",
         "--key-file={data}/k"]
@@ -172,10 +179,12 @@ def test_redact_shapes_exact() -> None:
         ["sshpass", "-p", REDACTED, "ssh", "-p", "22", "h"]
     assert redact_argv(["curl", "-u", "u:pw123456", "ssh://git@host/r", "https://host:8080/a@b"]) == \
         ["curl", "-u", REDACTED, "ssh://git@host/r", "https://host:8080/a@b"]
-    assert redact_text("x --password 'a b' DB_PASS=1 SLACK_WEBHOOK=\"h\" authorization: Basic Zm9v\n-p 1 ips: 2") == \
-        f"x --password '{REDACTED}' DB_PASS={REDACTED} SLACK_WEBHOOK=\"{REDACTED}\" authorization: {REDACTED}\n-p 1 ips: 2"
-    assert redact_env({"DB_PASS": "x", "SLACK_WEBHOOK": "y", "GH_AUTH": "z", "PWD": "/w", "ARGS": "--token q"}) == {
-        "DB_PASS": REDACTED, "SLACK_WEBHOOK": REDACTED, "GH_AUTH": REDACTED, "PWD": "/w", "ARGS": f"--token {REDACTED}"}
+    text = "x --password 'a b' DB_PASS=1 SLACK_WEBHOOK=\"h\" authorization: Basic Zm9v\n-p 1 ips: 2"
+    assert redact_text(text) == (f"x --password '{REDACTED}' DB_PASS={REDACTED} SLACK_WEBHOOK=\"{REDACTED}\" "
+                                 f"authorization: {REDACTED}\n-p 1 ips: 2")
+    env = {"DB_PASS": "x", "SLACK_WEBHOOK": "y", "GH_AUTH": "z", "PWD": "/w", "ARGS": "--token q"}
+    assert redact_env(env) == {"DB_PASS": REDACTED, "SLACK_WEBHOOK": REDACTED, "GH_AUTH": REDACTED,
+                               "PWD": "/w", "ARGS": f"--token {REDACTED}"}
     again = redact_text(redact_text(" ".join(secret_command())))
     assert again == redact_text(" ".join(secret_command()))  # idempotent: a redacted text passes unchanged
 
@@ -183,7 +192,8 @@ def test_redact_shapes_exact() -> None:
 def secret_manifest(tmp_path: Path) -> Path:
     doc = json.loads(json.dumps(MINIMAL))
     doc["launch"]["command"] = [*doc["launch"]["command"], *secret_command()]
-    doc["launch"]["env"] = {"DB_PASS": SECRETS["DBPASS"], "SLACK_WEBHOOK": f"https://hooks.example.org/{SECRETS['HOOK']}"}
+    doc["launch"]["env"] = {"DB_PASS": SECRETS["DBPASS"],
+                            "SLACK_WEBHOOK": f"https://hooks.example.org/{SECRETS['HOOK']}"}
     doc["published"][0]["cite"]["repository"] = f"https://{SECRETS['URLTOKEN']}@github.com/PaddlePaddle/Perf"
     path = tmp_path / "secret.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -228,8 +238,8 @@ def test_progress_run_directory_archive_and_provenance_hold_no_secret(tmp_path: 
     log = run.write_log(cell, 1, 0, "n1", (" ".join(secret_command()) + "\n").encode())
     provenance.add_command(record, run, cell, 1, rank=0, node="n1", role="worker",
                            argv=["python", "main.py", *secret_command()], env=dict(manifest.launch.env),
-                           image="sha256:" + "0" * 64, started="2026-11-22T11:15:01Z", ended="2026-11-22T11:20:00Z",
-                           exit_code=0, log=log)
+                           image="sha256:" + "0" * 64, started="2026-11-22T11:15:01Z",
+                           ended="2026-11-22T11:20:00Z", exit_code=0, log=log)
     provenance.finalize(run, record, finished="2026-11-22T12:00:00Z")
     archive = create(run)
     import gzip
@@ -300,8 +310,8 @@ def test_plan_summarises_large_cells_and_bounds_its_output(tmp_path: Path) -> No
     code, out = invoke("plan", str(m), "--cells", "nodes=17")
     assert code == 0, out
     assert re.findall(r"^  rank (\d+) ", out, re.M) == ["0", "1", "16"]
-    assert ("  ... 14 more ranks, 2 to 15 on node3 to node16 (14 worker), not shown: `repro plan --all` shows every "
-            "rank") in out
+    assert ("  ... 14 more ranks, 2 to 15 on node3 to node16 (14 worker), not shown: "
+            "`repro plan --all` shows every rank") in out
     code, every = invoke("plan", str(m), "--cells", "nodes=17", "--all")
     assert code == 0 and re.findall(r"^  rank (\d+) ", every, re.M) == [str(i) for i in range(17)]
     t0 = time.monotonic()
@@ -331,7 +341,8 @@ def readme_slurm_inventory() -> str:
     ("schema_version: 1\nenv: {A: b}\n", 2),
     ("schema_version: 1\nscheduler: {kind: slurm, partition: gpu, colour: red}\n", 2),
 ])
-def test_validate_and_plan_accept_and_reject_the_same_inventories(tmp_path: Path, content: str, code: int) -> None:
+def test_validate_and_plan_accept_and_reject_the_same_inventories(tmp_path: Path, content: str,
+                                                                   code: int) -> None:
     hosts = tmp_path / "inventory.yaml"
     hosts.write_text(content)
     got_validate, out_v = invoke("validate", str(hosts))

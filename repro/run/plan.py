@@ -152,7 +152,8 @@ def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *, all_
     return "".join(plan_chunks(manifest, hosts, cells, all_ranks=all_ranks))
 
 
-def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *, all_ranks: bool = False) -> Iterator[str]:
+def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
+                all_ranks: bool = False) -> Iterator[str]:
     """``render_plan`` a cell at a time, so that what is printed need not be held (a cell's ranks are).
     What the inventory lacks for any cell (nodes, the dataset) is an error before anything is yielded."""
     for cell in cells:
@@ -184,8 +185,9 @@ def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -
 def _ranks_left_out(plans: Sequence[NodePlan]) -> str:
     first, last = plans[0].command, plans[-1].command
     roles = Counter(p.command.role for p in plans)
-    return (f"  ... {len(plans)} more ranks, {first.rank} to {last.rank} on {first.node.name} to {last.node.name} "
-            f"({', '.join(f'{n} {r}' for r, n in roles.items())}), not shown: `repro plan --all` shows every rank")
+    counted = ", ".join(f"{n} {r}" for r, n in roles.items())
+    return (f"  ... {len(plans)} more ranks, {first.rank} to {last.rank} on {first.node.name} to "
+            f"{last.node.name} ({counted}), not shown: `repro plan --all` shows every rank")
 
 
 def _rank_lines(p: NodePlan) -> list[str]:

@@ -203,7 +203,7 @@ class RunDir:
         if missing:
             raise UsageError(f"{path} is not a run directory (no {', '.join(missing)})",
                              hint="give a logs/<run-id>/ directory written by `repro up`, or its .tar.gz")
-        for p in walk(path, ProvenanceError):  # a FIFO or device would block whoever reads it: refused at once
+        for p in walk(path, ProvenanceError):  # a FIFO or device would block whoever reads it: refused now
             if not (p.is_symlink() or p.is_file() or p.is_dir()):
                 raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
                                       "a run directory holds only files")

@@ -166,7 +166,7 @@ def read_bounded(path: Path, limit: int) -> bytes:
     except OSError as e:
         raise InputError([Problem(str(path), None, "", f"cannot read: {e.strerror}")]) from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory with IsADirectoryError
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory with IsADirectoryError
         os.close(fd)
         what = "is a directory, not a file" if stat.S_ISDIR(st.st_mode) else \
             "not a regular file (a FIFO, socket or device)"

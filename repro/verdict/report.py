@@ -504,7 +504,8 @@ def _plain_text(fig: Any) -> None:
     removed. Tick labels keep math (log axes)."""
     for ax in fig.axes:
         legend = ax.get_legend()
-        for t in [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *(legend.get_texts() if legend else [])]:
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *(legend.get_texts() if legend else [])]
+        for t in texts:
             t.set_parse_math(False)
             t.set_text(shown(t.get_text()))
 
@@ -602,13 +603,14 @@ def _relative_href(path: str) -> str:
 
 
 def _chart_html(group: Sequence[TableResult]) -> str:
-    """The group's chart as an embedded image; a chart that cannot be drawn is said so, never stops the page."""
+    """The group's chart as an embedded image; a chart that cannot be drawn is said so on the page."""
     buf = io.BytesIO()
     try:
         plot_report(group, buf)
     except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the page matters more
         return f"<p>The chart could not be drawn: {html.escape(shown(str(err)))}</p>"
-    return f"<img alt='published vs reproduced' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f"<img alt='published vs reproduced' src='data:image/png;base64,{data}'>"
 
 
 def render_parse_text(out: dict[str, Any]) -> str:
