@@ -21,17 +21,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from repro import provenance
-from repro.archive import create
-from repro.audit import OK, _manifest_check
+from repro.record import provenance
+from repro.record.archive import create
+from repro.record.audit import OK, _manifest_check
 from repro.cli import cli
 from repro.events import Event
-from repro.hosts import load_hosts
-from repro.manifest import find_target, load_manifest
+from repro.spec.hosts import load_hosts
+from repro.spec.manifest import find_target, load_manifest
 from repro.progress import PlainProgress
 from repro.redact import REDACTED, redact_argv, redact_env, redact_text, strip_control
-from repro.report import FORMULA_START
-from repro.rundir import RunDir
+from repro.verdict.report import FORMULA_START
+from repro.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -140,7 +140,7 @@ def test_chart_titles_are_plain_text(tmp_path: Path) -> None:
 
 
 def test_a_chart_that_cannot_be_drawn_does_not_stop_the_archive(tmp_path: Path) -> None:
-    from repro.reproduce import reproduce_table
+    from repro.verdict.reproduce import reproduce_table
     from repro.up import _draw_chart
 
     m = load_manifest(hostile_manifest(tmp_path))

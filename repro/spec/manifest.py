@@ -568,7 +568,7 @@ def _is_hosts_file(doc: YamlDoc) -> bool:
 
 
 def _hosts_keys() -> set[str]:
-    from repro.schema import load_schema
+    from repro.spec.schema import load_schema
 
     return set(load_schema("hosts.v1")["properties"]) - {"schema_version"}
 
