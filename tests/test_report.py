@@ -19,7 +19,7 @@ from repro.verdict.report import RENDERERS, plot_report
 from repro.verdict.reproduce import (
     DEVIATES,
     MATCH,
-    NO_LOG,
+    NOT_RUN,
     NOT_DERIVABLE,
     NOT_PUBLISHED,
     is_exact,
@@ -87,7 +87,7 @@ def test_dlperf_tf2_medians_speedups_and_repeats() -> None:
 
 def test_published_repeats_are_checked_when_no_log_exists() -> None:
     got = {c.gpus: c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "amp"}
-    assert all(c.verdict == NO_LOG and c.reproduced is None for c in got.values())
+    assert all(c.verdict == NOT_RUN and c.reproduced is None for c in got.values())
     assert "give median 22551.16, consistent with the published 22551.16" in got[32].detail
 
 
@@ -118,7 +118,7 @@ def test_a_published_speedup_that_its_own_figures_do_not_give_is_flagged() -> No
 
 def test_targets_without_bundled_logs_say_no_log() -> None:
     got = [c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "fp32"]
-    assert got and all(c.verdict == NO_LOG and c.reproduced is None for c in got)
+    assert got and all(c.verdict == NOT_RUN and c.reproduced is None for c in got)
 
 
 A100 = {  # PaddlePaddle/Perf@c1ad14b ResNet50V1.5/README.md, A100-FP32 and A100-AMP tables
@@ -178,7 +178,7 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
     assert cut.verdict == NOT_DERIVABLE and cut.reproduced is None
     assert "insufficient records: found 3, need 6" in cut.detail
     others = [c for k, c in got.items() if k not in {(one.gpus, one.precision), (short.gpus, short.precision)}]
-    assert others and all(c.verdict == NO_LOG for c in others)
+    assert others and all(c.verdict == NOT_RUN for c in others)
 
 
 def test_json_csv_and_markdown_forms() -> None:
@@ -277,7 +277,7 @@ def test_k80_single_server_tables_cite_every_number(table_id: str) -> None:
             for col, v in zip(K80_COLUMNS, row.split())}
     assert {k: (c.published or "-") for k, c in got.items()} == want
     assert all(c.batch_size == K80_BATCH[col] and c.nodes == 1 for (col, _), c in got.items())
-    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NO_LOG) for c in got.values())
+    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NOT_RUN) for c in got.values())
 
 
 def test_k80_distributed_table_cites_every_number() -> None:

@@ -28,7 +28,7 @@ from repro.verdict.rules import (
     INTERVAL,
     MEASURED,
     NEW_RUN,
-    NO_LOG,
+    NOT_RUN,
     NOT_DERIVABLE,
     REDERIVATION,
     REPRODUCED,
@@ -46,7 +46,7 @@ def tabulate(*args: Any, **kwargs: Any) -> str:
 
 
 WIDTH = 120  # the terminal form's widest line
-GOOD, BAD, UNSURE = {MATCH, REPRODUCED, MEASURED}, {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}, {INCONCLUSIVE, NO_LOG}
+GOOD, BAD, UNSURE = {MATCH, REPRODUCED, MEASURED}, {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}, {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
 HTML_COLOUR = {**{v: "#d8f0d8" for v in GOOD}, **{v: "#f8d0d0" for v in BAD}, **{v: "#fbeec2" for v in UNSURE}}
 COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size", "published",
@@ -80,7 +80,7 @@ def cell_text(c: CellResult, colour: bool = False) -> str:
         spread = f" ±{(c.high - c.low) / 2 / c.reproduced:.1%}"
     if c.published is None:
         if c.reproduced is None:
-            return f"— ({verdict})" if c.verdict != NO_LOG else "—"
+            return f"— ({verdict})" if c.verdict != NOT_RUN else "—"
         n = len(c.repeats)
         return f"{c.reproduced:.2f}{spread}" + (f" (median of {n})" if n > 1 else "")
     if c.reproduced is None:
@@ -116,7 +116,7 @@ def protocol_text(r: TableResult) -> str:
 
 
 def _kind_text(group: Sequence[TableResult]) -> str:
-    kinds = {c.kind for r in group for c in r.cells if c.verdict != NO_LOG}
+    kinds = {c.kind for r in group for c in r.cells if c.verdict != NOT_RUN}
     if not kinds or group[0].table is None:
         return ""
     if kinds == {NEW_RUN}:
@@ -296,7 +296,7 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
         for c in r.cells:
             out.append({
                 "table": r.table.id if r.table else None, "target": c.target, "framework": c.column,
-                "kind": c.kind if c.verdict != NO_LOG else None, "nodes": c.nodes, "gpus": c.gpus,
+                "kind": c.kind if c.verdict != NOT_RUN else None, "nodes": c.nodes, "gpus": c.gpus,
                 "device": "CPU" if cpu else "GPU", "precision": c.precision, "batch_size": c.batch_size,
                 "published": float(c.published) if c.published is not None else None, "reproduced": c.reproduced,
                 "interval_low": c.low, "interval_high": c.high, "repeats": len(c.repeats),
@@ -396,7 +396,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                         err = [[max(c.reproduced - c.low, 0)], [max(c.high - c.reproduced, 0)]]
                     ax.bar(x + 0.2, c.reproduced, 0.4, color=colour, yerr=err, capsize=3, ecolor="black")
                 if c.verdict not in GOOD:
-                    ax.annotate("missing (no log)" if c.verdict == NO_LOG else c.verdict, (x + 0.2, top or 1),
+                    ax.annotate(c.verdict, (x + 0.2, top or 1),
                                 xytext=(0, 4), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7, rotation=90,
                                 color="#c53030" if c.verdict in BAD else "#975a16")
@@ -411,7 +411,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                         dev.fill_between([x - 0.45, x + 0.45], -c.tolerance_pct, c.tolerance_pct, color="#2f855a",
                                          alpha=0.12, linewidth=0)
                 elif c.verdict not in GOOD:
-                    dev.annotate("missing" if c.verdict == NO_LOG else c.verdict, (x, 0), ha="center", fontsize=7,
+                    dev.annotate(c.verdict, (x, 0), ha="center", fontsize=7,
                                  rotation=90, va="center", color="#975a16")
                 labels.append(f"{gpus}{'w' if cpu else 'g'}")
                 pos.append(x)
