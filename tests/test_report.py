@@ -302,3 +302,17 @@ def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
     gpu = find_target("ngc-pytorch-rn50-v100")
     assert _notes([result("ngc-pytorch-rn50-v100", gpu.published[0])])[-2] == \
         "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 GPUs is below 30.00 on 1"
+
+
+def test_the_2020_12_perfreport_tables_re_derive_from_their_bundled_logs() -> None:
+    """wanghuancoder/PerformanceReport: MXNet 19.07 (train.total_ips tables of DLE 99b1c89's code), TF1 20.06
+    (train_throughput, cut to three decimals by the publisher) and PyTorch 20.07 (Summary total_ips)."""
+    expected = {"ngc-mxnet-rn50-v100-19.07": 4, "ngc-tf1-rn50-v100-20.06": 6, "ngc-pytorch-rn50-v100-20.07": 8}
+    for target, n in expected.items():
+        got = cells(table(target))
+        assert len(got) == n and {c.verdict for c in got} == {MATCH}, [(c.verdict, c.detail) for c in got]
+        assert all(c.kind == "re-derivation" and len(c.logs) == 1 for c in got)
+        exact = {c.exact for c in got}
+        assert exact == ({True, False} if "tf1" in target else {True}), target  # 408.3205 cut to "408.320"
+    mx = {(c.precision, c.batch_size): c.reproduced for c in cells(table("ngc-mxnet-rn50-v100-19.07"))}
+    assert mx == {("fp32", 128): 376.18, ("fp32", 256): 381.62, ("fp16", 128): 1301.4, ("fp16", 256): 1398.8}
