@@ -232,7 +232,8 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "csv", "json", "junit", "html"]), default="text",
               show_default=True, help="text fits 120 columns (colour on a terminal); md is full width; csv and json "
               "are tidy records; junit is one testcase per cell; html is one self-contained page")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write the chart (PNG)")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="write the chart in the format its extension names: .png, .svg or .pdf")
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
 @reports_errors
 def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, maps: tuple[str, ...], fmt: str,
@@ -245,12 +246,16 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
     from repro.record.archive import is_run_path, opened_run
-    from repro.verdict.report import RENDERERS, plot_report, render_html, render_junit, render_text
+    from repro.verdict.report import RENDERERS, plot_format, plot_report, render_html, render_junit, render_text
     from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
     from repro.measure.userlogs import parse_maps, scan_logs
     from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
+    plot_fmt = plot_format(plot) if plot else None
+    if plot and plot_fmt is None:
+        raise UsageError(f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
+                         hint="end the file name with .png, .svg or .pdf")
     mapped = parse_maps(maps)
     environment: list[Any] = []
     if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
@@ -272,7 +277,7 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         click.echo(RENDERERS[fmt](results), nl=False)
     if plot:
         try:
-            plot_report(results, plot)
+            plot_report(results, plot, plot_fmt or "png")
         except OSError as e:
             raise UsageError(f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path") from None
         click.echo(f"plot written to {plot}", err=True)

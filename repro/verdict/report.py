@@ -28,6 +28,7 @@ from repro.verdict.rules import (
     INTERVAL,
     MEASURED,
     NEW_RUN,
+    NOT_PUBLISHED,
     NOT_RUN,
     NOT_DERIVABLE,
     REDERIVATION,
@@ -130,6 +131,16 @@ def _kind_text(group: Sequence[TableResult]) -> str:
             "precision, or not derivable with the reason.")
 
 
+def sources_line(group: Sequence[TableResult]) -> str:
+    """Which cells were judged on which logs: yours (a new run), the publication's, or none (not run)."""
+    cells = [c for r in group for c in r.cells if c.verdict != NOT_PUBLISHED or c.logs]
+    ran = [c for c in cells if c.logs]
+    counts = [(sum(c.kind == NEW_RUN for c in ran), "from your logs (new run)"),
+              (sum(c.kind == REDERIVATION for c in ran), "from the publication's logs (re-derivation)"),
+              (len(cells) - len(ran), "with no log (not run)")]
+    return "Cells: " + ", ".join(f"{n} {what}" for n, what in counts if n) + "."
+
+
 def _header(group: Sequence[TableResult]) -> list[str]:
     first = group[0]
     if first.table is None:
@@ -145,6 +156,7 @@ def _header(group: Sequence[TableResult]) -> list[str]:
                f"Reproduced from: {', '.join(sorted({r.source for r in group}))}."]
         kind = _kind_text(group)
         out += [kind] if kind else []
+        out.append(sources_line(group))
     return [*out, "", "Protocols (each manifest's measure):", "", *[f"- {protocol_text(r)}" for r in group]]
 
 
@@ -334,7 +346,8 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
                                  name=f"{row_label(c, is_cpu(r))} {c.precision} bs{c.batch_size}")
             if exit_code([c.verdict], fail_on):
                 failures += 1
-                fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {c.detail}"[:500], type=c.verdict)
+                why = c.detail or cell_text(c)
+                fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {why}"[:500], type=c.verdict)
                 fail.text = cell_text(c) + (f"\n{c.detail}" if c.detail else "")
             else:
                 ET.SubElement(case, "system-out").text = cell_text(c)
@@ -357,6 +370,14 @@ def _title(group: Sequence[TableResult]) -> str:
     t = group[0].table
     text = f"{t.cite['title']} ({t.id})" if t else f"{group[0].manifest.title}"
     return "\n".join(textwrap.wrap(text, 100))
+
+
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_format(path: Path) -> str | None:
+    """The chart format a file name asks for (None: one the kit does not write)."""
+    return PLOT_FORMATS.get(path.suffix.lower())
 
 
 def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: str = "png") -> None:
@@ -410,7 +431,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                     if c.tolerance_pct is not None:
                         dev.fill_between([x - 0.45, x + 0.45], -c.tolerance_pct, c.tolerance_pct, color="#2f855a",
                                          alpha=0.12, linewidth=0)
-                elif c.verdict not in GOOD:
+                elif c.verdict not in GOOD and c.verdict != NOT_RUN:
                     dev.annotate(c.verdict, (x, 0), ha="center", fontsize=7,
                                  rotation=90, va="center", color="#975a16")
                 labels.append(f"{gpus}{'w' if cpu else 'g'}")
@@ -449,14 +470,19 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         for col in cols:
             pts = sorted((c.gpus, c.efficiency) for c in cells
                          if (c.column, c.column_key) == col and c.efficiency is not None)
+            pub = sorted((c.gpus, float(c.published)) for c in cells if (c.column, c.column_key) == col and c.published)
+            colour = None
             if len(pts) > 1:
                 line, = eff.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", label=f"{col[0]} {col[1]}")
-                pub = sorted((c.gpus, float(c.published)) for c in cells
-                             if (c.column, c.column_key) == col and c.published)
-                if len(pub) > 1:
-                    g0, v0 = pub[0]
-                    eff.plot([g for g, _ in pub], [v / v0 / (g / g0) * 100 for g, v in pub], "--",
-                             color=line.get_color(), alpha=0.6)
+                colour = line.get_color()
+            if len(pub) > 1:  # the publication's own scaling, with or without a reproduced one beside it
+                g0, v0 = pub[0]
+                eff.plot([g for g, _ in pub], [v / v0 / (g / g0) * 100 for g, v in pub], "--", color=colour,
+                         alpha=0.6, label=None if colour else f"{col[0]} {col[1]} (published)")
+        for panel, empty in ((dev, not dev.collections and not dev.lines[1:]), (eff, not eff.lines)):
+            if empty:  # say why the panel is empty, once, instead of a label per cell
+                panel.text(0.5, 0.5, "no reproduced figure: every cell is not run (no log)", transform=panel.transAxes,
+                           ha="center", va="center", fontsize=9, color="#975a16")
         ticks = sorted({g for g, _ in rows})
         eff.set_xscale("log", base=2)
         eff.set_xticks(ticks, [str(t) for t in ticks])
@@ -466,7 +492,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         eff.set_xlabel("workers" if cpu else "GPUs")
         eff.set_title("Scaling efficiency: reproduced (solid), published (dashed)", fontsize=10)
         eff.grid(True, alpha=0.3)
-        if eff.lines[1:]:
+        if [ln for ln in eff.lines if not ln.get_label().startswith("_")]:
             eff.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout(h_pad=3)
     fig.savefig(path, format=fmt, bbox_inches="tight")
@@ -487,7 +513,8 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
     """One self-contained page: citations, tables with verdict colours, the chart (embedded),
     environment and deviations from the published hardware, links to the logs."""
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>repro report</title>"
+    names = ", ".join(g[0].table.id if g[0].table else g[0].manifest.id for g in _groups(results))
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(names)}: repro report</title>"
              f"<style>{HTML_STYLE}</style></head><body>"]
     for group in _groups(results):
         t = group[0].table

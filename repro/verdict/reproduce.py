@@ -180,7 +180,9 @@ def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellRe
     """A matrix cell of a target that reproduces no publication: the measured figure only."""
     r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
                    logs=[str(p) for p in logs], kind=NEW_RUN)
-    if logs:
+    if not logs:
+        r.detail = "no log of this cell in the run"
+    else:
         _, _, issues = _measure_logs(manifest, cell, logs, r)
         if r.reproduced is not None:
             r.verdict, r.detail = MEASURED, "; ".join(issues)
