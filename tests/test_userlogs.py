@@ -81,7 +81,7 @@ def test_paddle_logs_are_told_apart_by_content_alone(scrambled_tree: Path) -> No
     got = cells("paddle-rn50-v100", scrambled_tree)
     for key, c in got.items():
         if key[1] == 32:  # the 2.3 generation's logs, not in this tree
-            assert c.logs == [] and c.detail.startswith("not run: no log of yours under ")
+            assert c.logs == [] and c.detail.startswith("no log of yours under ")
             continue
         (log,) = c.logs
         assert Path(log).read_bytes() == Path(bundled[key].logs[0]).read_bytes()
@@ -123,7 +123,7 @@ def test_mismatches_are_reported_per_cell(tmp_path: Path) -> None:
     got = cells("paddle-rn50-v100", tmp_path)
     c = got[("paddle-rn50-v100", 8, "fp32")]
     assert c.verdict == NOT_RUN and c.logs == []
-    assert c.detail.startswith("not run: no log fits this cell: PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log says "
+    assert c.detail.startswith("no log fits this cell: PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log says "
                                "GPU A100, the target V100")
     text = (tmp_path / "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log").read_text(errors="replace")
     (tmp_path / "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log").write_text(text.replace("batch_size : 256", "batch_size : 128"))
@@ -170,7 +170,7 @@ def test_map_of_one_cell_leaves_the_others_not_run(tmp_path: Path) -> None:
     one = got.pop(("ngc-pytorch-rn50-v100", 1, "fp32"))
     assert one.verdict == REPRODUCED and one.logs == [str(mine)]
     assert {c.verdict for c in got.values()} == {NOT_RUN} and all(c.reproduced is None for c in got.values())
-    assert all(c.detail.startswith("not run: no --map names ngc-pytorch-rn50-v100/") for c in got.values())
+    assert all(c.detail.startswith("no --map names ngc-pytorch-rn50-v100/") for c in got.values())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = [sys.executable, "-m", "repro", "report", "ngc-pytorch-rn50-v100", "--map", f"1n1g-fp32-bs256={mine}"]
     proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)

@@ -277,7 +277,7 @@ def _why_none(tree: LogTree, manifest: Manifest, cell: PublishedCell, mine: Sequ
               own: Sequence[LogFacts]) -> str:
     """Why no log of the tree is this cell's: the nearest misses, or logs that state none of its facts."""
     if not mine:
-        return f"not run: no {manifest.measure.parser} log under {tree.root}"
+        return f"no {manifest.measure.parser} log under {tree.root}"
     silent = [log for log in own if not stated(log, manifest) and not misfits(log, manifest, cell, defaults=False)]
     near = [(log, misfits(log, manifest, cell)) for log in mine if cell.gpus in log.gpus and log not in silent]
     near = [(log, why if log in own else [*why, "a copy of another publication log"]) for log, why in near]
@@ -287,8 +287,8 @@ def _why_none(tree: LogTree, manifest: Manifest, cell: PublishedCell, mine: Sequ
               f"with --map {cell_key(manifest, cell)}=FILE if it is this cell's" for log in silent[:2]]
     more = len(near) - 3 if len(near) > 3 else 0
     if not parts:
-        return f"not run: no log of yours under {tree.root} fits this cell"
-    return f"not run: no log fits this cell: {'; '.join(parts)}" + (f" (and {more} more)" if more else "")
+        return f"no log of yours under {tree.root} fits this cell"
+    return f"no log fits this cell: {'; '.join(parts)}" + (f" (and {more} more)" if more else "")
 
 
 def cell_key(manifest: Manifest, cell: PublishedCell) -> str:

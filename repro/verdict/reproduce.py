@@ -315,7 +315,7 @@ def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path |
         mapped = mapped_for(maps or {}, manifest, cell)
         if tree is None and not mapped:
             r = reproduce_cell(manifest, table, cell, [], NEW_RUN)
-            r.detail = "; ".join(filter(None, [f"not run: no --map names {cell_key(manifest, cell)}", r.detail]))
+            r.detail = "; ".join(filter(None, [f"no --map names {cell_key(manifest, cell)}", r.detail]))
             cells.append(r)
             continue
         found = cell_logs(tree or LogTree(Path(".")), manifest, cell, mapped, table.cells)
