@@ -81,8 +81,9 @@ def cli() -> None:
 
 @cli.command("list")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--wide", is_flag=True, help="one line a target, however wide (default: fit 120 columns)")
 @reports_errors
-def list_targets(fmt: str) -> None:
+def list_targets(fmt: str, wide: bool) -> None:
     """List the shipped targets and the publication each reproduces."""
     from repro.spec.manifest import load_catalog, manifest_files
 
@@ -97,21 +98,38 @@ def list_targets(fmt: str) -> None:
     else:
         from tabulate import tabulate
 
-        click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        if wide:
+            click.echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        else:  # a target a line, its citations indented under it: 120 columns
+            from repro.fit import fit_line
+
+            click.echo(f"{'id':<42}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
+            click.echo(f"{'-' * 40}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
+            for r in rows:
+                click.echo(fit_line(f"{r['id']:<42}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
+                for cite in r["published"].split(", "):
+                    click.echo(fit_line(f"    {cite}"))
         tables: dict[str, list[str]] = {}
         for m in catalog.values():
             for t in m.published:
                 tables.setdefault(t.id, []).append(m.id)
-        click.echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one column):")
-        click.echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
+        click.echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one "
+                   "column):")
+        import textwrap
+
+        def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
+            return ", ".join(ids) if wide else "\n".join(textwrap.wrap(", ".join(ids), 72, break_on_hyphens=False))
+
+        click.echo(tabulate([{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
                             headers="keys", tablefmt="simple"))
 
 
 @cli.command()
 @click.argument("target")
 @click.option("--format", "fmt", type=click.Choice(["text", "yaml", "json"]), default="text")
+@click.option("--wide", is_flag=True, help="one line a fact, however wide (default: fit 120 columns)")
 @reports_errors
-def show(target: str, fmt: str) -> None:
+def show(target: str, fmt: str, wide: bool) -> None:
     """Show one target: pins, launch, matrix, protocol and published tables."""
     from repro.spec.manifest import find_target
     from repro.spec.describe import describe_manifest
@@ -127,7 +145,10 @@ def show(target: str, fmt: str) -> None:
 
         click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
     else:
-        click.echo(describe_manifest(m), nl=False)
+        from repro.fit import fit_text
+
+        text = describe_manifest(m)
+        click.echo(text if wide else fit_text(text), nl=False)
 
 
 @cli.command()
@@ -146,9 +167,11 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.option("--hosts", "hosts_file", type=click.Path(path_type=Path), help="hosts inventory (default: this machine)")
 @click.option("--cells", "cell_filters", multiple=True, help="only cells matching KEY=VALUE[,KEY=VALUE]; repeatable")
 @click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
+@click.option("--wide", is_flag=True, help="one line a command, however wide (default: fit 120 columns, commands "
+              "split with a shell line continuation)")
 @scheduler_option
 @reports_errors
-def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool,
+def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool, wide: bool,
          scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
@@ -162,8 +185,11 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
+    from repro.fit import fit_text
+
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
-    click.echo(render_plan(m, hosts, cells) + slurm_text, nl=False)
+    summary = render_plan(m, hosts, cells)
+    click.echo((summary if wide else fit_text(summary)) + slurm_text, nl=False)  # a batch script stays exact
 
 
 @cli.command()
