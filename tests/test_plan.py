@@ -532,7 +532,9 @@ def test_tf_ps_plan_eight_nodes_four_parameter_servers() -> None:
 @pytest.mark.parametrize(("target", "nodes", "ps"), [
     ("tf-cnn-inception3-k80-ec2-dist-synthetic", 8, 6),  # page line 361: 8 instances / 6 parameter servers
     ("tf-cnn-rn152-k80-ec2-dist-synthetic", 8, 4),  # line 363: 8 instances / 4 parameter servers
-    ("tf-cnn-rn50-k80-ec2-dist-synthetic", 8, 8),  # line 362's exception is ResNet-50 at batch 32, not modelled
+    ("tf-cnn-rn50-k80-ec2-dist-synthetic", 8, 8),  # line 362's exception is ResNet-50 at batch 32: the -bs32 target
+    ("tf-cnn-rn50-k80-ec2-dist-synthetic-bs32", 8, 4),  # line 362: (batch size 32) 8 instances / 4 parameter servers
+    ("tf-cnn-inception3-k80-ec2-dist-synthetic-bs32", 8, 6),
     ("tf-cnn-inception3-k80-ec2-dist-synthetic", 4, 4),
     ("tf-cnn-rn152-k80-ec2-dist-synthetic", 2, 2),
 ])
