@@ -103,10 +103,11 @@ def list_targets(fmt: str, wide: bool) -> None:
         else:  # a target a line, its citations indented under it: 120 columns
             from repro.fit import fit_line
 
-            click.echo(f"{'id':<42}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
-            click.echo(f"{'-' * 40}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
+            w = max(len(r["id"]) for r in rows) + 2
+            click.echo(f"{'id':<{w}}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
+            click.echo(f"{'-' * (w - 2)}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
             for r in rows:
-                click.echo(fit_line(f"{r['id']:<42}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
+                click.echo(fit_line(f"{r['id']:<{w}}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
                 for cite in r["published"].split(", "):
                     click.echo(fit_line(f"    {cite}"))
         tables: dict[str, list[str]] = {}
