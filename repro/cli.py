@@ -118,8 +118,10 @@ def list_targets(fmt: str, wide: bool) -> None:
                    "column):")
         import textwrap
 
+        room = 120 - 2 - max(map(len, tables), default=0)
+
         def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
-            return ", ".join(ids) if wide else "\n".join(textwrap.wrap(", ".join(ids), 72, break_on_hyphens=False))
+            return ", ".join(ids) if wide else "\n".join(textwrap.wrap(", ".join(ids), room, break_on_hyphens=False))
 
         click.echo(tabulate([{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
                             headers="keys", tablefmt="simple"))
