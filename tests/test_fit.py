@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from repro.cli import cli
 from repro.fit import fit_line
-from repro.manifest import load_catalog, manifest_files
+from repro.spec.manifest import load_catalog, manifest_files
 
 TARGETS = sorted(load_catalog(manifest_files()))
 

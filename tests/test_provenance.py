@@ -392,9 +392,9 @@ def test_a_run_that_never_sealed_is_not_sealed_not_tampered(tmp_path: Path) -> N
     from click.testing import CliRunner
 
     from repro.cli import cli
-    from repro.hosts import Hosts, Node
-    from repro.manifest import find_target
-    from repro.rundir import RunDir
+    from repro.spec.hosts import Hosts, Node
+    from repro.spec.manifest import find_target
+    from repro.run.rundir import RunDir
 
     run = RunDir.create(tmp_path, find_target("ngc-pytorch-rn50-v100"), Hosts((Node("node0", "10.0.0.1", user="root"),)))
     (check,) = audit(run.path)
