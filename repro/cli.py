@@ -90,8 +90,9 @@ def cli() -> None:
 
 @cli.command("list")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--wide", is_flag=True, help="one line a target, however wide (default: fit 120 columns)")
 @reports_errors
-def list_targets(fmt: str) -> None:
+def list_targets(fmt: str, wide: bool) -> None:
     """List the shipped targets and the publication each reproduces."""
     from repro.spec.manifest import load_catalog, manifest_files
 
@@ -106,22 +107,41 @@ def list_targets(fmt: str) -> None:
     else:
         from tabulate import tabulate
 
-        echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        if wide:
+            echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        else:  # a target a line, its citations indented under it: 120 columns
+            from repro.fit import fit_line
+
+            w = max(len(r["id"]) for r in rows) + 2
+            echo(f"{'id':<{w}}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
+            echo(f"{'-' * (w - 2)}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
+            for r in rows:
+                echo(fit_line(f"{r['id']:<{w}}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
+                for cite in r["published"].split(", "):
+                    echo(fit_line(f"    {cite}"))
         tables: dict[str, list[str]] = {}
         for m in catalog.values():
             for t in m.published:
                 tables.setdefault(t.id, []).append(m.id)
-        echo("\npublished tables (`repro report TABLE` re-derives a whole table; "
-             "`repro report TARGET` one column):")
-        echo(tabulate([{"table": t, "targets": ", ".join(ids)} for t, ids in sorted(tables.items())],
+        echo("\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one "
+             "column):")
+        import textwrap
+
+        room = 120 - 2 - max(map(len, tables), default=0)
+
+        def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
+            return ", ".join(ids) if wide else "\n".join(textwrap.wrap(", ".join(ids), room, break_on_hyphens=False))
+
+        echo(tabulate([{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
                             headers="keys", tablefmt="simple"))
 
 
 @cli.command()
 @click.argument("target")
 @click.option("--format", "fmt", type=click.Choice(["text", "yaml", "json"]), default="text")
+@click.option("--wide", is_flag=True, help="one line a fact, however wide (default: fit 120 columns)")
 @reports_errors
-def show(target: str, fmt: str) -> None:
+def show(target: str, fmt: str, wide: bool) -> None:
     """Show one target: pins, launch, matrix, protocol and published tables."""
     from repro.spec.manifest import find_target
     from repro.spec.describe import describe_manifest
@@ -137,7 +157,10 @@ def show(target: str, fmt: str) -> None:
 
         echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
     else:
-        echo(describe_manifest(m), nl=False)
+        from repro.fit import fit_text
+
+        text = describe_manifest(m)
+        echo(text if wide else fit_text(text), nl=False)
 
 
 @cli.command()
@@ -159,10 +182,12 @@ def validate(paths: tuple[Path, ...]) -> None:
 @click.option("--all", "all_ranks", is_flag=True,
               help="every rank of every cell (default: a cell of more than 16 ranks shows its first two "
                    "and its last, and counts the rest)")
+@click.option("--wide", is_flag=True, help="one line a command, however wide (default: fit 120 columns, commands "
+              "split with a shell line continuation)")
 @scheduler_option
 @reports_errors
 def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], synthetic: bool,
-         all_ranks: bool, scheduler: str | None) -> None:
+         all_ranks: bool, wide: bool, scheduler: str | None) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
     from repro.spec.manifest import find_target
@@ -175,10 +200,12 @@ def plan(target: str, hosts_file: Path | None, cell_filters: tuple[str, ...], sy
     cells = select_cells(m, [parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells")
+    from repro.fit import fit_text
+
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
     for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks):
-        echo(chunk, nl=False)
-    echo(slurm_text, nl=False)
+        echo(chunk if wide else fit_text(chunk), nl=False)
+    echo(slurm_text, nl=False)  # a batch script stays exact
 
 
 @cli.command()
@@ -247,7 +274,8 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "csv", "json", "junit", "html"]), default="text",
               show_default=True, help="text fits 120 columns (colour on a terminal); md is full width; csv and json "
               "are tidy records; junit is one testcase per cell; html is one self-contained page")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="write the chart (PNG)")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="write the chart in the format its extension names: .png, .svg or .pdf")
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
 @reports_errors
 def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None, maps: tuple[str, ...], fmt: str,
@@ -260,12 +288,16 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
     from repro.record.archive import is_run_path, opened_run
-    from repro.verdict.report import RENDERERS, plot_report, render_html, render_junit, render_text
+    from repro.verdict.report import RENDERERS, plot_format, plot_report, render_html, render_junit, render_text
     from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
     from repro.measure.userlogs import check_maps, parse_maps, scan_logs
     from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
+    plot_fmt = plot_format(plot) if plot else None
+    if plot and plot_fmt is None:
+        raise UsageError(f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
+                         hint="end the file name with .png, .svg or .pdf")
     mapped = parse_maps(maps)
     environment: list[Any] = []
     if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
@@ -289,7 +321,7 @@ def report(targets: tuple[str, ...], table_id: str | None, from_logs: Path | Non
         echo(RENDERERS[fmt](results), nl=False)
     if plot:
         try:
-            plot_report(results, plot)
+            plot_report(results, plot, plot_fmt or "png")
         except OSError as e:
             raise UsageError(f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path") from None
         except (ValueError, RuntimeError) as e:  # what matplotlib raises for what it cannot draw

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from repro.measure.protocol import Protocol
@@ -31,6 +31,7 @@ Y10 = Protocol(from_iteration=10)  # NGC PyTorch 1 GPU
 Y9 = Protocol(from_iteration=9)  # NGC PyTorch 8 GPU
 YS = Protocol(aggregate="summary")  # NGC PyTorch 32 GPU: printed Summary total_ips
 MH = Protocol(skip_records=1, aggregate="harmonic")  # NGC MXNet benchmark.py: epochs 1..2
+MS = Protocol(aggregate="summary")  # NGC MXNet 19.07 benchmark.py: printed train.total_ips table
 D = Protocol(skip_records=1, round_each=2)  # DLPerf TF2 Keras: intervals 2..6, 2 decimals
 
 
@@ -48,6 +49,7 @@ class Case:
     # the publisher first printed the value with 3 decimals and then rounded that text, half
     # up, to the table's precision (363.7649 -> "363.765" -> "363.77")
     via_3_decimals: bool = False
+    truncated: bool = False  # the publisher cut the value to the table's decimals (408.32054 -> "408.320")
 
     @property
     def id(self) -> str:
@@ -60,6 +62,8 @@ class Case:
 
     def printed(self, value: float) -> str:
         """``value`` as the publisher would print it in this table cell."""
+        if self.truncated:
+            return str(Decimal(repr(value)).quantize(Decimal(1).scaleb(-self.digits), rounding=ROUND_DOWN))
         if self.via_3_decimals:
             three = Decimal(f"{value:.3f}")
             return str(three.quantize(Decimal(1).scaleb(-self.digits), rounding=ROUND_HALF_UP))
@@ -145,6 +149,25 @@ def _mxnet() -> list[Case]:
     ]
 
 
+PERFREPORT = "wanghuancoder-PerformanceReport"
+
+
+def _perfreport() -> list[Case]:
+    """The 2020-12 per-framework reports of the comparison plan's draft (19.07 MXNet, 20.06 TF1, 20.07 PyTorch)."""
+    mx = f"{PERFREPORT}@d53a112/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs"
+    tf = f"{PERFREPORT}@0669deb/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs"
+    pt = f"{PERFREPORT}@03bffd5/ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
+    mxnet = {("fp32", 128): "376.18", ("fp32", 256): "381.62", ("amp", 128): "1301.4", ("amp", 256): "1398.8"}
+    tf1 = {(1, "fp32", 128): "408.320", (1, "amp", 128): "954.940", (1, "amp", 256): "978.827",
+           (8, "fp32", 128): "3105.256", (8, "amp", 128): "7829.922", (8, "amp", 256): "7810.758"}
+    pytorch = {(1, "fp32", 128): "356.77", (1, "fp32", 256): "372.76", (1, "amp", 128): "782.43",
+               (1, "amp", 256): "798.15", (8, "fp32", 128): "2742.41", (8, "fp32", 256): "2884.68",
+               (8, "amp", 128): "5715.58", (8, "amp", 256): "6007.61"}
+    return ([Case(f"{mx}/mxnet_gpu1_gpu8_{p}_bs{b}.txt", "ngc-mxnet", MS, 1, v) for (p, b), v in mxnet.items()]
+            + [Case(f"{tf}/tf_gpu{g}_{p}_bs{b}.txt", "ngc-tf1", TT, g, v, truncated=True) for (g, p, b), v in tf1.items()]
+            + [Case(f"{pt}/pytorch_gpu{g}_{p}_bs{b}.txt", "ngc-pytorch", YS, g, v) for (g, p, b), v in pytorch.items()])
+
+
 #: DLPerf TF 2.x Keras, FP32 bs128: (case, GPUs, per-repeat values sorted, median, speedup)
 DLPERF = [
     ("1n1g", 1, ["320.18", "321.22", "321.80", "322.25", "323.90"], "321.8", "1"),
@@ -165,7 +188,7 @@ def _dlperf() -> list[Case]:
     return out
 
 
-CASES: list[Case] = _paddle_2_3() + _paddle_2_5() + _tf1() + _pytorch() + _mxnet()
+CASES: list[Case] = _paddle_2_3() + _paddle_2_5() + _tf1() + _pytorch() + _mxnet() + _perfreport()
 DLPERF_CASES: list[Case] = _dlperf()
 ALL_CASES: list[Case] = CASES + DLPERF_CASES
 

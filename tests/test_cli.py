@@ -65,7 +65,7 @@ def test_unknown_command_is_a_usage_error() -> None:
 
 
 def test_show_dlperf_text() -> None:
-    proc = repro("show", DLPERF)
+    proc = repro("show", DLPERF, "--wide")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = proc.stdout.splitlines()
@@ -82,12 +82,12 @@ def test_show_dlperf_text() -> None:
         "  source: https://github.com/NVIDIA/DeepLearningExamples @ 5cc03caa153faab7a2c3b1b5b5d63663f06ce1b4 "
         "-> /workspace/rn50",
         "    patch PyTorch/Classification/ConvNets/main.py: DLPerf README requires this edit for multi-node runs",
-        "      '        torch.cuda.set_device(args.gpu)\\n' -> '        torch.cuda.set_device(args.gpu)\\n"
-        "        args.gpu = torch.cuda.device_count()\\n'",
+        '      "        torch.cuda.set_device(args.gpu)\\n" -> "        torch.cuda.set_device(args.gpu)\\n'
+        '        args.gpu = torch.cuda.device_count()\\n"',
         "    patch PyTorch/Classification/ConvNets/requirements.txt: GitHub no longer serves the git:// protocol; "
         "the same commit of dllogger over https",
-        "      'git+git://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger' -> "
-        "'git+https://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger'",
+        "      git+git://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger -> "
+        "git+https://github.com/NVIDIA/dllogger.git@26a0f8f1958de2c0c460925ff6102a4d2486d6cc#egg=dllogger",
         "  rdma: mlnx-ofed 4.9-0.1.7.0 for ubuntu18.04, user space only, mlnxofedinstall --user-space-only "
         "--without-fw-update --all --force --without-neohost-backend; sha256 recorded by repro lock",
         "    {precision_args} for fp32: (none)",
@@ -115,7 +115,7 @@ def test_show_dlperf_text() -> None:
     assert launch.startswith("  launch (torch): python ./multiproc.py --nnodes '{nnodes}' --node_rank '{node_rank}'")
     measure = next(ln for ln in lines if ln.startswith("  measure: "))
     assert measure.startswith("  measure: parser ngc-pytorch, protocol ")
-    assert "'from_iteration': 26" in measure and "'window': 100" in measure
+    assert "{skip: {from_iteration: 26}, window: 100," in measure  # YAML terms, as the manifest writes them
     assert "  expect: gpu_model=Tesla V100-SXM2-16GB, gpu_memory_gb=16, gpus_per_node=8, nodes=4" in proc.stdout
     notes = yaml.safe_load(DLPERF_FILE.read_text(encoding="utf-8"))["notes"]
     assert [ln.removeprefix("  note: ") for ln in lines if ln.startswith("  note: ")] == notes
@@ -135,8 +135,8 @@ def test_show_machine_formats_round_trip(fmt: str) -> None:
 
 
 def test_show_by_path() -> None:
-    by_path = repro("show", "manifests/dlperf-ngc-pytorch-rn50-v100.yaml")
-    by_id = repro("show", DLPERF)
+    by_path = repro("show", "manifests/dlperf-ngc-pytorch-rn50-v100.yaml", "--wide")
+    by_id = repro("show", DLPERF, "--wide")
     assert by_path.returncode == 0, by_path.stderr
     # the same target; only the file line may differ in how the path is spelled
     assert by_path.stdout.splitlines()[0] == by_id.stdout.splitlines()[0]

@@ -58,6 +58,7 @@ FORMATS = {
     "tf-cnn-vgg16-k80-gce-real": "imagenet-tfrecord",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
     "tf-cnn-ps-cpu": None,
+    "tf-cnn-inception3-k80-ec2-dist-synthetic-bs32": None, "tf-cnn-rn50-k80-ec2-dist-synthetic-bs32": None,
     "tf-cnn-alexnet-k80-ec2-synthetic": None, "tf-cnn-inception3-k80-ec2-synthetic": None, "tf-cnn-rn152-k80-ec2-synthetic": None, "tf-cnn-rn50-k80-ec2-synthetic": None, "tf-cnn-vgg16-k80-ec2-synthetic": None, "tf-cnn-alexnet-k80-gce-synthetic": None, "tf-cnn-inception3-k80-gce-synthetic": None, "tf-cnn-rn152-k80-gce-synthetic": None, "tf-cnn-rn50-k80-gce-synthetic": None, "tf-cnn-vgg16-k80-gce-synthetic": None, "tf-cnn-inception3-k80-ec2-dist-synthetic": None, "tf-cnn-rn152-k80-ec2-dist-synthetic": None, "tf-cnn-rn50-k80-ec2-dist-synthetic": None,
 }
 

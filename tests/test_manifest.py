@@ -53,7 +53,8 @@ def test_repro_list_shows_every_shipped_id() -> None:
                           timeout=120)
     assert text.returncode == 0, text.stderr
     targets, _, tables = text.stdout.partition("\n\n")
-    listed = [ln.split()[0] for ln in targets.splitlines()[2:] if ln.strip()]
+    listed = [ln.split()[0] for ln in targets.splitlines()[2:] if ln.strip() and not ln.startswith(" ")]  # citations
+    assert all(ln.startswith("    ") for ln in targets.splitlines()[2:] if ln.split()[0] not in listed)  # are indented
     assert "perf-2.5-v100 " in tables  # the published tables `repro report` takes, after the targets
     assert sorted(listed) == sorted(shipped_ids())
     as_json = subprocess.run([sys.executable, "-m", "repro", "list", "--format", "json"], cwd=REPO,

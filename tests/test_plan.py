@@ -81,7 +81,7 @@ cell 4n8g-amp-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), amp, batch 256/GPU
 
 
 def test_torch_plan_dlperf_4_nodes_amp() -> None:
-    proc = repro("plan", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=4,precision=amp")
+    proc = repro("plan", "--wide", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=4,precision=amp")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout == DLPERF_4N_AMP
@@ -111,7 +111,7 @@ def test_torch_ranks_and_master_at_api_level() -> None:
 
 
 def test_torch_plan_dlperf_2_nodes_fp32_is_the_logged_command() -> None:
-    proc = repro("plan", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=2,precision=fp32")
+    proc = repro("plan", "--wide", DLPERF, "--hosts", rel(GOOD / "hosts-4.yaml"), "--cells", "nodes=2,precision=fp32")
     assert proc.returncode == 0, proc.stderr
     cmds = [ln for ln in proc.stdout.splitlines() if ln.startswith("    $ ")]
     assert cmds == [f"    $ python ./multiproc.py --nnodes 2 --node_rank {r} --nproc_per_node 8 --master_addr 10.11.0.2 "
@@ -119,7 +119,7 @@ def test_torch_plan_dlperf_2_nodes_fp32_is_the_logged_command() -> None:
 
 
 def test_torch_plan_dlperf_static_loss_scale() -> None:
-    proc = repro("plan", "dlperf-ngc-pytorch-rn50-v100-static", "--hosts", rel(GOOD / "hosts-4.yaml"),
+    proc = repro("plan", "--wide", "dlperf-ngc-pytorch-rn50-v100-static", "--hosts", rel(GOOD / "hosts-4.yaml"),
                  "--cells", "gpus=8")
     assert proc.returncode == 0, proc.stderr
     (cmd,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("    $ ")]
@@ -164,7 +164,7 @@ cell 4n8g-fp32-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), fp32, batch 256/GPU
 
 
 def test_paddle_plan_same_ips_on_every_node() -> None:
-    proc = repro("plan", rel(GOOD / "paddle-multinode.yaml"), "--hosts", rel(GOOD / "hosts-perf.yaml"))
+    proc = repro("plan", "--wide", rel(GOOD / "paddle-multinode.yaml"), "--hosts", rel(GOOD / "hosts-perf.yaml"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == PADDLE_4N
 
@@ -225,7 +225,7 @@ cell 4n8g-amp-bs256: 4 node(s) x 8 GPU(s) = 32 GPU(s), amp, batch 256/GPU
 
 
 def test_mpi_plan_head_and_sshd() -> None:
-    proc = repro("plan", rel(GOOD / "mpi-ngc-tf1.yaml"), "--hosts", rel(GOOD / "hosts-4.yaml"),
+    proc = repro("plan", "--wide", rel(GOOD / "mpi-ngc-tf1.yaml"), "--hosts", rel(GOOD / "hosts-4.yaml"),
                  "--cells", "precision=amp")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == MPI_4N_AMP
@@ -276,7 +276,7 @@ cell 1n1g-amp-bs256: 1 node(s) x 1 GPU(s) = 1 GPU(s), amp, batch 256/GPU
 
 
 def test_plain_plan_on_this_machine() -> None:
-    proc = repro("plan", rel(GOOD / "plain-single.yaml"))
+    proc = repro("plan", "--wide", rel(GOOD / "plain-single.yaml"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == PLAIN_LOCAL.replace("HOSTNAME", socket.gethostname())
 
@@ -339,7 +339,7 @@ def test_several_cells_options_are_alternatives() -> None:
      "hint: `repro show TARGET` lists its cells\n"),
 ])
 def test_cells_filter_errors(cells: str, message: str, hint: str | None) -> None:
-    proc = repro("plan", DLPERF, "--cells", cells)
+    proc = repro("plan", "--wide", DLPERF, "--cells", cells)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith(message)
@@ -353,7 +353,7 @@ def test_too_few_hosts_for_a_cell(tmp_path: Path) -> None:
     hosts.write_text("schema_version: 1\nnodes:\n  - {address: 10.11.0.2}\n  - {address: 10.11.0.3}\n")
     with pytest.raises(InputError, match="the cell needs 4 nodes, the inventory has 2"):
         plan_cell(find_target(DLPERF), Cell(4, 8, "amp", 256), load_hosts(hosts))
-    proc = repro("plan", DLPERF, "--hosts", str(hosts), "--cells", "nodes=4")
+    proc = repro("plan", "--wide", DLPERF, "--hosts", str(hosts), "--cells", "nodes=4")
     assert proc.returncode == 2
     assert f"error: {hosts}: nodes: the cell needs 4 nodes, the inventory has 2" in proc.stderr
     assert "hint: add nodes to the hosts file or filter the cells with --cells" in proc.stderr
@@ -362,7 +362,7 @@ def test_too_few_hosts_for_a_cell(tmp_path: Path) -> None:
 def test_a_hosts_file_without_the_targets_dataset_format_is_an_error(tmp_path: Path) -> None:
     hosts = tmp_path / "site.yaml"
     hosts.write_text("schema_version: 1\ndata: {imagenet-tfrecord: /data/tf}\nnodes:\n  - {address: 10.0.0.1}\n")
-    proc = repro("plan", DLPERF, "--hosts", str(hosts), "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    proc = repro("plan", "--wide", DLPERF, "--hosts", str(hosts), "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == (f"error: {hosts}: data: {DLPERF} reads dataset format imagenet-jpeg, and the inventory "
                            "names no directory for it (it has imagenet-tfrecord)\n"
@@ -405,13 +405,13 @@ cell 2n8g-amp-bs256: 2 node(s) x 8 GPU(s) = 16 GPU(s), amp, batch 256/GPU
 
 
 def test_plan_without_hosts_shows_placeholder_nodes_and_dataset() -> None:
-    proc = repro("plan", DLPERF, "--cells", "nodes=2,precision=amp")
+    proc = repro("plan", "--wide", DLPERF, "--cells", "nodes=2,precision=amp")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == NO_HOSTS_2N
 
 
 def test_plan_without_hosts_on_one_node_is_this_machine() -> None:
-    proc = repro("plan", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    proc = repro("plan", "--wide", DLPERF, "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
     assert proc.returncode == 0, proc.stderr
     head = proc.stdout.splitlines()[2:6]
     assert head == ["nodes: this machine (no --hosts file)",
@@ -423,7 +423,7 @@ def test_plan_without_hosts_on_one_node_is_this_machine() -> None:
 # --- --synthetic: only as the manifest declares it ----------------------------------------------------------
 
 def test_synthetic_replaces_the_declared_tokens_and_drops_the_dataset_mount() -> None:
-    proc = repro("plan", DLPERF, "--synthetic", "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
+    proc = repro("plan", "--wide", DLPERF, "--synthetic", "--cells", "nodes=1,gpus_per_node=1,precision=fp32")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[3] == ("dataset: none: Synthetic data (--synthetic), not the publication's imagenet-jpeg: main.py "
@@ -443,7 +443,7 @@ def test_synthetic_replaces_the_declared_tokens_and_drops_the_dataset_mount() ->
                        "hint: run it without --synthetic\n"),
 ])
 def test_synthetic_where_the_target_declares_none_is_refused(target: str, stderr: str) -> None:
-    proc = repro("plan", target, "--synthetic")
+    proc = repro("plan", "--wide", target, "--synthetic")
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", stderr)
 
 
@@ -515,7 +515,7 @@ RN152_8N = ("cell 8n8g-fp32-bs32: 8 node(s) x 8 GPU(s) = 64 GPU(s), fp32, batch 
 
 
 def test_tf_ps_plan_two_nodes() -> None:
-    proc = repro("plan", "tf-cnn-rn50-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-4.yaml"),
+    proc = repro("plan", "--wide", "tf-cnn-rn50-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-4.yaml"),
                  "--cells", "nodes=2")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.endswith("cell 2n8g-fp32-bs64: 2 node(s) x 8 GPU(s) = 16 GPU(s), fp32, batch 64/GPU\n"
@@ -523,7 +523,7 @@ def test_tf_ps_plan_two_nodes() -> None:
 
 
 def test_tf_ps_plan_eight_nodes_four_parameter_servers() -> None:
-    proc = repro("plan", "tf-cnn-rn152-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-8.yaml"),
+    proc = repro("plan", "--wide", "tf-cnn-rn152-k80-ec2-dist-synthetic", "--hosts", rel(GOOD / "hosts-8.yaml"),
                  "--cells", "nodes=8")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.endswith("\n\n" + RN152_8N)
@@ -532,7 +532,9 @@ def test_tf_ps_plan_eight_nodes_four_parameter_servers() -> None:
 @pytest.mark.parametrize(("target", "nodes", "ps"), [
     ("tf-cnn-inception3-k80-ec2-dist-synthetic", 8, 6),  # page line 361: 8 instances / 6 parameter servers
     ("tf-cnn-rn152-k80-ec2-dist-synthetic", 8, 4),  # line 363: 8 instances / 4 parameter servers
-    ("tf-cnn-rn50-k80-ec2-dist-synthetic", 8, 8),  # line 362's exception is ResNet-50 at batch 32, not modelled
+    ("tf-cnn-rn50-k80-ec2-dist-synthetic", 8, 8),  # line 362's exception is ResNet-50 at batch 32: the -bs32 target
+    ("tf-cnn-rn50-k80-ec2-dist-synthetic-bs32", 8, 4),  # line 362: (batch size 32) 8 instances / 4 parameter servers
+    ("tf-cnn-inception3-k80-ec2-dist-synthetic-bs32", 8, 6),
     ("tf-cnn-inception3-k80-ec2-dist-synthetic", 4, 4),
     ("tf-cnn-rn152-k80-ec2-dist-synthetic", 2, 2),
 ])

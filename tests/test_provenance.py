@@ -157,7 +157,7 @@ def test_state_is_written_atomically_and_tracks_repeats(tmp_path: Path) -> None:
     assert ("1n1g-fp32-bs256", 1) in run.pending() and ("1n8g-fp32-bs256", 1) not in run.pending()
     assert not [p for p in run.path.iterdir() if p.name.endswith(".part")]
     with pytest.raises(UsageError):
-        run.set_status("1n1g-fp32-bs256", 2, DONE)
+        run.set_status("1n1g-fp32-bs256", m.matrix["repeats"] + 1, DONE)  # no such repeat
 
 
 def test_log_writer_scrubs_secrets_split_across_writes(tmp_path: Path) -> None:
@@ -386,3 +386,19 @@ def test_a_target_without_publication_seals_and_resumes(tmp_path: Path) -> None:
     again = load_hosts(run.file("hosts.yaml"))
     assert [n.name for n in again.nodes] == ["n1", "n2"] and again.data == "/data"
     assert again.env == {"MY_TOKEN": "<redacted>"}
+
+
+def test_a_run_that_never_sealed_is_not_sealed_not_tampered(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from repro.cli import cli
+    from repro.spec.hosts import Hosts, Node
+    from repro.spec.manifest import find_target
+    from repro.run.rundir import RunDir
+
+    run = RunDir.create(tmp_path, find_target("ngc-pytorch-rn50-v100"), Hosts((Node("node0", "10.0.0.1", user="root"),)))
+    (check,) = audit(run.path)
+    assert (check.item, check.status) == ("provenance.json", "not sealed") and "never sealed" in check.detail
+    res = CliRunner().invoke(cli, ["audit", str(run.path)])
+    assert res.exit_code == 6 and "not sealed" in res.output and "tampered" not in res.output.lower().replace(
+        "0 tampered", "")

@@ -19,7 +19,7 @@ from repro.verdict.report import RENDERERS, plot_report
 from repro.verdict.reproduce import (
     DEVIATES,
     MATCH,
-    NO_LOG,
+    NOT_RUN,
     NOT_DERIVABLE,
     NOT_PUBLISHED,
     is_exact,
@@ -87,7 +87,7 @@ def test_dlperf_tf2_medians_speedups_and_repeats() -> None:
 
 def test_published_repeats_are_checked_when_no_log_exists() -> None:
     got = {c.gpus: c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "amp"}
-    assert all(c.verdict == NO_LOG and c.reproduced is None for c in got.values())
+    assert all(c.verdict == NOT_RUN and c.reproduced is None for c in got.values())
     assert "give median 22551.16, consistent with the published 22551.16" in got[32].detail
 
 
@@ -118,7 +118,7 @@ def test_a_published_speedup_that_its_own_figures_do_not_give_is_flagged() -> No
 
 def test_targets_without_bundled_logs_say_no_log() -> None:
     got = [c for c in cells(table("dlperf-ngc-pytorch-rn50-v100")) if c.precision == "fp32"]
-    assert got and all(c.verdict == NO_LOG and c.reproduced is None for c in got)
+    assert got and all(c.verdict == NOT_RUN and c.reproduced is None for c in got)
 
 
 A100 = {  # PaddlePaddle/Perf@c1ad14b ResNet50V1.5/README.md, A100-FP32 and A100-AMP tables
@@ -178,7 +178,7 @@ def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
     assert cut.verdict == NOT_DERIVABLE and cut.reproduced is None
     assert "insufficient records: found 3, need 6" in cut.detail
     others = [c for k, c in got.items() if k not in {(one.gpus, one.precision), (short.gpus, short.precision)}]
-    assert others and all(c.verdict == NO_LOG for c in others)
+    assert others and all(c.verdict == NOT_RUN for c in others)
 
 
 def test_json_csv_and_markdown_forms() -> None:
@@ -277,7 +277,7 @@ def test_k80_single_server_tables_cite_every_number(table_id: str) -> None:
             for col, v in zip(K80_COLUMNS, row.split())}
     assert {k: (c.published or "-") for k, c in got.items()} == want
     assert all(c.batch_size == K80_BATCH[col] and c.nodes == 1 for (col, _), c in got.items())
-    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NO_LOG) for c in got.values())
+    assert all(c.verdict == (NOT_PUBLISHED if c.published is None else NOT_RUN) for c in got.values())
 
 
 def test_k80_distributed_table_cites_every_number() -> None:
@@ -302,3 +302,17 @@ def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
     gpu = find_target("ngc-pytorch-rn50-v100")
     assert _notes([result("ngc-pytorch-rn50-v100", gpu.published[0])])[-2] == \
         "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 GPUs is below 30.00 on 1"
+
+
+def test_the_2020_12_perfreport_tables_re_derive_from_their_bundled_logs() -> None:
+    """wanghuancoder/PerformanceReport: MXNet 19.07 (train.total_ips tables of DLE 99b1c89's code), TF1 20.06
+    (train_throughput, cut to three decimals by the publisher) and PyTorch 20.07 (Summary total_ips)."""
+    expected = {"ngc-mxnet-rn50-v100-19.07": 4, "ngc-tf1-rn50-v100-20.06": 6, "ngc-pytorch-rn50-v100-20.07": 8}
+    for target, n in expected.items():
+        got = cells(table(target))
+        assert len(got) == n and {c.verdict for c in got} == {MATCH}, [(c.verdict, c.detail) for c in got]
+        assert all(c.kind == "re-derivation" and len(c.logs) == 1 for c in got)
+        exact = {c.exact for c in got}
+        assert exact == ({True, False} if "tf1" in target else {True}), target  # 408.3205 cut to "408.320"
+    mx = {(c.precision, c.batch_size): c.reproduced for c in cells(table("ngc-mxnet-rn50-v100-19.07"))}
+    assert mx == {("fp32", 128): 376.18, ("fp32", 256): 381.62, ("fp16", 128): 1301.4, ("fp16", 256): 1398.8}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -16,11 +17,19 @@ from pathlib import Path
 import pytest
 from parsers_helpers import P_C1AD, PUBLISHED
 
-from repro.verdict.reproduce import MATCH, NO_LOG, reproduce_table, resolve_tables
+from repro.verdict.reproduce import MATCH, NOT_RUN, reproduce_table, resolve_tables
 from repro.verdict.rules import REPRODUCED
 from repro.measure.userlogs import cell_key, parse_maps, scan_logs
 
 ROOT = Path(__file__).resolve().parent.parent
+FIGURE = re.compile(rb"((?:_ips|throughput) : |ips: )(\d+\.\d+)")  # NGC records and summaries, PaddleClas ips
+
+
+def scaled_copy(src: Path, dst: Path, factor: float) -> Path:
+    """A new run made of a publisher's log: every throughput figure multiplied by ``factor``."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(FIGURE.sub(lambda m: m[1] + b"%.6f" % (float(m[2]) * factor), src.read_bytes()))
+    return dst
 
 
 def cells(name: str, from_logs: Path | None = None, maps: dict | None = None) -> dict:
@@ -59,7 +68,7 @@ def test_a100_and_v100_logs_in_one_tree_go_to_the_v100_cells(perf_tree: Path) ->
     assert got.keys() == bundled.keys() and len(got) == 22
     for key, c in got.items():
         if key[1] == 32:  # bundled from the 2.3 generation's logs, which are not in this tree
-            assert c.verdict == NO_LOG and c.logs == [] and "fits this cell" in c.detail
+            assert c.verdict == NOT_RUN and c.logs == [] and "fits this cell" in c.detail
             continue
         assert [Path(p).name for p in c.logs] == [Path(p).name for p in bundled[key].logs], key
         assert all("V100" in p for p in c.logs), (key, c.logs)
@@ -72,7 +81,7 @@ def test_paddle_logs_are_told_apart_by_content_alone(scrambled_tree: Path) -> No
     got = cells("paddle-rn50-v100", scrambled_tree)
     for key, c in got.items():
         if key[1] == 32:  # the 2.3 generation's logs, not in this tree
-            assert c.logs == [] and c.detail.startswith("no paddleclas log under ")
+            assert c.logs == [] and c.detail.startswith("no log of yours under ")
             continue
         (log,) = c.logs
         assert Path(log).read_bytes() == Path(bundled[key].logs[0]).read_bytes()
@@ -87,48 +96,39 @@ def test_paddle_logs_are_told_apart_by_content_alone(scrambled_tree: Path) -> No
     assert one.verdict in (MATCH, REPRODUCED) and "NUL/control byte" not in one.detail
 
 
-def test_logs_that_only_a_file_name_could_tell_apart_are_reported_not_chosen(scrambled_tree: Path) -> None:
-    """NGC logs do not name their GPU: an A100 and a V100 log of one configuration are ambiguous."""
+def test_copies_of_the_publication_logs_are_re_derived_however_named(scrambled_tree: Path) -> None:
+    """NGC logs do not name their GPU: an A100 and a V100 log of one configuration state the same facts, yet a
+    copy of the publication's own log is the publication, never a repeat of another cell's."""
     got = cells("ngc-pytorch-rn50-v100", scrambled_tree)
+    bundled = cells("ngc-pytorch-rn50-v100")
     one = got[("ngc-pytorch-rn50-v100", 1, "fp32")]
-    assert one.verdict == NO_LOG and one.reproduced is None
-    assert one.detail == (
-        "ambiguous: 2 logs fit this cell equally (run-03.log, run-28.log); ngc-pytorch logs do not print the GPU "
-        "model, so this V100 run cannot be told by content from the same configuration run on another GPU; name "
-        "the one to use with --map ngc-pytorch-rn50-v100/1n1g-fp32-bs256=FILE, or put the GPU model in its file or "
-        "folder name (e.g. V100_LOG/)")
-    tf = cells("ngc-tf1-rn50-v100", scrambled_tree)
-    assert tf[("ngc-tf1-rn50-v100", 8, "fp32")].verdict == MATCH  # the only 8-GPU TF1 log is a V100 one
-    assert "ngc-tf1 logs do not print the GPU model" in tf[("ngc-tf1-rn50-v100", 1, "fp32")].detail
-    mx = cells("ngc-mxnet-rn50-a100", scrambled_tree)
-    assert "ngc-mxnet logs do not print the GPU model, so this A100 run" in mx[("ngc-mxnet-rn50-a100", 8, "fp16")].detail
-    assert mx[("ngc-mxnet-rn50-a100", 8, "fp32")].verdict == MATCH  # the V100 fp32 runs are bs128: told apart
+    assert one.verdict == MATCH and one.kind == "re-derivation" and len(one.logs) == 1
+    assert Path(one.logs[0]).read_bytes() == Path(bundled[("ngc-pytorch-rn50-v100", 1, "fp32")].logs[0]).read_bytes()
+    a100 = cells("ngc-pytorch-rn50-a100", scrambled_tree)[("ngc-pytorch-rn50-a100", 1, "fp32")]
+    assert a100.verdict == MATCH and a100.logs != one.logs
 
 
-def test_logs_that_state_the_same_facts_are_reported_not_chosen(tmp_path: Path) -> None:
-    """Two copies of one PaddleClas log (it names its GPU) for a cell of one log: no fact tells them apart."""
+def test_copies_of_one_log_are_one_log(tmp_path: Path) -> None:
+    """Two copies of one PaddleClas publication log: the same bytes, one re-derivation."""
     log = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log"
     for name in ("a.log", "b.log"):
         shutil.copy(log, tmp_path / name)
     one = cells("paddle-rn50-v100", tmp_path)[("paddle-rn50-v100", 1, "fp32")]
-    assert one.verdict == NO_LOG and one.detail == (
-        "ambiguous: 2 logs fit this cell equally (a.log, b.log); they state the same facts (1 GPU(s), batch 256, "
-        "precision fp32, GPU V100) and the cell takes 1 log(s); name the one(s) to use with "
-        "--map paddle-rn50-v100/1n1g-fp32-bs256=FILE")
+    assert (one.verdict, one.kind, [Path(p).name for p in one.logs]) == (MATCH, "re-derivation", ["a.log"])
 
 
 def test_mismatches_are_reported_per_cell(tmp_path: Path) -> None:
     for p in (PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/A100-LOG").iterdir():
-        shutil.copy(p, tmp_path / p.name)
+        scaled_copy(p, tmp_path / p.name, 1.0 + 1e-6)  # your A100 run, not the publication's bytes
     got = cells("paddle-rn50-v100", tmp_path)
     c = got[("paddle-rn50-v100", 8, "fp32")]
-    assert c.verdict == NO_LOG and c.logs == []
-    assert c.detail.startswith("no log fits this cell: PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log says GPU A100, "
-                               "the target V100")
+    assert c.verdict == NOT_RUN and c.logs == []
+    assert c.detail.startswith("no log fits this cell: PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log says "
+                               "GPU A100, the target V100")
     text = (tmp_path / "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log").read_text(errors="replace")
     (tmp_path / "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log").write_text(text.replace("batch_size : 256", "batch_size : 128"))
     c = cells("paddle-rn50-a100", tmp_path)[("paddle-rn50-a100", 8, "fp32")]
-    assert c.verdict == NO_LOG and "says batch 128/GPU, the cell 256" in c.detail
+    assert c.verdict == NOT_RUN and "says batch 128/GPU, the cell 256" in c.detail
 
 
 def test_map_names_a_cells_log(scrambled_tree: Path) -> None:
@@ -145,7 +145,7 @@ def test_cli_from_logs_and_map(scrambled_tree: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = [sys.executable, "-m", "repro", "report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
     proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
-    assert "Verdict: 3 match, 2 no log, 1 not derivable of 6 cells." in proc.stdout
+    assert "Verdict: 3 match, 2 not run, 1 not derivable of 6 cells." in proc.stdout
     assert proc.returncode == 7, proc.stderr  # the not-derivable 1-GPU fp16 cell fails the gate
     bad = subprocess.run([*run, "--map", "nonsense"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert bad.returncode == 2 and "expected CELL=FILE" in bad.stderr and "Traceback" not in bad.stderr
@@ -156,3 +156,73 @@ def test_scan_passes_over_files_that_are_no_logs(perf_tree: Path) -> None:
     names = {p.path.name for p in tree.logs}
     assert not {"README.md", "notes.txt", "live.log"} & names
     assert len(tree.logs) == 30  # 16 V100 + 14 A100
+
+
+# ------------------------------------------------------------------ a new run judges only your logs
+NGC_PT = PUBLISHED / P_C1AD / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
+TF1_9881 = PUBLISHED / "PaddlePaddle-Perf@9881d04/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs"
+FACTORS = (0.998, 1.001, 1.003, 0.999, 1.002)  # five repeats within 0.3 % of the publisher's run
+
+
+def test_map_of_one_cell_leaves_the_others_not_run(tmp_path: Path) -> None:
+    mine = scaled_copy(NGC_PT / "V100-LOG/pytorch_gpu1_fp32_bs256.txt", tmp_path / "mine.log", 1.0)
+    got = cells("ngc-pytorch-rn50-v100", None, parse_maps([f"1n1g-fp32-bs256={mine}"]))
+    one = got.pop(("ngc-pytorch-rn50-v100", 1, "fp32"))
+    assert one.verdict == REPRODUCED and one.logs == [str(mine)]
+    assert {c.verdict for c in got.values()} == {NOT_RUN} and all(c.reproduced is None for c in got.values())
+    assert all(c.detail.startswith("no --map names ngc-pytorch-rn50-v100/") for c in got.values())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "repro", "report", "ngc-pytorch-rn50-v100", "--map", f"1n1g-fp32-bs256={mine}"]
+    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 8, proc.stdout + proc.stderr  # not run counts as unsettled
+    assert f"Verdict: {len(got)} not run, 1 reproduced of {len(got) + 1} cells." in proc.stdout
+    assert "--map" in proc.stdout.split("Reproduced from:")[1].splitlines()[0]
+    ok = subprocess.run([*run, "--fail-on", "slower,faster"], capture_output=True, text=True, cwd=ROOT, env=env,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stdout
+
+
+def test_five_repeat_logs_in_a_tree_are_one_cell_with_n_5(tmp_path: Path) -> None:
+    for k, f in enumerate(FACTORS, 1):
+        scaled_copy(NGC_PT / "V100-LOG/pytorch_gpu1_fp32_bs256.txt", tmp_path / f"rep{k}" / "train.log", f)
+    got = cells("ngc-pytorch-rn50-v100", tmp_path)
+    one = got.pop(("ngc-pytorch-rn50-v100", 1, "fp32"))
+    assert (one.verdict, one.kind, len(one.repeats)) == (REPRODUCED, "new run", 5), one.detail
+    assert sorted(Path(p).parent.name for p in one.logs) == [f"rep{k}" for k in range(1, 6)]
+    assert one.low is not None and one.low < float(one.published) < one.high
+    assert {c.verdict for c in got.values()} == {NOT_RUN}
+
+
+def test_truncated_32_gpu_tails_are_never_repeats_of_a_1_gpu_cell(tmp_path: Path) -> None:
+    """The publisher's 32-GPU TF1 logs are tails that state no fact; beside complete 1-GPU logs (your run)."""
+    for name in ("tf_gpu1_fp32_bs256.txt", "tf_gpu1_amp_bs256.txt", "tf_gpu32_fp32_bs256.txt",
+                 "tf_gpu32_amp_bs256.txt"):
+        scaled_copy(TF1_9881 / name, tmp_path / name, 1.0 + 1e-6)
+    got = cells("ngc-tf1-rn50-v100-2.3", tmp_path)
+    for prec in ("fp32", "amp"):
+        one = got[("ngc-tf1-rn50-v100-2.3", 1, prec)]
+        assert [Path(p).name for p in one.logs] == [f"tf_gpu1_{prec}_bs256.txt"], one
+        assert one.verdict == REPRODUCED
+        tail = got[("ngc-tf1-rn50-v100-2.3", 32, prec)]
+        assert tail.verdict == NOT_RUN and "states none of the cell's facts" in tail.detail
+
+
+def test_a100_and_v100_runs_of_one_configuration_are_never_repeats_of_each_other(tmp_path: Path) -> None:
+    for gpu in ("V100-LOG", "A100-LOG"):
+        scaled_copy(NGC_PT / gpu / "pytorch_gpu1_fp32_bs256.txt", tmp_path / gpu / "pytorch_gpu1_fp32_bs256.txt", 1.001)
+    v100 = cells("ngc-pytorch-rn50-v100", tmp_path)[("ngc-pytorch-rn50-v100", 1, "fp32")]
+    a100 = cells("ngc-pytorch-rn50-a100", tmp_path)[("ngc-pytorch-rn50-a100", 1, "fp32")]
+    assert [Path(p).parent.name for p in v100.logs] == ["V100-LOG"] and v100.verdict == REPRODUCED
+    assert [Path(p).parent.name for p in a100.logs] == ["A100-LOG"] and a100.verdict == REPRODUCED
+
+
+def test_a_new_runs_speedup_never_borrows_a_base_cell(tmp_path: Path) -> None:
+    scaled_copy(NGC_PT / "V100-LOG/pytorch_gpu8_fp32_bs256.txt", tmp_path / "eight.log", 1.0)
+    got = cells("ngc-pytorch-rn50-v100", tmp_path)
+    eight = got[("ngc-pytorch-rn50-v100", 8, "fp32")]
+    assert eight.reproduced is not None and eight.speedup is None and eight.efficiency is None
+    assert "no speedup: its base cell (1 GPU) has no figure (not run)" in eight.detail
+    scaled_copy(NGC_PT / "V100-LOG/pytorch_gpu1_fp32_bs256.txt", tmp_path / "one.log", 1.0)
+    both = cells("ngc-pytorch-rn50-v100", tmp_path)
+    eight, one = both[("ngc-pytorch-rn50-v100", 8, "fp32")], both[("ngc-pytorch-rn50-v100", 1, "fp32")]
+    assert eight.speedup == pytest.approx(eight.reproduced / one.reproduced, rel=1e-12)

@@ -90,7 +90,7 @@ def test_three_percent_slower_in_five_repeats_is_slower_and_fails(tmp_path: Path
     assert "published outside the interval" in c.detail and "tolerance ±2%" in c.detail
     code, out = report(str(run.path), "--format", "csv")
     assert code == EXIT_DIFFERS == 7, out
-    assert report(str(run.path), "--fail-on", "inconclusive,missing")[0] == 0
+    assert report(str(run.path), "--fail-on", "inconclusive,not-run")[0] == 0
 
 
 def test_unchanged_logs_in_five_repeats_reproduce(tmp_path: Path) -> None:
@@ -137,8 +137,8 @@ def test_judge_new_run_cases() -> None:
 def test_exit_codes_and_fail_on() -> None:
     assert exit_code(["match", "reproduced", "measured"]) == 0
     assert exit_code(["match", "not derivable", "inconclusive"]) == 7
-    assert exit_code(["reproduced", "no log"]) == 8
-    assert exit_code(["slower", "no log"], parse_fail_on("missing")) == 8
+    assert exit_code(["reproduced", "not run"]) == 8
+    assert exit_code(["slower", "not run"], parse_fail_on("not-run")) == 8
     assert exit_code(["slower"], parse_fail_on("inconclusive")) == 0
     with pytest.raises(UsageError, match="--fail-on: unknown verdict 'slow'"):
         parse_fail_on("slow,faster")
@@ -148,7 +148,7 @@ def test_cli_exit_codes_of_the_published_tables() -> None:
     assert report("perf-2.3-v100")[0] == 0  # 22 of 22 re-derived
     code, out = report("perf-2.5-v100")
     assert code == 7 and "1 not derivable" in out  # 1438.518
-    assert report("perf-2.5-v100", "--fail-on", "inconclusive,missing")[0] == 0
+    assert report("perf-2.5-v100", "--fail-on", "inconclusive,not-run")[0] == 0
     assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 cell deviates from its own log
     bad = subprocess.run([sys.executable, "-m", "repro", "report", "perf-2.5-v100", "--fail-on", "worse"],
                          capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -1,6 +1,7 @@
 """``repro audit``: is a run what it says it is, and what the target asks for?
 
-Four groups of checks, each a row ``ok | drift | missing | tampered``:
+Four groups of checks, each a row ``ok | drift | missing | tampered`` (or one ``not sealed`` row for a run
+that never wrote its provenance: there is nothing to verify, which is no evidence of tampering):
 
 - integrity: SHA256SUMS against every file, the provenance record against its schema and
   the files it names, the in-toto export against the record, the manifest against its digest;
@@ -10,7 +11,7 @@ Four groups of checks, each a row ``ok | drift | missing | tampered``:
 - results: every repeat finished, and the reports still follow from the logs.
 
 ``missing`` (a fact the run could not observe) is reported but is not a failure;
-``drift`` and ``tampered`` are (exit 6 in the CLI).
+``drift``, ``tampered`` and ``not sealed`` are (exit 6 in the CLI).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from repro.verdict.rules import Check
 from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir, sha256_file
 from repro.tree import walk
 
-OK, DRIFT, MISSING, TAMPERED = "ok", "drift", "missing", "tampered"
-FAILING = (DRIFT, TAMPERED)
+OK, DRIFT, MISSING, TAMPERED, NOT_SEALED = "ok", "drift", "missing", "tampered", "not sealed"
+FAILING = (DRIFT, TAMPERED, NOT_SEALED)
 #: manifest ``framework`` -> the container probe's key
 PROBE_KEY = {"pytorch": "torch", "paddle": "paddle", "tensorflow": "tensorflow", "mxnet": "mxnet", "oneflow": "oneflow"}
 GPU_MEMORY_TOLERANCE = 0.07
@@ -50,6 +51,8 @@ def render(checks: list[Check]) -> str:
     rows = [[c.area, c.item, c.status.upper() if c.status in FAILING else c.status, cut(c.expected, 40),
              cut(c.observed, 48), cut(c.detail, 90)] for c in checks]
     counts = {s: sum(c.status == s for c in checks) for s in (OK, DRIFT, MISSING, TAMPERED)}
+    if any(c.status == NOT_SEALED for c in checks):
+        counts[NOT_SEALED] = sum(c.status == NOT_SEALED for c in checks)
     table = tabulate(rows, headers=["area", "check", "status", "expected", "observed", "detail"], tablefmt="github",
                      disable_numparse=True)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(checks)} checks"
@@ -358,6 +361,10 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def audit_run(run: RunDir, against: Manifest | None = None) -> list[Check]:
+    if not run.file(SUMS).exists() and not run.file(PROVENANCE).exists():
+        return [Check("integrity", PROVENANCE, NOT_SEALED, "provenance.json and SHA256SUMS", "absent",
+                      "the run never sealed itself (it did not finish, or was stopped before the end): "
+                      "nothing in it can be verified; `repro up --resume RUN_DIR` finishes and seals it")]
     checks = verify_sums(run)
     record, more = _record_checks(run)
     checks += more

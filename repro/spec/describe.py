@@ -21,6 +21,18 @@ def rdma_summary(m: Manifest) -> str:
             + (r.sha256 or "recorded by repro lock"))
 
 
+def _flow(obj: object) -> str:
+    """A value in YAML flow terms, as the manifest writes it (``{gpus: 8}``, not ``{'gpus': 8}``)."""
+    import json
+
+    import yaml
+
+    if isinstance(obj, str) and (obj != obj.strip() or "\n" in obj or "\t" in obj):
+        return json.dumps(obj, ensure_ascii=False)  # a YAML double-quoted scalar, one line
+    text = yaml.safe_dump(obj, default_flow_style=True, sort_keys=False, width=10**6, allow_unicode=True).strip()
+    return text.removesuffix("\n...").strip()  # a lone scalar ends with YAML's document-end marker
+
+
 def describe_manifest(m: Manifest) -> str:
     lines = [f"{m.id}: {m.title}", f"  file: {m.path}", f"  sha256: {m.sha256}",
              f"  framework: {m.framework}, model: {m.model}"]
@@ -39,25 +51,25 @@ def describe_manifest(m: Manifest) -> str:
     if m.source:
         lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
         for p in m.source.get("patches", []):
-            lines += [f"    patch {p['file']}: {p['why']}", f"      {p['old']!r} -> {p['new']!r}"]
+            lines += [f"    patch {p['file']}: {p['why']}", f"      {_flow(p['old'])} -> {_flow(p['new'])}"]
     lines.append(f"  rdma: {rdma_summary(m)}")
     lines.append(f"  launch ({m.launch.kind}): {shlex.join(redact_argv(m.launch.command))}")
     for prec, toks in m.launch.precision_args.items():
         lines.append(f"    {{precision_args}} for {prec}: {shlex.join(redact_argv(toks)) or '(none)'}")
     for when, toks in m.launch.cell_args:
-        lines.append(f"    {{cell_args}} when {dict(when)}: {shlex.join(redact_argv(toks))}")
+        lines.append(f"    {{cell_args}} when {_flow(dict(when))}: {shlex.join(redact_argv(toks))}")
     for when, env in m.launch.cell_env:
-        lines.append(f"    env when {dict(when)}: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
+        lines.append(f"    env when {_flow(dict(when))}: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
     if m.launch.env:
         lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(m.launch.env).items())))
     cells = m.cells()
     lines.append(f"  matrix: {len(cells)} cells x {m.repeats} repeats: {', '.join(c.key for c in cells)}")
-    lines.append(f"  measure: parser {m.measure.parser}, protocol {dict(m.measure.protocol)}")
-    lines += [f"    when {dict(w)}: {dict(p)}" for w, p in m.measure.overrides]
+    lines.append(f"  measure: parser {m.measure.parser}, protocol {_flow(dict(m.measure.protocol))}")
+    lines += [f"    when {_flow(dict(w))}: {_flow(dict(p))}" for w, p in m.measure.overrides]
     if m.measure.repeats:
-        lines.append(f"    repeats: {dict(m.measure.repeats)}")
+        lines.append(f"    repeats: {_flow(dict(m.measure.repeats))}")
     if m.measure.speedup:
-        lines.append(f"    speedup: {dict(m.measure.speedup)}")
+        lines.append(f"    speedup: {_flow(dict(m.measure.speedup))}")
     for t in m.published:
         c = t.cite
         lines.append(f"  published {t.id}: {c['title']}")

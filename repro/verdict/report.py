@@ -29,7 +29,8 @@ from repro.verdict.rules import (
     INTERVAL,
     MEASURED,
     NEW_RUN,
-    NO_LOG,
+    NOT_PUBLISHED,
+    NOT_RUN,
     NOT_DERIVABLE,
     REDERIVATION,
     REPRODUCED,
@@ -47,7 +48,7 @@ def tabulate(*args: Any, **kwargs: Any) -> str:
 
 
 WIDTH = 120  # the terminal form's widest line
-GOOD, BAD, UNSURE = {MATCH, REPRODUCED, MEASURED}, {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}, {INCONCLUSIVE, NO_LOG}
+GOOD, BAD, UNSURE = {MATCH, REPRODUCED, MEASURED}, {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}, {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
 HTML_COLOUR = {**{v: "#d8f0d8" for v in GOOD}, **{v: "#f8d0d0" for v in BAD}, **{v: "#fbeec2" for v in UNSURE}}
 COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size", "published",
@@ -81,7 +82,7 @@ def cell_text(c: CellResult, colour: bool = False) -> str:
         spread = f" ±{(c.high - c.low) / 2 / c.reproduced:.1%}"
     if c.published is None:
         if c.reproduced is None:
-            return f"— ({verdict})" if c.verdict != NO_LOG else "—"
+            return f"— ({verdict})" if c.verdict != NOT_RUN else "—"
         n = len(c.repeats)
         return f"{c.reproduced:.2f}{spread}" + (f" (median of {n})" if n > 1 else "")
     if c.reproduced is None:
@@ -117,7 +118,7 @@ def protocol_text(r: TableResult) -> str:
 
 
 def _kind_text(group: Sequence[TableResult]) -> str:
-    kinds = {c.kind for r in group for c in r.cells if c.verdict != NO_LOG}
+    kinds = {c.kind for r in group for c in r.cells if c.verdict != NOT_RUN}
     if not kinds or group[0].table is None:
         return ""
     if kinds == {NEW_RUN}:
@@ -129,6 +130,16 @@ def _kind_text(group: Sequence[TableResult]) -> str:
         return "Compared as a new run where your logs were given, by re-derivation where the publication's were."
     return ("Compared by re-derivation: each published figure from the publication's own log, exact at the published "
             "precision, or not derivable with the reason.")
+
+
+def sources_line(group: Sequence[TableResult]) -> str:
+    """Which cells were judged on which logs: yours (a new run), the publication's, or none (not run)."""
+    cells = [c for r in group for c in r.cells if c.verdict != NOT_PUBLISHED or c.logs]
+    ran = [c for c in cells if c.logs]
+    counts = [(sum(c.kind == NEW_RUN for c in ran), "from your logs (new run)"),
+              (sum(c.kind == REDERIVATION for c in ran), "from the publication's logs (re-derivation)"),
+              (len(cells) - len(ran), "with no log (not run)")]
+    return "Cells: " + ", ".join(f"{n} {what}" for n, what in counts if n) + "."
 
 
 def _header(group: Sequence[TableResult]) -> list[str]:
@@ -146,6 +157,7 @@ def _header(group: Sequence[TableResult]) -> list[str]:
                f"Reproduced from: {', '.join(sorted({r.source for r in group}))}."]
         kind = _kind_text(group)
         out += [kind] if kind else []
+        out.append(sources_line(group))
     return [*out, "", "Protocols (each manifest's measure):", "", *[f"- {protocol_text(r)}" for r in group]]
 
 
@@ -297,7 +309,7 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
         for c in r.cells:
             out.append({
                 "table": r.table.id if r.table else None, "target": c.target, "framework": c.column,
-                "kind": c.kind if c.verdict != NO_LOG else None, "nodes": c.nodes, "gpus": c.gpus,
+                "kind": c.kind if c.verdict != NOT_RUN else None, "nodes": c.nodes, "gpus": c.gpus,
                 "device": "CPU" if cpu else "GPU", "precision": c.precision, "batch_size": c.batch_size,
                 "published": float(c.published) if c.published is not None else None, "reproduced": c.reproduced,
                 "interval_low": c.low, "interval_high": c.high, "repeats": len(c.repeats),
@@ -346,7 +358,8 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
                                  name=f"{row_label(c, is_cpu(r))} {c.precision} bs{c.batch_size}")
             if exit_code([c.verdict], fail_on):
                 failures += 1
-                fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {c.detail}"[:500], type=c.verdict)
+                why = c.detail or cell_text(c)
+                fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {why}"[:500], type=c.verdict)
                 fail.text = cell_text(c) + (f"\n{c.detail}" if c.detail else "")
             else:
                 ET.SubElement(case, "system-out").text = cell_text(c)
@@ -379,6 +392,14 @@ def _title(group: Sequence[TableResult]) -> str:
     t = group[0].table
     text = f"{t.cite['title']} ({t.id})" if t else f"{group[0].manifest.title}"
     return "\n".join(textwrap.wrap(text, 100))
+
+
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def plot_format(path: Path) -> str | None:
+    """The chart format a file name asks for (None: one the kit does not write)."""
+    return PLOT_FORMATS.get(path.suffix.lower())
 
 
 def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: str = "png") -> None:
@@ -418,7 +439,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                         err = [[max(c.reproduced - c.low, 0)], [max(c.high - c.reproduced, 0)]]
                     ax.bar(x + 0.2, c.reproduced, 0.4, color=colour, yerr=err, capsize=3, ecolor="black")
                 if c.verdict not in GOOD:
-                    ax.annotate("missing (no log)" if c.verdict == NO_LOG else c.verdict, (x + 0.2, top or 1),
+                    ax.annotate(c.verdict, (x + 0.2, top or 1),
                                 xytext=(0, 4), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7, rotation=90,
                                 color="#c53030" if c.verdict in BAD else "#975a16")
@@ -432,8 +453,8 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                     if c.tolerance_pct is not None:
                         dev.fill_between([x - 0.45, x + 0.45], -c.tolerance_pct, c.tolerance_pct, color="#2f855a",
                                          alpha=0.12, linewidth=0)
-                elif c.verdict not in GOOD:
-                    dev.annotate("missing" if c.verdict == NO_LOG else c.verdict, (x, 0), ha="center", fontsize=7,
+                elif c.verdict not in GOOD and c.verdict != NOT_RUN:
+                    dev.annotate(c.verdict, (x, 0), ha="center", fontsize=7,
                                  rotation=90, va="center", color="#975a16")
                 labels.append(f"{gpus}{'w' if cpu else 'g'}")
                 pos.append(x)
@@ -471,14 +492,19 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         for col in cols:
             pts = sorted((c.gpus, c.efficiency) for c in cells
                          if (c.column, c.column_key) == col and c.efficiency is not None)
+            pub = sorted((c.gpus, float(c.published)) for c in cells if (c.column, c.column_key) == col and c.published)
+            colour = None
             if len(pts) > 1:
                 line, = eff.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", label=f"{col[0]} {col[1]}")
-                pub = sorted((c.gpus, float(c.published)) for c in cells
-                             if (c.column, c.column_key) == col and c.published)
-                if len(pub) > 1:
-                    g0, v0 = pub[0]
-                    eff.plot([g for g, _ in pub], [v / v0 / (g / g0) * 100 for g, v in pub], "--",
-                             color=line.get_color(), alpha=0.6)
+                colour = line.get_color()
+            if len(pub) > 1:  # the publication's own scaling, with or without a reproduced one beside it
+                g0, v0 = pub[0]
+                eff.plot([g for g, _ in pub], [v / v0 / (g / g0) * 100 for g, v in pub], "--", color=colour,
+                         alpha=0.6, label=None if colour else f"{col[0]} {col[1]} (published)")
+        for panel, empty in ((dev, not dev.collections and not dev.lines[1:]), (eff, not eff.lines)):
+            if empty:  # say why the panel is empty, once, instead of a label per cell
+                panel.text(0.5, 0.5, "no reproduced figure: every cell is not run (no log)", transform=panel.transAxes,
+                           ha="center", va="center", fontsize=9, color="#975a16")
         ticks = sorted({g for g, _ in rows})
         eff.set_xscale("log", base=2)
         eff.set_xticks(ticks, [str(t) for t in ticks])
@@ -488,7 +514,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
         eff.set_xlabel("workers" if cpu else "GPUs")
         eff.set_title("Scaling efficiency: reproduced (solid), published (dashed)", fontsize=10)
         eff.grid(True, alpha=0.3)
-        if eff.lines[1:]:
+        if [ln for ln in eff.lines if not ln.get_label().startswith("_")]:
             eff.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _plain_text(fig)
     fig.tight_layout(h_pad=3)
@@ -526,7 +552,8 @@ def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] 
     def e(text: Any) -> str:  # every text from a manifest, log or record: secrets blanked, control removed
         return html.escape(shown(str(text)))
 
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>repro report</title>"
+    names = ", ".join(g[0].table.id if g[0].table else g[0].manifest.id for g in _groups(results))
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(names)}: repro report</title>"
              f"<style>{HTML_STYLE}</style></head><body>"]
     for group in _groups(results):
         t = group[0].table

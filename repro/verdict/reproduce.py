@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 from repro.errors import ReproError
 from repro.measure.protocol import Measurement, Protocol, aggregate_repeats, measure, speedup
 from repro.measure.parsers import PARSERS, ParseResult, Series, parse_file
-from repro.measure.userlogs import LogTree, cell_logs, mapped_for, scan_logs
+from repro.measure.userlogs import LogTree, cell_key, cell_logs, mapped_for, scan_logs
 from repro.verdict.rules import (
     DEVIATES,
     MATCH,
     MEASURED,
     NEW_RUN,
-    NO_LOG,
+    NOT_RUN,
     NOT_DERIVABLE,
     NOT_PUBLISHED,
     REDERIVATION,
@@ -52,7 +52,7 @@ class CellResult:
     reproduced: float | None = None
     repeats: list[float] = field(default_factory=list)
     delta_pct: float | None = None
-    verdict: str = NO_LOG
+    verdict: str = NOT_RUN
     exact: bool = False
     detail: str = ""
     flags: list[str] = field(default_factory=list)
@@ -158,7 +158,9 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
                    logs=[str(p) for p in logs])
     r.kind = kind or (REDERIVATION if _are_published_logs(logs, cell.logs) else NEW_RUN)
     if not logs:
-        r.detail = "; ".join(filter(None, [cell.note, _published_repeats_check(manifest, cell)]))
+        none = "the kit bundles no publication log of this cell" if r.kind == REDERIVATION else ""
+        about = [none, cell.note, _published_repeats_check(manifest, cell)] if r.kind == REDERIVATION else []
+        r.detail = "; ".join(filter(None, about))
         return r
     low, high, issues = _measure_logs(manifest, cell, logs, r)
     if r.reproduced is None:
@@ -178,7 +180,9 @@ def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellRe
     """A matrix cell of a target that reproduces no publication: the measured figure only."""
     r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
                    logs=[str(p) for p in logs], kind=NEW_RUN)
-    if logs:
+    if not logs:
+        r.detail = "no log of this cell in the run"
+    else:
         _, _, issues = _measure_logs(manifest, cell, logs, r)
         if r.reproduced is not None:
             r.verdict, r.detail = MEASURED, "; ".join(issues)
@@ -261,15 +265,24 @@ def _judge_new_run(r: CellResult, cell: PublishedCell, tolerance: tuple[float, s
 
 
 def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
-    """Speedup and scaling efficiency per row, against the manifest's speedup base (default 1 GPU)."""
+    """Speedup and scaling efficiency per row, against the manifest's speedup base (default 1 GPU), from
+    figures of one kind only: a new run's speedup comes from its own cells, never from a re-derived one."""
     sp = manifest.measure.speedup or {"base": {"gpus": 1}}
     digits = sp.get("round")
     for r in cells:
         base = next((b for b in cells if b.column_key == r.column_key and b.column == r.column
                      and all(getattr(b, k) == v for k, v in sp["base"].items() if hasattr(b, k))), None)
-        if base is not None and r.reproduced is None and r.published_speedup and base.published:
-            _published_speedup_check(r, base, digits)
-        if base is None or base.reproduced is None or r.reproduced is None:
+        if base is None:
+            continue
+        if r.reproduced is None:
+            if r.kind == REDERIVATION and r.published_speedup and base.published:
+                _published_speedup_check(r, base, digits)
+            continue
+        if base.reproduced is None or base.kind != r.kind:
+            why = ("has no figure" + (f" ({base.verdict})" if base.verdict in (NOT_RUN, NOT_DERIVABLE) else "")
+                   if base.reproduced is None else f"is a {base.kind}, this cell a {r.kind}")
+            r.detail = "; ".join(filter(None, [r.detail, f"no speedup: its base cell "
+                                               f"({base.gpus} GPU{'s' if base.gpus > 1 else ''}) {why}"]))
             continue
         r.speedup = speedup(r.reproduced, base.reproduced, digits)
         r.efficiency = r.reproduced / base.reproduced / (r.gpus / base.gpus)
@@ -287,23 +300,32 @@ def _published_speedup_check(r: CellResult, base: CellResult, digits: int | None
 
 def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,
                     maps: Mapping[str, list[Path]] | None = None) -> TableResult:
-    """Re-derive one table from the bundled logs, or from the logs of a tree (matched to the cells by
-    content, see :mod:`repro.userlogs`) and the logs ``maps`` names for cells (``--map``)."""
+    """Re-derive one table from the bundled logs; or, given a tree of logs (matched to the cells by content,
+    see :mod:`repro.userlogs`) or logs ``maps`` names for cells (``--map``), judge those as a new run: a cell
+    none of them is for is ``not run``, never filled from the publication's logs."""
     tree = scan_logs(from_logs) if isinstance(from_logs, Path) else from_logs
+    if tree is None and not maps:
+        cells = [reproduce_cell(manifest, table, cell, list(cell.logs)) for cell in table.cells]
+        _add_scaling(manifest, cells)
+        bundled = any(cell.logs for cell in table.cells)
+        source = "the publication's logs bundled with the kit" if bundled else "no log (the kit bundles none)"
+        return TableResult(manifest, table, cells, source)
     cells = []
     for cell in table.cells:
         mapped = mapped_for(maps or {}, manifest, cell)
         if tree is None and not mapped:
-            cells.append(reproduce_cell(manifest, table, cell, list(cell.logs)))
+            r = reproduce_cell(manifest, table, cell, [], NEW_RUN)
+            r.detail = "; ".join(filter(None, [f"no --map names {cell_key(manifest, cell)}", r.detail]))
+            cells.append(r)
             continue
-        found = cell_logs(tree or LogTree(Path(".")), manifest, cell, mapped)
-        r = reproduce_cell(manifest, table, cell, found.logs)
+        found = cell_logs(tree or LogTree(Path(".")), manifest, cell, mapped, table.cells)
+        r = reproduce_cell(manifest, table, cell, found.logs, found.kind or (None if mapped else NEW_RUN))
         if found.detail:
             r.detail = "; ".join(filter(None, [found.detail, r.detail]))
         cells.append(r)
     _add_scaling(manifest, cells)
-    source = str(tree.root) if tree is not None else "bundled published logs"
-    return TableResult(manifest, table, cells, source + (" and --map" if maps else ""))
+    where = [f"your logs under {tree.root}"] if tree is not None else []
+    return TableResult(manifest, table, cells, " and ".join([*where, "--map"] if maps else where))
 
 
 def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | None = None) -> TableResult:

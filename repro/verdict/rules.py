@@ -26,8 +26,11 @@ REDERIVATION, NEW_RUN = "re-derivation", "new run"
 # verdicts of a re-derivation, of a new run, and of either
 MATCH, DEVIATES, NOT_DERIVABLE = "match", "deviates", "not derivable"
 REPRODUCED, SLOWER, FASTER, INCONCLUSIVE = "reproduced", "slower", "faster", "inconclusive"
-NO_LOG, MEASURED = "no log", "measured"
+NOT_RUN = "not run"  # no log to judge: none of yours for the cell (a new run), none bundled (a re-derivation)
+MEASURED = "measured"  # a target that reproduces no publication: its figure only
 NOT_PUBLISHED = "not published"  # the table prints a dash where this cell would be
+#: every verdict a report gives, in the words every output uses
+VERDICTS = (MATCH, NOT_DERIVABLE, DEVIATES, REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_RUN, NOT_PUBLISHED, MEASURED)
 
 CONFIDENCE = 0.95
 INTERVAL = "95% Student-t interval of the mean of the repeats"
@@ -41,13 +44,20 @@ DEFAULT_RUN_TOLERANCE = {
 
 # exit codes of `repro report` and `repro up` (2-6 and 130 are the kit's error codes)
 EXIT_OK, EXIT_DIFFERS, EXIT_UNSETTLED = 0, 7, 8
+
+
+def fail_on_name(verdict: str) -> str:
+    """A verdict as ``--fail-on`` names it: its words, hyphenated (``not run`` -> ``not-run``)."""
+    return verdict.replace(" ", "-")
+
+
 # --fail-on names -> verdicts; the first group exits EXIT_DIFFERS, the second EXIT_UNSETTLED
-DIFFERS = {"slower": SLOWER, "faster": FASTER, "deviates": DEVIATES, "not-derivable": NOT_DERIVABLE}
-UNSETTLED = {"inconclusive": INCONCLUSIVE, "missing": NO_LOG}
+DIFFERS = {fail_on_name(v): v for v in (SLOWER, FASTER, DEVIATES, NOT_DERIVABLE)}
+UNSETTLED = {fail_on_name(v): v for v in (INCONCLUSIVE, NOT_RUN)}
 FAIL_ON = (*DIFFERS, *UNSETTLED)
 EXIT_HELP = (f"Exit status: {EXIT_OK} when every cell is reproduced, re-derived (match) or only measured; "
              f"{EXIT_DIFFERS} when any cell is slower, faster, deviates or is not derivable; "
-             f"{EXIT_UNSETTLED} when none of those but a cell is inconclusive or missing (no log); "
+             f"{EXIT_UNSETTLED} when none of those but a cell is inconclusive or not run (no log to judge); "
              "2-6 as for every command (bad input, environment, image, run, provenance). "
              "--fail-on chooses which verdicts count (default: all of them).")
 
@@ -129,8 +139,9 @@ def parse_fail_on(text: str | None) -> set[str]:
     names = FAIL_ON if text is None else [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in FAIL_ON]
     if bad:
+        renamed = " (`missing` is now `not-run`)" if "missing" in bad else ""
         raise UsageError(f"--fail-on: unknown verdict {', '.join(map(repr, bad))}",
-                         hint=f"use a comma-separated list of {', '.join(FAIL_ON)}")
+                         hint=f"use a comma-separated list of {', '.join(FAIL_ON)}{renamed}")
     table = {**DIFFERS, **UNSETTLED}
     return {table[n] for n in names}
 

@@ -7,6 +7,13 @@ belong to that run. Records are the per-epoch lines ``Epoch: E  train.ips : x`` 
 images/s); the per-iteration lines (``Epoch: E Iteration: I ...``) are progress output and are
 not records. At the end ``benchmark.py`` prints its result table, one row per GPU count and one
 column per batch size; those cells are the series summaries.
+
+The older code of DLE 99b1c89 (NGC 19.07) prints no DLLogger lines: each run starts with
+``Start with arguments Namespace(...)`` (``gpus=[0]``, ``batch_size``, ``dtype``, ``kv_store``),
+its records are MXNet's Speedometer lines ``Epoch[E] Batch [a-b]  Speed: x samples/sec``, and its
+result table is headed ``train.total_ips``. Under ``kv_store='horovod'`` each process drives one
+GPU, so the GPU count is the table's row, and a Speedometer speed is rank 0's own (per GPU)
+figure: the table is the run's global figure.
 """
 
 from __future__ import annotations
@@ -36,11 +43,15 @@ class NgcMxnet(PatternParser):
     detect_any = (
         re.compile(r"PARAMETER [^\n]*\bkv_store : "),
         re.compile(r"Epoch: \d+ +(?:Iteration: \d+ +)?train\.loss : \S+ +train\.ips : "),
+        re.compile(r"Start with arguments Namespace\([^\n]*\bkv_store="),
     )
     rules = (
         Rule(rf"Epoch: (?P<epoch>\d+) +train\.loss : \S+ +train\.ips : (?P<value>{NUM})(?=\s)", "record"),
+        Rule(rf"Epoch\[(?P<epoch>\d+)\] Batch \[\d+-(?P<iteration>\d+)\]\s+Speed: (?P<value>{NUM}) samples/sec",
+             "record"),
         Rule(r"PARAMETER (arch : [^\n]*)", "on_params"),
-        Rule(r"train\.ips\n", "on_table"),
+        Rule(r"Start with arguments Namespace\(([^\n]*)\)[ \t]*\n", "on_namespace"),
+        Rule(r"(?m)^train\.(\w+)[ \t]*\n", "on_table"),
         Rule(r"\|((?: +[^\s|]+ +\|)+)[ \t]*\n", "on_table_row"),
     )
 
@@ -51,8 +62,20 @@ class NgcMxnet(PatternParser):
         b.scratch.pop("table", None)
         b.facts_at(facts, line)
 
+    def on_namespace(self, b: Builder, m: re.Match[str], line: int) -> None:
+        gpus, per_gpu, facts = _run_of_namespace(m.group(1))
+        s = b.new_run(gpus)
+        b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
+        b.scratch.pop("table", None)
+        b.facts_at(facts, line)
+
     def on_table(self, b: Builder, m: re.Match[str], line: int) -> None:
-        b.scratch["table"] = []  # batch-size columns, filled by the header row
+        """A result table: ``train.ips`` (DLLogger code) or ``train.total_ips`` (19.07) holds the figures;
+        the latency tables after it do not."""
+        if m.group(1) in ("ips", "total_ips"):
+            b.scratch["table"] = []  # batch-size columns, filled by the header row
+        else:
+            b.scratch.pop("table", None)
 
     def on_table_row(self, b: Builder, m: re.Match[str], line: int) -> None:
         cols = b.scratch.get("table")
@@ -78,10 +101,11 @@ class NgcMxnet(PatternParser):
         runs: list[tuple[Series, int | None]] = b.scratch.get("runs", [])  # type: ignore[assignment]
         # the latest matching run, searched from the end: the table follows its own runs, and a
         # log of many runs would otherwise cost runs x cells
-        match = next(
-            (s for s, per_gpu in reversed(runs) if s.gpus == gpus and (bs is None or per_gpu in (None, bs))),
-            None,
-        )
+        fits = [s for s, per_gpu in reversed(runs) if bs is None or per_gpu in (None, bs)]
+        # a horovod run does not know its GPU count: the table's row says it
+        match = next((s for s in fits if s.gpus == gpus), None) or next((s for s in fits if s.gpus is None), None)
+        if match is not None and match.gpus is None:
+            match.gpus = gpus
         where = f"{gpus} GPU(s)" + (f", batch {bs}" if bs is not None else "")
         if match is None:
             b.issue(f"result table (line {line}) has a figure for {where} but the log has no such run")
@@ -109,3 +133,28 @@ def _run_of(params: str) -> tuple[int | None, int | None, tuple[tuple[str, objec
     if backend:
         facts += [("data_backend", backend), ("dali", backend.startswith("dali"))]
     return gpus, per_gpu, tuple(facts)
+
+
+_NAMESPACE_ITEM = re.compile(r"(\w+)=('[^']*'|\[[^\]]*\]|[^,]*)")
+
+
+@functools.lru_cache(maxsize=256)
+def _run_of_namespace(args: str) -> tuple[int | None, int | None, tuple[tuple[str, object], ...]]:
+    """A ``Namespace(...)`` line's GPU count (None under horovod: one GPU per process, count unknown),
+    batch size per GPU and facts."""
+    items = {k: v.strip().strip("'") for k, v in _NAMESPACE_ITEM.findall(args)}
+    listed = items.get("gpus", "").strip("[] ")
+    horovod = items.get("kv_store") == "horovod"
+    count = len(listed.split(",")) if listed else None
+    total = to_int(items.get("batch_size", ""))
+    per_gpu = total if horovod else (total // count if total is not None and count else None)
+    facts: list[tuple[str, object]] = [("batch_size", per_gpu)]
+    dtype, amp = items.get("dtype"), to_bool(items.get("amp", ""))
+    if dtype:
+        facts += [("dtype", dtype), ("precision", "amp" if amp else "fp16" if dtype == "float16" else "fp32")]
+    if "amp" in items:
+        facts.append(("amp", amp))
+    backend = items.get("data_backend")
+    if backend:
+        facts += [("data_backend", backend), ("dali", backend.startswith("dali"))]
+    return (None if horovod else count), per_gpu, tuple(facts)
