@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from parsers_helpers import P_C1AD, PUBLISHED
 
 from repro.verdict.reproduce import MATCH, NO_LOG, reproduce_table, resolve_tables
@@ -142,12 +141,11 @@ def test_map_names_a_cells_log(scrambled_tree: Path) -> None:
 
 
 def test_cli_from_logs_and_map(scrambled_tree: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = [sys.executable, "-m", "repro", "report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
-    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    run = ["report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
+    proc = run_cli(*run, cwd=ROOT)
     assert "Verdict: 3 match, 2 no log, 1 not derivable of 6 cells." in proc.stdout
     assert proc.returncode == 7, proc.stderr  # the not-derivable 1-GPU fp16 cell fails the gate
-    bad = subprocess.run([*run, "--map", "nonsense"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    bad = run_cli(*run, "--map", "nonsense", cwd=ROOT)
     assert bad.returncode == 2 and "expected CELL=FILE" in bad.stderr and "Traceback" not in bad.stderr
 
 
