@@ -70,11 +70,12 @@ def test_unknown_command_is_a_usage_error() -> None:
 
 
 def test_the_installed_repro_script_is_the_same_command() -> None:
-    """The console script pip writes (``repro = repro.cli:main``): its output and exit status, in a process."""
+    """The console script pip writes (``repro = repro.cli:main``): output and exit status, in a process."""
     script = Path(sysconfig.get_path("scripts")) / "repro"
     if not script.is_file():
         (pytest.fail if os.environ.get("CI") else pytest.skip)(f"the kit is not installed here: no {script}")
-    version = subprocess.run([str(script), "--version"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    version = subprocess.run([str(script), "--version"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
     assert (version.returncode, version.stdout, version.stderr) == (0, f"repro, version {__version__}\n", "")
     bad = subprocess.run([str(script), "show", "no-such-target"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
