@@ -39,8 +39,8 @@ def run_once(paths: list[str]) -> dict:
     cpu = _children_cpu() - before
     summary = [ln for ln in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|errors?)\b", ln)]
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "load_1min_before": round(load, 2),
-            "returncode": proc.returncode,
-            "summary": summary[-1].strip("= ") if summary else proc.stdout[-2000:]}
+            "returncode": proc.returncode, "summary": summary[-1].strip("= ") if summary else "",
+            "tail": proc.stdout[-3000:] if proc.returncode else ""}
 
 
 def _children_cpu() -> float:
@@ -62,6 +62,8 @@ def main(argv: list[str]) -> int:
         runs.append(r)
         print(f"run {i + 1}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, "
               f"load {r['load_1min_before']:.2f} before; {r['summary']}", flush=True)
+        if r["tail"]:
+            print(r["tail"], flush=True)
     walls = [r["wall_s"] for r in runs]
     cpus = [r["cpu_s"] for r in runs]
     print(f"{' '.join(paths)}: best {min(walls):.1f} s wall (spread {min(walls):.1f}-{max(walls):.1f} s), "
