@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -42,8 +42,7 @@ def rel(p: Path) -> str:
 
 
 def run_validate(*files: Path | str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", "validate", *map(str, files)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    return run_cli("validate", *map(str, files), cwd=REPO)
 
 
 def header(path: Path) -> list[str]:
@@ -173,8 +172,7 @@ def test_unbalanced_brace_is_called_an_unbalanced_brace() -> None:
 def test_unclosed_quote_error_names_the_line_where_the_quote_opened(tmp_path: Path) -> None:
     f = tmp_path / "unclosed.yaml"
     f.write_text("schema_version: 1\nid: x\ntitle: \"Perf 2.5 NGC PyTorch\nframework: pytorch\nmodel: resnet50\n")
-    proc = subprocess.run([sys.executable, "-m", "repro", "validate", str(f)], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = run_cli("validate", str(f), cwd=REPO)
     assert proc.returncode == 2
     assert re.search(r":3: |line 3\b", proc.stderr), proc.stderr
     corpus = run_validate(rel(BAD / "yaml-unclosed-quote.yaml"))  # the quote opens in the cell on line 44

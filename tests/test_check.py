@@ -12,13 +12,13 @@ import hashlib
 import io
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from repro.images.check import CheckOptions, check_target
 from repro.images.source import mirrored, parse_mirror, prepare_source
@@ -79,9 +79,8 @@ def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict
 
 
 def run_check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", "check", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                                       "HOME": str(ROOT / "tests")})
+    return run_cli("check", *args, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                  "HOME": str(ROOT / "tests")})
 
 
 def mirror_args(mirror: Path) -> list[str]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 from click.testing import CliRunner
 
 from repro import __version__
@@ -20,6 +23,11 @@ DLPERF_FILE = REPO / "manifests" / f"{DLPERF}.yaml"
 
 
 def repro(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=REPO)
+
+
+def python_m_repro(*args: str) -> subprocess.CompletedProcess[str]:
+    """The entry point itself, in a process of its own: what the in-process runs cannot show."""
     return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
 
@@ -38,7 +46,7 @@ def test_every_command_has_help(command: str, flag: str) -> None:
 
 
 def test_group_help_lists_every_command() -> None:
-    proc = repro("--help")
+    proc = python_m_repro("--help")
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith("Usage: ")
     for name in ("list", "show", "validate", "plan"):
@@ -48,17 +56,31 @@ def test_group_help_lists_every_command() -> None:
 
 
 def test_version() -> None:
-    proc = repro("--version")
+    proc = python_m_repro("--version")
     assert proc.returncode == 0
     assert proc.stdout == f"repro, version {__version__}\n"
     assert proc.stderr == ""
 
 
 def test_unknown_command_is_a_usage_error() -> None:
-    proc = repro("frobnicate")
+    proc = python_m_repro("frobnicate")
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "No such command 'frobnicate'" in proc.stderr
+
+
+def test_the_installed_repro_script_is_the_same_command() -> None:
+    """The console script pip writes (``repro = repro.cli:main``): output and exit status, in a process."""
+    script = Path(sysconfig.get_path("scripts")) / "repro"
+    if not script.is_file():
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"the kit is not installed here: no {script}")
+    version = subprocess.run([str(script), "--version"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert (version.returncode, version.stdout, version.stderr) == (0, f"repro, version {__version__}\n", "")
+    bad = subprocess.run([str(script), "show", "no-such-target"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == "error: unknown target 'no-such-target'\nhint: `repro list` shows the targets\n"
 
 
 # --- show --------------------------------------------------------------------------------------------------

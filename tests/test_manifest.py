@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from repro import paths
 from repro.errors import UsageError
@@ -49,16 +48,14 @@ def test_shipped_ids_are_unique() -> None:
 
 
 def test_repro_list_shows_every_shipped_id() -> None:
-    text = subprocess.run([sys.executable, "-m", "repro", "list"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    text = run_cli("list", cwd=REPO)
     assert text.returncode == 0, text.stderr
     targets, _, tables = text.stdout.partition("\n\n")
     listed = [ln.split()[0] for ln in targets.splitlines()[2:] if ln.strip() and not ln.startswith(" ")]  # citations
     assert all(ln.startswith("    ") for ln in targets.splitlines()[2:] if ln.split()[0] not in listed)  # are indented
     assert "perf-2.5-v100 " in tables  # the published tables `repro report` takes, after the targets
     assert sorted(listed) == sorted(shipped_ids())
-    as_json = subprocess.run([sys.executable, "-m", "repro", "list", "--format", "json"], cwd=REPO,
-                             capture_output=True, text=True, timeout=120)
+    as_json = run_cli("list", "--format", "json", cwd=REPO)
     assert as_json.returncode == 0, as_json.stderr
     rows = json.loads(as_json.stdout)
     assert sorted(r["id"] for r in rows) == sorted(shipped_ids())

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from parsers_helpers import P_9881, P_C1AD, PUBLISHED, T5, a100_logs
 
 from repro.errors import ParseError
@@ -25,8 +25,7 @@ PADDLE_8GPU = PUBLISHED / P_C1AD / "paddle/ResNet50V1.5/logs/V100-LOG/PaddleClas
 
 
 def repro(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_cli(*args, cwd=ROOT)
 
 
 def _shape(path: Path) -> list:

@@ -11,10 +11,10 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from repro.cli import parse_filter
 from repro.errors import InputError, UsageError
@@ -33,8 +33,7 @@ def rel(p: Path) -> str:
 
 
 def repro(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    return run_cli(*args, cwd=REPO)
 
 
 # --- torch: DLPerf NGC PyTorch on 4 nodes --------------------------------------------------------------

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from repro.spec.manifest import find_target
 from repro.verdict.report import RENDERERS, plot_report
@@ -209,7 +209,7 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
 
 
 def repro(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+    return run_cli(*args, cwd=REPO)
 
 
 def test_cli_report_and_parse() -> None:

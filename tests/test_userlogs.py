@@ -10,11 +10,10 @@ import os
 import random
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from parsers_helpers import P_C1AD, PUBLISHED
 
 from repro.verdict.reproduce import MATCH, NOT_RUN, reproduce_table, resolve_tables
@@ -142,12 +141,11 @@ def test_map_names_a_cells_log(scrambled_tree: Path) -> None:
 
 
 def test_cli_from_logs_and_map(scrambled_tree: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = [sys.executable, "-m", "repro", "report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
-    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    run = ["report", "paddle-rn50-v100", "--from-logs", str(scrambled_tree)]
+    proc = run_cli(*run, cwd=ROOT)
     assert "Verdict: 3 match, 2 not run, 1 not derivable of 6 cells." in proc.stdout
     assert proc.returncode == 7, proc.stderr  # the not-derivable 1-GPU fp16 cell fails the gate
-    bad = subprocess.run([*run, "--map", "nonsense"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    bad = run_cli(*run, "--map", "nonsense", cwd=ROOT)
     assert bad.returncode == 2 and "expected CELL=FILE" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -171,14 +169,12 @@ def test_map_of_one_cell_leaves_the_others_not_run(tmp_path: Path) -> None:
     assert one.verdict == REPRODUCED and one.logs == [str(mine)]
     assert {c.verdict for c in got.values()} == {NOT_RUN} and all(c.reproduced is None for c in got.values())
     assert all(c.detail.startswith("no --map names ngc-pytorch-rn50-v100/") for c in got.values())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = [sys.executable, "-m", "repro", "report", "ngc-pytorch-rn50-v100", "--map", f"1n1g-fp32-bs256={mine}"]
-    proc = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    run = ["report", "ngc-pytorch-rn50-v100", "--map", f"1n1g-fp32-bs256={mine}"]
+    proc = run_cli(*run, cwd=ROOT)
     assert proc.returncode == 8, proc.stdout + proc.stderr  # not run counts as unsettled
     assert f"Verdict: {len(got)} not run, 1 reproduced of {len(got) + 1} cells." in proc.stdout
     assert "--map" in proc.stdout.split("Reproduced from:")[1].splitlines()[0]
-    ok = subprocess.run([*run, "--fail-on", "slower,faster"], capture_output=True, text=True, cwd=ROOT, env=env,
-                        timeout=120)
+    ok = run_cli(*run, "--fail-on", "slower,faster", cwd=ROOT)
     assert ok.returncode == 0, ok.stdout
 
 

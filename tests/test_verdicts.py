@@ -13,13 +13,12 @@ import io
 import random
 import re
 import struct
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_helpers import run_cli
 from click.testing import CliRunner
 from junitparser import Failure, JUnitXml
 
@@ -150,8 +149,7 @@ def test_cli_exit_codes_of_the_published_tables() -> None:
     assert code == 7 and "1 not derivable" in out  # 1438.518
     assert report("perf-2.5-v100", "--fail-on", "inconclusive,not-run")[0] == 0
     assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 cell deviates from its own log
-    bad = subprocess.run([sys.executable, "-m", "repro", "report", "perf-2.5-v100", "--fail-on", "worse"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    bad = run_cli("report", "perf-2.5-v100", "--fail-on", "worse", cwd=REPO)
     assert bad.returncode == 2 and "hint: use a comma-separated list of slower, faster" in bad.stderr
     helptext = CliRunner().invoke(cli, ["report", "--help"], terminal_width=200).output
     assert "Exit status: 0 when every cell is reproduced" in helptext and "--fail-on" in helptext
@@ -159,8 +157,7 @@ def test_cli_exit_codes_of_the_published_tables() -> None:
 
 # ------------------------------------------------------------------ outputs
 def test_terminal_form_fits_120_columns_and_colours_only_on_request() -> None:
-    proc = subprocess.run([sys.executable, "-m", "repro", "report", "perf-2.5-v100"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = run_cli("report", "perf-2.5-v100", cwd=REPO)
     lines = proc.stdout.splitlines()
     assert max(map(len, lines)) <= 120 and "\x1b[" not in proc.stdout  # a pipe: no colour
     assert "- ngc-pytorch-rn50-v100: parser ngc-pytorch, protocol {skip: {from_iteration: 10}, aggregate: mean}; " \

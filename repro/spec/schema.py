@@ -6,10 +6,12 @@ node tree that PyYAML composes, and phrased for a person with a hint where one h
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
@@ -181,6 +183,39 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def _compose(text: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree and the data of a YAML text."""
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+#: The node trees of the YAML texts read lately, up to this many characters of text in all (the shipped
+#: catalog is ~270 KiB of text, ~10 MB of nodes): each table ``repro report`` resolves reads the whole
+#: catalog again, and the pure-Python parser that keeps line numbers costs ~25 ms a manifest.
+KEPT_YAML_CHARS = 512 << 10
+_kept: dict[str, tuple[yaml.Node | None, Any]] = {}
+_kept_lock = threading.Lock()
+
+
+def _compose_kept(text: str) -> tuple[yaml.Node | None, Any]:
+    """:func:`_compose`, once a text while it is kept (oldest out first); errors are raised each time."""
+    with _kept_lock:
+        hit = _kept.get(text)
+    if hit is not None:
+        return hit
+    hit = _compose(text)
+    if len(text) <= KEPT_YAML_CHARS // 8:
+        with _kept_lock:
+            while _kept and sum(map(len, _kept)) + len(text) > KEPT_YAML_CHARS:
+                del _kept[next(iter(_kept))]
+            _kept[text] = hit
+    return hit
+
+
 def read_yaml(path: Path) -> YamlDoc:
     """Parse one YAML file; syntax errors, aliases, non-text keys and duplicate keys become located
     problems; files over MAX_YAML_BYTES and anything but a regular file are refused."""
@@ -189,12 +224,8 @@ def read_yaml(path: Path) -> YamlDoc:
     except UnicodeDecodeError as e:
         raise InputError([Problem(str(path), None, "", f"cannot read: not UTF-8 text ({e.reason} at byte {e.start})")]) from None
     try:
-        loader = StrictLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        node, data = _compose_kept(text)
+        data = copy.deepcopy(data)  # a copy: what a caller does to it stays its own
     except RecursionError:
         raise InputError([Problem(str(path), None, "", "nested too deeply to read", "flatten the document")]) from None
     except yaml.YAMLError as e:
