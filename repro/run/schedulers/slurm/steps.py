@@ -131,6 +131,11 @@ class JobStep:
         try:
             self.start()
             self.follow(self.events(time.monotonic() + timeout_s))
+            if self.demux.done.is_set():  # srun's output ended: srun is on its way out, with its own status
+                try:
+                    self.proc.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
             self.stop()
             stopped = True
             assert self.reader is not None
