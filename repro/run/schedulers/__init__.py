@@ -16,12 +16,14 @@ from typing import Any
 from repro.errors import UsageError
 from repro.events import Event
 from repro.registry import Registry
+from repro.run.plan import plan_hosts
 from repro.run.schedulers.base import Scheduler
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import SETTINGS, problems
 
-SCHEDULERS: Registry[Scheduler] = Registry("scheduler", ["repro.run.schedulers.ssh", "repro.run.schedulers.slurm"])
+SCHEDULERS: Registry[Scheduler] = Registry("scheduler",
+                                            ["repro.run.schedulers.ssh", "repro.run.schedulers.slurm"])
 KEYS = tuple(SETTINGS)
 
 
@@ -32,7 +34,8 @@ def parse_spec(text: str) -> dict[str, str]:
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or key not in KEYS[1:]:
-            raise UsageError(f"--scheduler {text}: {item!r} is not KEY=VALUE with KEY one of {', '.join(KEYS[1:])}",
+            raise UsageError(f"--scheduler {text}: {item!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(KEYS[1:])}",
                              hint="e.g. --scheduler slurm:partition=debug,time=30,container=docker")
         out[key] = value
     for key, why, fix in problems({k: v for k, v in out.items() if k != "kind"}):
@@ -83,8 +86,6 @@ def scheduled_preflight(hosts: Hosts, manifest: Manifest | None, option: str | N
 def scheduled_plan(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None,
                    option: str | None) -> tuple[Hosts, str]:
     """The inventory a dry run shows and the scheduler's own text (under Slurm, what ``repro up`` submits)."""
-    from repro.run.plan import plan_hosts
-
     hosts = plan_hosts(manifest, cells, hosts_file)
     cfg = scheduler_config(hosts.scheduler, option)
     cfg.pop("_option", None)

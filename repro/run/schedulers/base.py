@@ -29,8 +29,8 @@ class Scheduler(abc.ABC):
     #: the nodes it got, and the image is made before any node is held)
     allocates: bool = False
 
-    def __init__(self, config: Mapping[str, str], manifest: Manifest | None, cells: Sequence[Cell], hosts: Hosts,
-                 progress: Callable[[Event], None] | None = None) -> None:
+    def __init__(self, config: Mapping[str, str], manifest: Manifest | None, cells: Sequence[Cell],
+                 hosts: Hosts, progress: Callable[[Event], None] | None = None) -> None:
         self.cfg, self.manifest, self.cells, self.inventory = dict(config), manifest, cells, hosts
         self.progress = progress or (lambda e: None)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from repro.nodes.preflight import run_preflight
+from repro.run.launch import launch_cell as launch_over_ssh
 from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.spec.hosts import Hosts, Node
@@ -20,12 +22,8 @@ class SshScheduler(Scheduler):
         return Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env, scheduler=hosts.scheduler)
 
     def launch_cell(self, *args: Any, **kw: Any) -> Any:
-        from repro.run.launch import launch_cell
-
-        return launch_cell(*args, **kw)
+        return launch_over_ssh(*args, **kw)
 
     def preflight(self, nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
                   dataset: Any = None) -> list[Any]:
-        from repro.nodes.preflight import run_preflight
-
         return run_preflight(nodes, accept_new_host_keys=accept_new_host_keys, dataset=dataset)

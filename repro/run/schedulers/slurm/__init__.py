@@ -1,0 +1,103 @@
+"""``slurm``: one allocation for the run, one job step per cell.
+
+``allocation``: the run's allocation (checked, submitted or found, its nodes, its facts, released).
+``render``: what is submitted, as exact text and argv (pure functions; ``repro plan`` shows them).
+``steps``: what every job step shares (srun's labelled output split by rank, a timeout, the stop), the
+preflight step and what every cell step shares; one module per kind of cell step, named in ``CELL_STEPS``
+by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers/agent.py``, on every
+node) and ``pyxisstep`` (``srun --container-image``).
+
+Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
+Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro.events import Event
+from repro.nodes.preflight import NodeReport
+from repro.run.cell import LogSink, NodeResult
+from repro.run.schedulers import SCHEDULERS
+from repro.run.schedulers.base import Scheduler
+from repro.run.schedulers.slurm.allocation import Allocation
+from repro.run.schedulers.slurm.commands import SchedulerStopped
+from repro.run.schedulers.slurm.dockerstep import AgentStep
+from repro.run.schedulers.slurm.pyxisstep import PyxisStep
+from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
+                                               render_sbatch, srun_argv, step_spec)
+from repro.run.schedulers.slurm.steps import CellJob, CellStep, PreflightStep, task_exits
+from repro.spec.hosts import Hosts, Node, placeholder_hosts
+from repro.spec.manifest import Cell, Manifest
+from repro.spec.scheduler import seconds
+
+#: the cell step of each ``container:`` setting
+CELL_STEPS: dict[str, type[CellStep]] = {"docker": AgentStep, "pyxis": PyxisStep}
+
+__all__ = ["AGENT", "CELL_STEPS", "SchedulerStopped", "SlurmScheduler", "pyxis_head", "pyxis_step",
+           "render_pyxis", "render_sbatch", "seconds", "srun_argv", "step_spec", "task_exits"]
+
+
+@SCHEDULERS.register("slurm")
+class SlurmScheduler(Scheduler):
+    allocates = True
+
+    def __init__(self, config: Mapping[str, str], manifest: Manifest, cells: Sequence[Cell], hosts: Hosts,
+                 progress: Callable[[Event], None] | None = None) -> None:
+        super().__init__(config, manifest, cells, hosts, progress)
+        self.allocation = Allocation(config, manifest, cells, hosts, self.progress)
+        self.cfg = dict(self.allocation.cfg)
+
+    @property
+    def job(self) -> str | None:
+        return self.allocation.job
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return self.allocation.steps
+
+    @property
+    def engines(self) -> bool:
+        """Whether the nodes' Docker engines run the containers (not under pyxis: enroot does, from the
+        registry)."""
+        return self.allocation.container == "docker"
+
+    def check(self, need: int, *, preflight: bool = False) -> None:
+        self.allocation.check(need, preflight=preflight)
+
+    def open(self, need: int, *, preflight: bool = False) -> Hosts:
+        return self.allocation.open(need, preflight=preflight)
+
+    def facts(self) -> dict[str, Any]:
+        return self.allocation.facts()
+
+    def close(self, interrupted: bool = False) -> None:
+        self.allocation.close(interrupted)
+
+    def preflight(self, nodes: Sequence[Node], *, dataset: Any = None, timeout: float = 120,
+                  **_: Any) -> list[NodeReport]:
+        """preflight's probe script as one job step on the allocated nodes: a report per node."""
+        step = PreflightStep(self.allocation, nodes, dataset)
+        step.run(timeout)
+        return step.reports(self.engines)
+
+    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
+                    clients: Any = None, timeout_s: float | None = None,
+                    on_event: Callable[[tuple[str, str, str]], None] | None = None, image: str | None = None,
+                    log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
+        job = CellJob(manifest, cell, hosts, log_dir, run_id, clients, timeout_s, on_event, image, log_writer)
+        return CELL_STEPS[self.allocation.container].launch(self.allocation, job)
+
+    @classmethod
+    def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,
+                  cells: Sequence[Cell]) -> tuple[Hosts, str]:
+        """The allocation's script and each cell's job step; nodes Slurm has not allocated yet are
+        stand-ins."""
+        need = max(c.nodes for c in cells)
+        stand_ins = len(hosts.nodes) < need or hosts.nodes[0].local
+        if stand_ins:
+            hosts = dataclasses.replace(hosts, nodes=placeholder_hosts(need).nodes)
+        return hosts, render_plan_slurm(cfg, manifest, hosts, cells, stand_ins=stand_ins)

@@ -1,0 +1,210 @@
+"""What the kit submits to Slurm, as text and argv, from the target and the nodes: pure functions.
+
+The allocation's batch script (``render_sbatch``), a docker-mode cell's job step (``srun_argv`` running the
+agent, ``step_spec`` on its stdin), the preflight job step (``preflight_argv``), a pyxis cell's job step
+(``pyxis_step``) and the batch script that runs one on its own (``render_pyxis``), and what ``repro plan``
+shows of them all (``render_plan_slurm``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro import labels
+from repro.errors import UsageError
+from repro.redact import redact_argv, redact_text
+from repro.run.launchers.base import fill
+from repro.run.plan import docker_run_flags, plan_cell
+from repro.run.schedulers import KEYS
+from repro.spec.hosts import Hosts
+from repro.spec.manifest import Cell, Manifest
+from repro.spec.scheduler import SETTINGS, problems
+
+#: the job-step agent, run on every node of a docker-mode step as ``python3 -c``
+AGENT = Path(__file__).parent.parent / "agent.py"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HOLD = ("# repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)\n"
+        "exec sleep 2147483647")
+
+
+def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOLD, *, per_node: int = 1,
+                  output: str = "/dev/null") -> str:
+    """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
+    lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive", "#SBATCH --no-requeue"]
+    bad = problems({k: v for k, v in cfg.items() if k in SETTINGS})
+    if bad:  # every caller checked already; a value that could add a line or an option never reaches a script
+        raise UsageError(f"scheduler {bad[0][0]}: {bad[0][1]}", hint=bad[0][2])
+    lines += [f"#SBATCH {s.sbatch}={cfg[key]}" for key, s in SETTINGS.items() if s.sbatch and cfg.get(key)]
+    lines += [f"#SBATCH --output={output}", body]
+    return "\n".join(lines) + "\n"
+
+
+def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
+    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
+            "--kill-on-bad-exit=1", f"--job-name={step}", "--", "python3", "-c",
+            AGENT.read_text(encoding="utf-8")]
+
+
+#: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the
+#: node's sh without the DOCKER_HOST srun exports from where the kit runs (a job step uses its node's engine).
+PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c",
+                  'printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; exec sh -s']
+
+
+def preflight_argv(job: str, nodes: Sequence[str]) -> list[str]:
+    """The job step that runs preflight's probe script once on each node, output labelled by task."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
+            "--job-name=repro-preflight", "--", *PREFLIGHT_STEP]
+
+
+def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
+              files: Mapping[str, tuple[bytes, int]], ssh_port: int | None) -> dict[str, Any]:
+    """What the agent on each node does: the docker create flags (the plan's container options, InfiniBand
+    devices included), files, the ports to wait for."""
+    workers = [p.command.node.rendezvous for p in plans if p.command.role == "mpi-sshd"]
+    ranks = []
+    for p in plans:
+        c = p.command
+        tags = {**p.container["labels"], labels.RUN: run_id}
+        flags = [f"--label={k}={v}" for k, v in sorted(tags.items())] + docker_run_flags(p.container)
+        mpi = c.role.startswith("mpi")
+        mine = {path: (data.decode(), mode) for path, (data, mode) in files.items()} if mpi else {}
+        mine.update({path: (text, 0o644) for path, text in c.files.items()})
+        ranks.append({"node": c.node.name, "role": c.role, "name": f"repro-{run_id}-{cell.key}-rank{c.rank}",
+                      "create": [*flags, image, *c.command], "files": mine,
+                      "wait_for": [[a, ssh_port] for a in workers] if c.role == "mpi-head" else []})
+    return {"ranks": ranks, "ready_s": 60}
+
+
+def pyxis_uri(image: str) -> str:
+    """An image reference as pyxis/enroot name it: ``REGISTRY#PATH`` where the registry is named."""
+    registry, _, path = image.partition("/")
+    return f"{registry}#{path}" if "." in registry or ":" in registry else image
+
+
+def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
+               conf: str) -> tuple[list[str], dict[str, str], str | None]:
+    """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the
+    environment srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
+    ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=pmix`` starts one
+    task per rank, no sshd, as NVIDIA's recipes do). The image by digest from its registry, the manifest's
+    mounts and workdir; every task's output labelled with its rank."""
+    first = plans[0]
+    volumes = first.container.get("volumes", {})
+    for src, m in volumes.items():
+        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
+            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts "
+                             "separates entries with ',' and fields with ':', and escapes neither",
+                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose "
+                                  "path has no ',' or ':', e.g. a link to it")
+    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
+                      for src, m in volumes.items())
+    env = dict(first.container["environment"])
+    bad_env = sorted(k for k in env if not ENV_NAME.match(k))
+    if bad_env:
+        raise UsageError(f"environment name {bad_env[0]!r} cannot go to pyxis: --container-env is a "
+                         "comma-separated list of names",
+                         hint="name environment variables with letters, digits and '_' only")
+    opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home"]
+    opts += [f"--container-mounts={mounts}"] if mounts else []
+    if "working_dir" in first.container:
+        opts.append(f"--container-workdir={first.container['working_dir']}")
+    if env:
+        opts.append(f"--container-env={','.join(sorted(env))}")
+    if manifest.launch.kind == "mpi":
+        per_node = pyxis_tasks_per_node(manifest, cell)
+        argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}",
+                 f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *opts, "--",
+                 *argv], env, None)
+    for p in plans:
+        bad = next((t for t in p.command.command if any(c in t for c in "\n\r\0")), None)
+        if bad is not None:
+            raise UsageError(f"rank {p.command.rank}'s command holds a line break or NUL in {bad!r}: a "
+                             "--multi-prog file takes one line per rank",
+                             hint="remove line breaks from launch.command and args")
+    text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
+    return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
+             *opts, "--multi-prog", conf], env, text)
+
+
+def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
+    """Tasks per node of a pyxis cell: one per rank for MPI targets (srun starts them), else one launcher
+    per node."""
+    if manifest.launch.kind == "mpi" and manifest.launch.mpi.get("slots", "gpus_per_node") == "gpus_per_node":
+        return cell.gpus_per_node
+    return 1
+
+
+def pyxis_head(job: str, nodes: Sequence[str], step: str) -> list[str]:
+    """srun's options for a pyxis cell as a job step of the run's allocation."""
+    return ["srun", f"--jobid={job}", f"--nodelist={','.join(nodes)}", "--overlap", "--kill-on-bad-exit=1",
+            f"--job-name={step}"]
+
+
+def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
+                 cfg: Mapping[str, str]) -> str:
+    """A batch script that runs one cell under pyxis/enroot on its own (exact text; pyxis is not installable
+    here): the same job step ``repro up`` starts in its allocation, after the env it passes."""
+    argv, env, conf = pyxis_step(manifest, cell, plans, image, ["srun"], "repro-multi-prog.conf")
+    body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    if conf is not None:
+        body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf.rstrip("\n"), "REPRO_EOF"]
+    body.append(shlex.join(argv))
+    per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
+    return render_sbatch(cfg, f"repro-{manifest.id}-{cell.key}", cell.nodes, "\n".join(body),
+                         per_node=per_node, output=f"repro-{manifest.id}-{cell.key}-%j.out")
+
+
+def render_plan_slurm(cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
+                      stand_ins: bool = False) -> str:
+    """What ``repro up`` submits under Slurm, from the functions that render it there: the allocation's batch
+    script, then each cell's job step (``JOBID``: the allocation's id, known once submitted)."""
+    need = max(c.nodes for c in cells)
+    pyxis = cfg.get("container") == "pyxis"
+    settings = ", ".join(f"{k} {cfg[k]}" for k in KEYS[1:] if cfg.get(k))
+    lines = ["", "slurm: " + settings if len(cfg) > 1 else "slurm",
+             "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):"]
+    if stand_ins:
+        lines.insert(2, f"nodes: node1..node{need} stand for the nodes Slurm allocates; `repro up` renders "
+                        "every cell with their names and addresses")
+    per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if pyxis else 1
+    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need,
+                                                              per_node=per_node).splitlines()]
+    image = manifest.image_reference
+    if pyxis and "build" in manifest.image:
+        image = f"REGISTRY/{image}@DIGEST"
+        lines.append(f"image: {image} (pyxis pulls the image pushed with --push REGISTRY, by digest)")
+    for cell in cells:
+        plans = plan_cell(manifest, cell, hosts)
+        names = [p.command.node.name for p in plans]
+        lines += ["", f"cell {cell.key}: job step"]
+        if pyxis:
+            head = pyxis_head("JOBID", names, f"repro-{cell.key}")
+            argv, env, conf = pyxis_step(manifest, cell, plans, image, head,
+                                         "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf")
+            lines += [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
+            lines.append(f"  $ {shlex.join(redact_argv(argv))}")
+            if conf is not None:
+                lines.append("  multi-prog.conf:")
+                lines += [f"    {redact_text(ln)}" for ln in conf.splitlines()]
+            continue
+        lines.append(f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
+                     "<repro/run/schedulers/agent.py> < SPEC")
+        spec = step_spec(plans, "RUN", cell, image, {}, None)
+        for rank in spec["ranks"]:
+            lines.append(f"  task {spec['ranks'].index(rank)} on {rank['node']}: docker create --name "
+                         f"{rank['name']} {shlex.join(redact_argv(rank['create']))}")
+    return "\n".join(lines) + "\n"
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: redact_argv([f"{k}={v}"])[0].partition("=")[2] for k, v in env.items()}
