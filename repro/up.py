@@ -203,8 +203,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
         progress(Event("step", "the image, before the allocation"))
         prepare(manifest, Hosts((), hosts.path, hosts.data, hosts.env), opts.images, progress=progress)
-    used = sched.open(need)
-    try:
+    try:  # open inside: a signal while Slurm has not yet given the nodes still cancels the submitted job
+        used = sched.open(need)
         return _up(manifest, cells, used, run, sched, opts, progress, started,
                    record=used if sched.allocates else hosts)
     except KeyboardInterrupt:
