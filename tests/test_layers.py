@@ -24,7 +24,7 @@ def module_name(path: Path) -> str:
 
 
 def stage(module: str) -> str:
-    if module in TOP:
+    if module in TOP or module.startswith("repro.cli."):
         return "top"
     part = module.split(".")[1] if module.count(".") else "base"
     return part if part in STAGES else "base"

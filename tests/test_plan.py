@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from repro.cli import parse_filter
+from repro.cli.common import parse_filter
 from repro.errors import InputError, UsageError
 from repro.spec.hosts import load_hosts, local_hosts
 from repro.run.launchers.mpi import session_environment

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from repro.cli import stop_as_interrupt
+from repro.cli.common import stop_as_interrupt
 
 
 @pytest.fixture

@@ -1,0 +1,417 @@
+"""The verbs that read targets, logs and runs: list, show, validate, plan, parse, report, audit, diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from repro.errors import UsageError
+from repro.verdict.rules import EXIT_HELP, FAIL_ON
+
+
+from repro.cli.common import (
+    cells_option,
+    echo,
+    format_option,
+    hosts_option,
+    parse_filter,
+    reports_errors,
+    scheduler_option,
+)
+
+
+@click.command("list")
+@format_option("json")
+@click.option("--wide", is_flag=True, help="one line a target, however wide (default: fit 120 columns)")
+@reports_errors
+def list_targets(fmt: str, wide: bool) -> None:
+    """List the shipped targets and the publication each reproduces."""
+    from repro.spec.manifest import load_catalog, manifest_files
+
+    catalog = load_catalog(manifest_files())
+    rows = [
+        {
+            "id": m.id,
+            "framework": m.framework,
+            "cells": len(m.cells()),
+            "tables": ", ".join(t.id for t in m.published) or "-",
+            "published": ", ".join(
+                f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
+                f"{t.cite['path']}"
+                for t in m.published
+            )
+            or "(none: measures only)",
+        }
+        for m in catalog.values()
+    ]
+    if fmt == "json":
+        echo(json.dumps(rows, indent=2))
+    else:
+        from tabulate import tabulate
+
+        if wide:
+            echo(tabulate(rows, headers="keys", tablefmt="simple"))
+        else:  # a target a line, its citations indented under it: 120 columns
+            from repro.fit import fit_line
+
+            w = max(len(r["id"]) for r in rows) + 2
+            echo(f"{'id':<{w}}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
+            echo(f"{'-' * (w - 2)}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
+            for r in rows:
+                echo(fit_line(f"{r['id']:<{w}}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
+                for cite in r["published"].split(", "):
+                    echo(fit_line(f"    {cite}"))
+        tables: dict[str, list[str]] = {}
+        for m in catalog.values():
+            for t in m.published:
+                tables.setdefault(t.id, []).append(m.id)
+        echo(
+            "\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one "
+            "column):"
+        )
+        import textwrap
+
+        room = 120 - 2 - max(map(len, tables), default=0)
+
+        def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
+            return (
+                ", ".join(ids)
+                if wide
+                else "\n".join(textwrap.wrap(", ".join(ids), room, break_on_hyphens=False))
+            )
+
+        echo(
+            tabulate(
+                [{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
+                headers="keys",
+                tablefmt="simple",
+            )
+        )
+
+
+@click.command()
+@click.argument("target")
+@format_option("yaml", "json")
+@click.option("--wide", is_flag=True, help="one line a fact, however wide (default: fit 120 columns)")
+@reports_errors
+def show(target: str, fmt: str, wide: bool) -> None:
+    """Show one target: pins, launch, matrix, protocol and published tables."""
+    from repro.spec.manifest import find_target
+    from repro.spec.describe import describe_manifest
+
+    from repro.redact import redact_document
+
+    m = find_target(target)
+    data = redact_document(m.data)[0]
+    if fmt == "json":
+        echo(json.dumps(data, indent=2))
+    elif fmt == "yaml":
+        import yaml
+
+        echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        from repro.fit import fit_text
+
+        text = describe_manifest(m)
+        echo(text if wide else fit_text(text), nl=False)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@reports_errors
+def validate(paths: tuple[Path, ...]) -> None:
+    """Validate manifests, hosts files or directories of them (default: every shipped manifest)."""
+    from repro.spec.manifest import validate_files
+
+    for path, what in validate_files(list(paths)):
+        echo(f"ok {path} ({what})")
+
+
+@click.command()
+@click.argument("target")
+@hosts_option()
+@cells_option
+@click.option("--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset")
+@click.option(
+    "--all",
+    "all_ranks",
+    is_flag=True,
+    help="every rank of every cell (default: a cell of more than 16 ranks shows its first two "
+    "and its last, and counts the rest)",
+)
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="one line a command, however wide (default: fit 120 columns, commands "
+    "split with a shell line continuation)",
+)
+@scheduler_option
+@reports_errors
+def plan(
+    target: str,
+    hosts_file: Path | None,
+    cell_filters: tuple[str, ...],
+    synthetic: bool,
+    all_ranks: bool,
+    wide: bool,
+    scheduler: str | None,
+) -> None:
+    """Dry run: image, container options and exact command for every cell and node (without --hosts:
+    placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
+    from repro.spec.manifest import find_target
+    from repro.spec.manifest import synthetic as synthetic_variant
+    from repro.run.plan import plan_chunks, select_cells
+    from repro.run.schedulers import scheduled_plan
+
+    m = find_target(target)
+    m = synthetic_variant(m) if synthetic else m
+    cells = select_cells(m, [parse_filter(f) for f in cell_filters])
+    if not cells:
+        raise UsageError(
+            f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells"
+        )
+    from repro.fit import fit_text
+
+    hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
+    for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks):
+        echo(chunk if wide else fit_text(chunk), nl=False)
+    echo(slurm_text, nl=False)  # a batch script stays exact
+
+
+@click.command()
+@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--parser", "parser_name", help="log format (default: detected from the head of each file)")
+@click.option("--skip-records", type=click.IntRange(min=0), help="drop the first N throughput records")
+@click.option("--from-iteration", type=click.IntRange(min=0), help="keep records from iteration K on")
+@click.option("--window", type=click.IntRange(min=1), help="then keep at most N records")
+@click.option(
+    "--aggregate",
+    type=click.Choice(["mean", "median", "harmonic", "summary"]),
+    default="mean",
+    show_default=True,
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    help="GPU count of the run; multiplies per-GPU figures (PaddleClas rank-0 logs)",
+)
+@format_option("json", "jsonl", help="json: a list with one object a log; jsonl: one object a line")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="worker processes for several logs (default: one per CPU this process may use)",
+)
+@reports_errors
+def parse(
+    logs: tuple[Path, ...],
+    parser_name: str | None,
+    skip_records: int | None,
+    from_iteration: int | None,
+    window: int | None,
+    aggregate: str,
+    gpus: int | None,
+    fmt: str,
+    jobs: int | None,
+) -> None:
+    """Apply one measurement protocol to each log file given."""
+    from repro.verdict.report import render_parse_text
+    from repro.verdict.reproduce import parse_logs
+
+    if skip_records is not None and from_iteration is not None:
+        raise UsageError("give --skip-records or --from-iteration, not both")
+    protocol = {
+        "skip_records": skip_records,
+        "from_iteration": from_iteration,
+        "window": window,
+        "aggregate": aggregate,
+        "gpus": gpus,
+    }
+    failed = []  # each log's result is printed as it comes: memory stays flat
+    found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)
+    for i, (log, out) in enumerate(zip(logs, found)):
+        if problem := _no_figure(log, out):
+            failed.append(problem)
+        if fmt == "text":
+            if "error" not in out:
+                echo(render_parse_text(out))
+            elif len(logs) > 1:
+                echo(f"{log}: error: {out['error']}")
+        elif fmt == "jsonl":
+            echo(json.dumps(out))
+        else:
+            echo(("[\n" if i == 0 else ",\n") + json.dumps(out, indent=2), nl=False)
+    if fmt == "json":
+        echo("\n]")
+    if len(logs) == 1 and failed:
+        raise UsageError(failed[0])
+    if failed:
+        raise UsageError(f"{len(failed)} of {len(logs)} logs gave no figure:\n  " + "\n  ".join(failed))
+
+
+def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
+    """Why ``repro parse`` got no figure from a log (an error, no usable run), or None."""
+    if "error" in out:
+        return out["error"] if out["error"].startswith(str(log)) else f"{log}: {out['error']}"
+    if not any(r["throughput"] is not None for r in out["results"]):
+        return f"{log}: no figure: {'; '.join(out['issues']) or 'no throughput records'}"
+    return None
+
+
+@click.command(epilog=EXIT_HELP)
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--published", "table_id", help="which published table of the target (default: its first)")
+@click.option(
+    "--from-logs",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="a directory of your logs (or a repro up run directory) instead of the bundled published logs; "
+    "each log goes to the cell its content fits",
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="CELL=FILE",
+    help="use FILE for CELL ([TARGET/]NnMg-PRECISION-bsB, as the report's detail names it); repeatable",
+)
+@format_option(
+    "md",
+    "csv",
+    "json",
+    "junit",
+    "html",
+    show_default=True,
+    help="text fits 120 columns (colour on a terminal); md is full width; csv and json "
+    "are tidy records; junit is one testcase per cell; html is one self-contained page",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write the chart in the format its extension names: .png, .svg or .pdf",
+)
+@click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
+@reports_errors
+def report(
+    targets: tuple[str, ...],
+    table_id: str | None,
+    from_logs: Path | None,
+    maps: tuple[str, ...],
+    fmt: str,
+    plot: Path | None,
+    fail_on: str | None,
+) -> None:
+    """Compare published tables with logs: re-derivation from the publication's own logs, or a new run
+    (your logs, a run directory) judged with its repeats' own variance.
+
+    TARGETS are target ids, or the id of a published table several targets share
+    (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
+    or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
+    """
+    from repro.record.archive import is_run_path, opened_run
+    from repro.verdict.report import (
+        RENDERERS,
+        plot_format,
+        plot_report,
+        render_html,
+        render_junit,
+        render_text,
+    )
+    from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
+    from repro.measure.userlogs import check_maps, parse_maps, scan_logs
+    from repro.verdict.rules import exit_code, parse_fail_on
+
+    failing = parse_fail_on(fail_on)
+    plot_fmt = plot_format(plot) if plot else None
+    if plot and plot_fmt is None:
+        raise UsageError(
+            f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
+            hint="end the file name with .png, .svg or .pdf",
+        )
+    mapped = parse_maps(maps)
+    environment: list[Any] = []
+    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
+        with opened_run(Path(targets[0])) as run:
+            results = [reproduce_run(run.path, table_id, source=targets[0])]
+            if fmt == "html":
+                environment = _run_environment(run, results[0].manifest)
+    else:
+        tables = resolve_tables(targets, table_id)
+        check_maps(mapped, tables)
+        tree = scan_logs(from_logs) if from_logs else None  # read once for every table
+        results = [reproduce_table(m, t, tree, mapped) for m, t in tables]
+    if fmt == "text":
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        echo(render_text(results, colour=colour), nl=False, color=colour)
+    elif fmt == "junit":
+        echo(render_junit(results, failing), nl=False)
+    elif fmt == "html":
+        echo(render_html(results, environment=environment, fail_on=failing), nl=False, raw=True)
+    else:
+        echo(RENDERERS[fmt](results), nl=False)
+    if plot:
+        try:
+            plot_report(results, plot, plot_fmt or "png")
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path"
+            ) from None
+        except (ValueError, RuntimeError) as e:  # what matplotlib raises for what it cannot draw
+            raise UsageError(f"cannot draw the chart: {e}") from None
+        echo(f"plot written to {plot}", err=True)
+    sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
+
+
+def _run_environment(run: Any, manifest: Any) -> list[Any]:
+    """A run's environment against its publication's, from its provenance record (none: empty)."""
+    from repro.record.audit import environment_checks
+    from repro.errors import ProvenanceError
+    from repro.record.provenance import load_record
+
+    try:
+        return environment_checks(load_record(run.file("provenance.json")), manifest)
+    except ProvenanceError:
+        return []
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--against", "target", help="compare with this target's current manifest (default: the run's own)"
+)
+@format_option("json")
+@reports_errors
+def audit(run: Path, target: str | None, fmt: str) -> None:
+    """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on drift/tampering)."""
+    import dataclasses
+
+    from repro.record.audit import audit as audit_run, failing, render
+    from repro.errors import ProvenanceError
+
+    checks = audit_run(run, target)
+    echo(
+        json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
+        nl=fmt == "json",
+    )
+    bad = failing(checks)
+    if bad:
+        raise ProvenanceError(
+            f"{len(bad)} check(s) failed: " + "; ".join(f"{c.item} {c.status}" for c in bad[:5]),
+            hint="the table above says what differs from what was recorded or expected",
+        )
+
+
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@reports_errors
+def diff(a: str, b: str) -> None:
+    """Two runs (directories or archives), or a run and a target's publication, side by side."""
+    from repro.record.diff import diff as diff_runs
+
+    echo(diff_runs(a, b), nl=False)
