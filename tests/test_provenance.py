@@ -198,7 +198,7 @@ def test_intoto_statement_is_slsa_v1(sealed: RunDir) -> None:
     assert provenance.statement_problems(st) == []
     subjects = {s["name"]: s["digest"]["sha256"] for s in st["subject"]}
     assert {"report.json", "cells/1n1g-fp32-bs256/r1/0-node0.log"} <= set(subjects)
-    from repro.run.rundir import sha256_file
+    from repro.digest import sha256_file
 
     assert all(sha256_file(sealed.path / n) == d for n, d in subjects.items())
     bd = st["predicate"]["buildDefinition"]

@@ -18,6 +18,7 @@ from typing import Any
 import docker
 
 from repro.images import lock
+from repro.digest import sha256_file
 from repro.errors import UsageError
 from repro.spec.hosts import Hosts
 from repro.images import registry
@@ -185,7 +186,7 @@ def bundle_files(manifest: Manifest, progress: Progress = ignore, cache: Path | 
     from repro.images import rdma
 
     path = rdma.fetch_bundle(manifest, cache, progress)
-    digest = rdma.verify_bundle(manifest, path, manifest.rdma.sha256 or rdma.file_sha256(path))
+    digest = rdma.verify_bundle(manifest, path, manifest.rdma.sha256 or sha256_file(path))
     progress(Event("info", f"{path.name}: sha256 {digest}"))
     return {rdma.bundle_name(manifest): digest}
 

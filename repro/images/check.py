@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repro.digest import sha256_file
 from repro.errors import BuildError, ReproError
 from repro.images import deps, lock
 from repro.images import rdma as rdma_layer
@@ -271,7 +272,7 @@ def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
     if rdma_layer.bundle_distro(top) != os_:
         fail("rdma", f"{bundle} holds {top}, not a build for {os_}")
     if expected:
-        got = rdma_layer.file_sha256(bundle)
+        got = sha256_file(bundle)
         if got != expected:
             source = "rdma.sha256" if rdma.sha256 else f"the lock {lock.lock_path(manifest).name}"
             fail("checksum", f"{bundle}: sha256 {got}, {source} has {expected}")

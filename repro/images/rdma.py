@@ -12,7 +12,6 @@ something, the stack is checked inside the image and its versions recorded.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import docker
 
+from repro.digest import sha256_file
 from repro.errors import BuildError, EnvironmentUnavailable, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images.apt import dist_apt_install
@@ -107,14 +107,6 @@ def render_rdma_layer(manifest: Manifest, base: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def tarball_top(path: Path) -> str:
     """The name of the one top directory of a bundle tarball (BuildError when it has none)."""
     try:
@@ -156,7 +148,7 @@ def verify_bundle(manifest: Manifest, path: Path, expected: str) -> str:
         raise BuildError(f"{manifest.id}: no checksum to verify {path.name} against",
                          hint="run `repro lock TARGET` to record the bundle's sha256 (or set rdma.sha256 to the "
                               "publisher's checksum)")
-    got = file_sha256(path)
+    got = sha256_file(path)
     if got != expected:
         raise BuildError(f"{path}: sha256 {got}, but {expected} was recorded for {path.name}",
                          hint="the file in the cache is not the verified bundle; remove it and fetch it again")

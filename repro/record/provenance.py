@@ -19,12 +19,13 @@ from typing import Any
 
 
 from repro import __version__, paths
+from repro.digest import sha256_file
 from repro.errors import ProvenanceError
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 from repro.nodes.facts import Probe, fail, ok
 from repro.redact import redact_argv, redact_env
-from repro.run.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir, sha256_file
+from repro.run.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir
 from repro.spec.schema import load_schema, strict_validator_class
 
 SCHEMA = "provenance.v1"

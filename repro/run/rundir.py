@@ -20,7 +20,6 @@ writes, logs included, by a :class:`Redactor` that lives only in memory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -35,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from repro.digest import sha256_file as sha256_file  # kept importable from here (record/)
 from repro.errors import ProvenanceError, UsageError
 from repro.redact import Redactor, redact_document, redact_env
 from repro.spec.hosts import Hosts
@@ -81,14 +81,6 @@ def parse_cell_key(key: str) -> Cell:
     if not m:
         raise UsageError(f"not a cell key: {key!r}", hint="cell keys read like 1n8g-fp32-bs256")
     return Cell(int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4)))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def atomic_write(path: Path, data: bytes) -> None:
