@@ -27,7 +27,6 @@ from typing import Any
 import docker
 
 from repro import __version__, paths
-from repro.labels import probe_labels
 from repro.errors import BuildError, ReproError, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images import deps, lock
@@ -37,6 +36,7 @@ from repro.images.registry import DISK_HINT, classify, local_image
 from repro.images.source import Mirrors, prepare_source
 from repro.images.sshd import render_sshd_layer
 from repro.spec.manifest import Manifest
+from repro.throwaway import throwaway
 
 log = logging.getLogger(__name__)
 
@@ -391,14 +391,12 @@ def _failed(error: str, step: str, tail: collections.deque[str], logfile: Path) 
 
 def check_no_ca(client: docker.DockerClient, image_id: str, run_id: str | None = None) -> None:
     """The CA bundle given to the build must not be in the final image."""
-    container = client.containers.create(image_id, ["true"], entrypoint=[], network_mode="none",
-                                         labels=probe_labels("ca", run_id))
-    try:
-        container.get_archive(CA_IMAGE_PATH)
-    except docker.errors.NotFound:
-        return
-    finally:
-        container.remove(force=True)
+    with throwaway(client, image_id, ["true"], probe="ca", run_id=run_id, entrypoint=[],
+                   network_mode="none") as container:
+        try:
+            container.get_archive(CA_IMAGE_PATH)
+        except docker.errors.NotFound:
+            return
     raise BuildError(f"the build's CA bundle ({CA_IMAGE_PATH}) is in the final image",
                      hint="copy it only in an earlier build stage, never in the last one "
                           "(as dockerfiles/cpu-torch does)")

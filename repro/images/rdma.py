@@ -28,6 +28,7 @@ from repro.errors import BuildError, EnvironmentUnavailable, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images.apt import dist_apt_install
 from repro.spec.manifest import Manifest, Rdma
+from repro.throwaway import throwaway
 
 log = logging.getLogger(__name__)
 
@@ -214,16 +215,11 @@ def parse_probe(kind: str, output: str) -> dict[str, str]:
 
 def verify(client: docker.DockerClient, image: str, rdma: Rdma, run_id: str | None = None) -> dict[str, str]:
     """Run the probe in a throwaway container of ``image``; the versions of its RDMA user space."""
-    from repro.labels import probe_labels
-
-    container = client.containers.create(image, ["sh", "-c", _probe_script(rdma.strategy)], entrypoint=[],
-                                         network_mode="none", labels=probe_labels("ofed", run_id))
-    try:
+    with throwaway(client, image, ["sh", "-c", _probe_script(rdma.strategy)], probe="ofed", run_id=run_id,
+                   entrypoint=[], network_mode="none") as container:
         container.start()
         result = container.wait(timeout=120)
         output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-    finally:
-        container.remove(force=True)
     if result.get("StatusCode", 1) != 0:
         raise BuildError(f"OFED check failed (exit {result.get('StatusCode')}): {output.strip()[-400:]}")
     versions = parse_probe(rdma.strategy, output)

@@ -17,7 +17,6 @@ reason says why.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from repro import paths
+from repro.throwaway import throwaway
 
-log = logging.getLogger(__name__)
 
 Probe = dict[str, Any]
 Sections = Mapping[str, tuple[str, int]]  # section name -> (output, exit status)
@@ -415,7 +414,10 @@ def _cpu(sec: Sections) -> Probe:
     lscpu = sec.get("lscpu")
     if lscpu and lscpu[1] == 0:
         kv = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lscpu[0].splitlines())}
-        num = lambda k: int(kv[k]) if kv.get(k, "").isdigit() else None
+
+        def num(k: str) -> int | None:
+            return int(kv[k]) if kv.get(k, "").isdigit() else None
+
         return ok({"model": kv.get("Model name"), "sockets": num("Socket(s)"),
                    "cores_per_socket": num("Core(s) per socket"),
                    "threads_per_core": num("Thread(s) per core"), "logical_cpus": num("CPU(s)")})
@@ -449,29 +451,21 @@ def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), tim
                     run_id: str | None = None, **run_kwargs: Any) -> Probe:
     """Run the probe script in a fresh container of ``image`` (no network); its JSON document. The container
     carries the run's id (``run_id``), so that ``repro clean`` finds it after a crash."""
-    from repro.labels import probe_labels
-
     script = probe_script()
     if not script.is_file():
         return fail(f"probe script {script} is missing from this installation")
     argv = [script.read_text(encoding="utf-8"), *[a for src in sources for a in ("--source", src)],
             "--timeout", str(max(30, timeout_s // 2))]
-    kwargs = {"network_mode": "none", "labels": probe_labels("container", run_id), **run_kwargs}
-    container = None
+    kwargs = {"network_mode": "none", **run_kwargs}
     try:
-        container = client.containers.create(image, argv, entrypoint=["sh", "-c", _LAUNCH], **kwargs)
-        container.start()
-        status = container.wait(timeout=timeout_s)
-        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        with throwaway(client, image, argv, probe="container", run_id=run_id, entrypoint=["sh", "-c", _LAUNCH],
+                       **kwargs) as container:
+            container.start()
+            status = container.wait(timeout=timeout_s)
+            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     except Exception as e:  # noqa: BLE001 - docker errors, timeouts: a reason, not a crash
         return fail(f"container probe of {image}: {type(e).__name__}: {e}")
-    finally:
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except Exception as e:  # noqa: BLE001
-                log.warning("could not remove probe container %s: %s", container.id[:12], e)
     start = stdout.find("{\n")
     try:
         return ok(json.loads(stdout[start:])) if start >= 0 else fail(

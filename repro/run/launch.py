@@ -36,6 +36,7 @@ from repro.run.launchers.mpi import SESSION_ENV, session_environment
 from repro.spec.manifest import Cell, Manifest
 from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult, mpi_files, now
 from repro.run.plan import NodePlan, plan_cell
+from repro.throwaway import throwaway
 
 log = logging.getLogger(__name__)
 
@@ -187,25 +188,18 @@ class CellRun:
         plan = self.plans[0]
         node = plan.command.node.name
         opts = _sdk_options(plan.container)
-        opts["labels"] = {**opts["labels"], **labels.probe_labels("rdma", self.run_id)}
-        container = None
         try:
-            container = self.clients[node].containers.create(self.image, list(RDMA_CHECK), detach=True, **opts)
-            container.start()
-            code = int(container.wait(timeout=RDMA_CHECK_TIMEOUT_S).get("StatusCode", -1))
-            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            with throwaway(self.clients[node], self.image, RDMA_CHECK, probe="rdma", run_id=self.run_id,
+                           detach=True, **opts) as container:
+                container.start()
+                code = int(container.wait(timeout=RDMA_CHECK_TIMEOUT_S).get("StatusCode", -1))
+                output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
             problem = rdma_check_problem(code, output)
         except docker.errors.DockerException as e:
             text = getattr(e, "explanation", None) or str(e)
             problem = f"the RDMA check container did not run: {text}" + _start_hint(str(e))
         except Exception as e:  # noqa: BLE001 - a timeout or a dropped node: the check did not pass
             problem = f"the RDMA check did not finish: {type(e).__name__}: {e}"
-        finally:
-            if container is not None:
-                try:
-                    container.remove(force=True)
-                except Exception as e:  # noqa: BLE001
-                    log.warning("could not remove the RDMA check container %s: %s", container.id[:12], e)
         if problem:
             raise EnvironmentUnavailable(f"cell {self.cell.key}: RDMA is not usable in the container on {node}: "
                                          f"{problem}", hint=_rdma_hint(self.manifest.rdma_strategy))

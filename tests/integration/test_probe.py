@@ -193,6 +193,27 @@ def test_probe_fails_soft_without_python(engine: Any, cluster: dict) -> None:
     assert bare["value"] is None and "no python3 or python" in bare["reason"]
 
 
+@pytest.mark.docker
+def test_a_throwaway_container_is_labelled_and_removed_however_its_block_ends(engine: Any, cluster: dict) -> None:
+    import docker
+
+    from repro.throwaway import throwaway
+
+    run_id = "20261126T000000Z-throwaway-0a1b2c"
+    with pytest.raises(RuntimeError):
+        with throwaway(engine, cluster["base_image_local"], ["true"], probe="test", run_id=run_id,
+                       labels={"keep": "me"}, network_mode="none") as c:
+            seen = engine.containers.get(c.id).labels
+            raise RuntimeError("the job failed")
+    assert {k: seen[k] for k in ("keep", "repro.probe", "repro.run")} == {
+        "keep": "me", "repro.probe": "test", "repro.run": run_id}
+    with pytest.raises(docker.errors.NotFound):
+        engine.containers.get(c.id)
+    with throwaway(engine, cluster["base_image_local"], ["true"], probe="test") as c:
+        c.remove(force=True)  # gone before its block ends: the removal's failure is logged, not raised
+    assert engine.containers.list(all=True, filters={"label": f"repro.run={run_id}"}) == []
+
+
 # ------------------------------------------------------------------ host probe
 @pytest.mark.ssh
 def test_host_probe_on_the_namespace_nodes(cluster: dict, monkeypatch: pytest.MonkeyPatch) -> None:
