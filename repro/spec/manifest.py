@@ -12,7 +12,6 @@ import difflib
 import hashlib
 import itertools
 import json
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,37 +19,11 @@ from typing import Any
 
 from repro import paths
 from repro.errors import InputError, Problem, UsageError
+from repro.spec import checks
 from repro.spec.schema import YamlDoc, read_yaml, validate
 
-#: Placeholders a launch command may use; each is filled per cell and node.
-PLACEHOLDERS = {
-    "batch_size": "per-GPU batch size of the cell",
-    "global_batch_size": "batch_size x total GPUs",
-    "gpus_per_node": "GPUs used on each node",
-    "gpus": "total GPUs of the cell (nodes x gpus_per_node)",
-    "gpu_list": "0,1,...,gpus_per_node-1",
-    "nnodes": "number of nodes of the cell",
-    "node_rank": "this node's rank, 0 on the master",
-    "master_addr": "address of the rank-0 node",
-    "master_port": "launch.master_port",
-    "hosts": "comma-separated node addresses, rank order",
-    "host_ports": "comma-separated address:master_port of every node, rank order",
-    "worker_hosts": "comma-separated address:master_port of every node (TensorFlow worker tasks)",
-    "ps_hosts": "comma-separated address:master_port+1 of the nodes that run a parameter server "
-                "(launch.parameter_servers; by default every node)",
-    "job_name": "ps or worker (launch kind tf-ps renders the command once as each); worker elsewhere",
-    "task_index": "the task's index in its job: a worker's is the node's rank, a parameter server's its place "
-                  "in ps_hosts",
-    "precision": "the cell's precision name",
-    "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
-    "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
-}
 #: The first note of a target's synthetic-data variant begins so.
 SYNTHETIC_NOTE = "Synthetic data (--synthetic)"
-#: Most runs (cells x repeats) one manifest may ask for.
-MAX_RUNS = 10_000
-#: Placeholders that expand to several tokens and so must stand alone as one token.
-SPLICED = ("precision_args", "cell_args")
 
 
 @dataclass(frozen=True)
@@ -259,127 +232,29 @@ def load_manifest(path: Path) -> Manifest:
     doc = read_yaml(path)
     problems = validate(doc, "manifest.v1")
     if not problems:
-        problems = _check_meaning(doc) + _check_dataset(doc)
+        problems = _check_meaning(doc) + checks.check_dataset(doc)
     if problems:
         raise InputError(problems)
     return _build(doc)
 
 
-def _placeholders(token: str) -> list[str] | None:
-    """Placeholder names in a token; None when its braces do not balance. A format spec or
-    conversion (``{batch_size:>9}``, ``{x!r}``) comes back as the whole field, an unknown name."""
-    try:
-        return [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") if (spec or conv) else name
-                for _, name, spec, conv in string.Formatter().parse(token) if name is not None]
-    except ValueError:
-        return None
-
-
-def _check_tokens(doc: YamlDoc, where: list[str | int], tokens: list[str], *, spliced_ok: bool) -> tuple[set[str], list[Problem]]:
-    used: set[str] = set()
-    out: list[Problem] = []
-    for i, tok in enumerate(tokens):
-        names = _placeholders(tok)
-        if names is None:
-            out.append(doc.problem([*where, i], f"unbalanced brace in {tok!r}",
-                                   "placeholders are {name}; write a literal brace as {{ or }}"))
-            continue
-        for name in names:
-            used.add(name)
-            if name not in PLACEHOLDERS and name.split("!")[0].split(":")[0] in PLACEHOLDERS:
-                out.append(doc.problem([*where, i], f"placeholder {{{name}}} in {tok!r} has a format spec or conversion",
-                                       "placeholders are plain {name}; write the value as you want it around it"))
-            elif name not in PLACEHOLDERS:
-                out.append(doc.problem([*where, i], f"unknown placeholder {{{name}}} in {tok!r}",
-                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
-                                       "a literal brace is written {{ or }}"))
-            elif name in SPLICED and not spliced_ok:
-                out.append(doc.problem([*where, i], f"{{{name}}} cannot be used inside {where[-1]}"))
-            elif name in SPLICED and tok != f"{{{name}}}":
-                out.append(doc.problem([*where, i], f"{{{name}}} must be a whole token",
-                                       "write it as its own list item; it expands to several tokens"))
-    return used, out
-
-
 def _check_meaning(doc: YamlDoc) -> list[Problem]:
-    """What a schema cannot say: placeholders, plugin names, files, cross-field rules."""
+    """What a schema cannot say: placeholders, plugin names, files, cross-field rules. The checks that go
+    through the matrix's cells run only on a matrix of at most MAX_RUNS runs."""
+    out = checks.check_launch(doc) + checks.check_rdma(doc) + _check_parser(doc)
+    if too_big := checks.check_size(doc):
+        return out + too_big
+    return out + _check_parameter_servers(doc) + checks.check_mounts(doc) + checks.check_published(doc)
+
+
+def _check_parser(doc: YamlDoc) -> list[Problem]:
+    """measure.parser names a parser of the registry."""
     from repro.measure.parsers import PARSERS  # lazy: parsers import nothing from here
 
-    d = doc.data
-    out: list[Problem] = []
-    launch, matrix = d["launch"], d["matrix"]
-    used, out = _check_tokens(doc, ["launch", "command"], launch["command"], spliced_ok=True)
-    for prec, toks in launch.get("precision_args", {}).items():
-        out += _check_tokens(doc, ["launch", "precision_args", prec], toks, spliced_ok=False)[1]
-    for ci, entry in enumerate(launch.get("cell_args", [])):
-        out += _check_tokens(doc, ["launch", "cell_args", ci, "args"], entry.get("args", []), spliced_ok=False)[1]
-    if "precision_args" in used:
-        for p in matrix["precision"]:
-            if p not in launch.get("precision_args", {}):
-                out.append(doc.problem(["launch", "precision_args"], f"no tokens for matrix precision {p!r}",
-                                       f"add `{p}: [...]` (an empty list is fine)"))
-    multi = max(matrix["nodes"]) > 1
-    needs = {"torch": ("node_rank", "master_addr"), "paddle": ("hosts",)}.get(launch["kind"], ())
-    for name in needs:
-        if multi and name not in used:
-            out.append(doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
-                                   f"pass {{{name}}} to the framework's launcher so each node knows its place"))
-    strategy = d.get("rdma", {}).get("strategy")
-    if strategy in ("mlnx-ofed", "inbox") and "registry" in d["image"]:
-        out.append(doc.problem(["rdma", "strategy"], f"strategy {strategy} installs into an image the kit builds, "
-                               "but image.registry is used as pulled", "use strategy image, or build it (image.build)"))
-    elif strategy == "mlnx-ofed" and not d["image"]["build"]["base"].get("os"):
-        out.append(doc.problem(["rdma", "strategy"], "strategy mlnx-ofed needs the base image's OS",
-                               "declare it as image.build.base.os, e.g. ubuntu18.04 (the bundle is built for it)"))
-    if d["measure"]["parser"] not in PARSERS.names():
-        out.append(doc.problem(["measure", "parser"], f"unknown parser {d['measure']['parser']!r}",
-                               f"available parsers: {', '.join(PARSERS.names())}"))
-    if (n_cells := len(matrix["nodes"]) * len(matrix["gpus_per_node"]) * len(matrix["precision"])
-            * len(matrix["batch_size"]) * matrix.get("repeats", 1)) > MAX_RUNS:
-        out.append(doc.problem(["matrix"], f"{n_cells} runs (cells x repeats), over the limit of {MAX_RUNS}",
-                               "split the target into several manifests"))
-        return out
-    out += _check_parameter_servers(doc)
-    matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
-                    for p in matrix["precision"] for b in matrix["batch_size"]}
-    for mi, mount in enumerate(launch.get("container", {}).get("mounts", [])):
-        for key in ("source", "target"):
-            if ":" in mount[key] and mount[key] != "{data}":
-                out.append(doc.problem(["launch", "container", "mounts", mi, key], f"{mount[key]!r} contains ':'",
-                                       "Docker bind specs are SOURCE:TARGET[:MODE]; a path with ':' cannot be mounted"))
-        if mount["source"] != "{data}" and not mount["source"].startswith("/"):
-            out.append(doc.problem(["launch", "container", "mounts", mi, "source"],
-                                   f"{mount['source']!r} is neither an absolute host path nor {{data}}"))
-    published_root = (paths.data_root() / "logs" / "published").resolve()
-    for ti, table in enumerate(d.get("published", [])):
-        logs_dir = paths.data_root() / table["logs"] if "logs" in table else None
-        if logs_dir is not None and not logs_dir.resolve().is_relative_to(published_root):
-            out.append(doc.problem(["published", ti, "logs"], f"{table['logs']!r} leaves logs/published/",
-                                   "published logs live under logs/published/<source>@<commit>/"))
-            logs_dir = None
-        elif logs_dir is not None and not logs_dir.is_dir():
-            out.append(doc.problem(["published", ti, "logs"], f"no such directory {table['logs']!r}",
-                                   "published logs live under logs/published/<source>@<commit>/"))
-            logs_dir = None
-        for ci, cell in enumerate(table["cells"]):
-            where = ["published", ti, "cells", ci]
-            if cell["gpus"] % cell["nodes"]:
-                out.append(doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes"))
-            elif (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"], cell["batch_size"]) not in matrix_cells:
-                out.append(doc.problem(where, f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), "
-                                       f"{cell['precision']}, batch {cell['batch_size']} is not a cell of the matrix",
-                                       "a published cell must be one the matrix can run; extend matrix or fix the cell"))
-            for li, rel in enumerate(cell.get("logs", [cell["log"]] if "log" in cell else [])):
-                if logs_dir is None and "logs" not in table:
-                    out.append(doc.problem(where, "a cell names a log but its table has no 'logs' directory"))
-                elif logs_dir is not None:
-                    field_ = where + (["logs", li] if "logs" in cell else ["log"])
-                    if not (logs_dir / rel).resolve().is_relative_to(logs_dir.resolve()):
-                        out.append(doc.problem(field_, f"log {rel!r} leaves its table's directory {table['logs']}",
-                                               "name a file under that directory"))
-                    elif not (logs_dir / rel).is_file():
-                        out.append(doc.problem(field_, f"no such log {rel!r} under {table['logs']}"))
-    return out
+    if (name := doc.data["measure"]["parser"]) in PARSERS.names():
+        return []
+    return [doc.problem(["measure", "parser"], f"unknown parser {name!r}",
+                        f"available parsers: {', '.join(PARSERS.names())}")]
 
 
 def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
@@ -456,38 +331,6 @@ def _build(doc: YamlDoc) -> Manifest:
     )
 
 
-def _find_run(tokens: list[str], run: list[str]) -> list[int]:
-    """Where the token run ``run`` starts in ``tokens``."""
-    return [i for i in range(len(tokens) - len(run) + 1) if tokens[i:i + len(run)] == run]
-
-
-def _data_mount(mount: Mapping[str, Any]) -> bool:
-    return mount.get("source") == "{data}"
-
-
-def _check_dataset(doc: YamlDoc) -> list[Problem]:
-    d = doc.data
-    mounts = d["launch"].get("container", {}).get("mounts", [])
-    mounted = [i for i, m in enumerate(mounts) if _data_mount(m)]
-    out: list[Problem] = []
-    if mounted and "dataset" not in d:
-        out.append(doc.problem(["launch", "container", "mounts", mounted[0]],
-                               "mounts the dataset ({data}) but the manifest names no dataset format",
-                               "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
-                               "imagenet-tfrecord, imagenet-recordio"))
-    if "dataset" in d and not mounted:
-        out.append(doc.problem(["dataset"], "a dataset format is named but no launch.container.mounts entry has "
-                               "source {data}", "mount it: {source: \"{data}\", target: /where/the/workload/reads}"))
-    command = list(d["launch"]["command"])
-    for i, r in enumerate(d.get("dataset", {}).get("synthetic", {}).get("replace", [])):
-        found = len(_find_run(command, r["old"]))
-        if found != 1:
-            out.append(doc.problem(["dataset", "synthetic", "replace", i, "old"],
-                                   f"{r['old']} occurs {found} times in launch.command; it must occur exactly once",
-                                   "give a run of launch.command tokens that appears once"))
-    return out
-
-
 def synthetic(manifest: Manifest) -> Manifest:
     """The target on synthetic data, as its manifest declares: command tokens replaced, no dataset mount.
 
@@ -503,10 +346,10 @@ def synthetic(manifest: Manifest) -> Manifest:
     doc = json.loads(json.dumps(manifest.data))
     command = doc["launch"]["command"]
     for r in spec["replace"]:
-        (i,) = _find_run(command, r["old"])
+        (i,) = checks.find_run(command, r["old"])
         command[i:i + len(r["old"])] = r["new"]
     container = doc["launch"].get("container", {})
-    container["mounts"] = [m for m in container.get("mounts", []) if not _data_mount(m)]
+    container["mounts"] = [m for m in container.get("mounts", []) if not checks.data_mount(m)]
     if not container["mounts"]:
         del container["mounts"]
     del doc["dataset"]

@@ -1,0 +1,230 @@
+"""What a manifest's schema cannot say, checked on its document: placeholders, cross-field rules, paths.
+
+Each check takes the validated document and returns its problems. The checks that need the manifest's
+model (its cells) or the parser registry stay in :mod:`repro.spec.manifest`, which runs them all.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from repro import paths
+from repro.errors import Problem
+from repro.spec.schema import YamlDoc
+
+#: Placeholders a launch command may use; each is filled per cell and node.
+PLACEHOLDERS = {
+    "batch_size": "per-GPU batch size of the cell",
+    "global_batch_size": "batch_size x total GPUs",
+    "gpus_per_node": "GPUs used on each node",
+    "gpus": "total GPUs of the cell (nodes x gpus_per_node)",
+    "gpu_list": "0,1,...,gpus_per_node-1",
+    "nnodes": "number of nodes of the cell",
+    "node_rank": "this node's rank, 0 on the master",
+    "master_addr": "address of the rank-0 node",
+    "master_port": "launch.master_port",
+    "hosts": "comma-separated node addresses, rank order",
+    "host_ports": "comma-separated address:master_port of every node, rank order",
+    "worker_hosts": "comma-separated address:master_port of every node (TensorFlow worker tasks)",
+    "ps_hosts": "comma-separated address:master_port+1 of the nodes that run a parameter server "
+                "(launch.parameter_servers; by default every node)",
+    "job_name": "ps or worker (launch kind tf-ps renders the command once as each); worker elsewhere",
+    "task_index": "the task's index in its job: a worker's is the node's rank, a parameter server's its place "
+                  "in ps_hosts",
+    "precision": "the cell's precision name",
+    "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
+    "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
+}
+#: Most runs (cells x repeats) one manifest may ask for.
+MAX_RUNS = 10_000
+#: Placeholders that expand to several tokens and so must stand alone as one token.
+SPLICED = ("precision_args", "cell_args")
+
+
+def placeholders(token: str) -> list[str] | None:
+    """Placeholder names in a token; None when its braces do not balance. A format spec or
+    conversion (``{batch_size:>9}``, ``{x!r}``) comes back as the whole field, an unknown name."""
+    try:
+        return [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") if (spec or conv) else name
+                for _, name, spec, conv in string.Formatter().parse(token) if name is not None]
+    except ValueError:
+        return None
+
+
+def check_tokens(doc: YamlDoc, where: list[str | int], tokens: list[str], *,
+                 spliced_ok: bool) -> tuple[set[str], list[Problem]]:
+    """The placeholders ``tokens`` use, and the problems of their braces and names."""
+    used: set[str] = set()
+    out: list[Problem] = []
+    for i, tok in enumerate(tokens):
+        names = placeholders(tok)
+        if names is None:
+            out.append(doc.problem([*where, i], f"unbalanced brace in {tok!r}",
+                                   "placeholders are {name}; write a literal brace as {{ or }}"))
+            continue
+        for name in names:
+            used.add(name)
+            if name not in PLACEHOLDERS and name.split("!")[0].split(":")[0] in PLACEHOLDERS:
+                out.append(doc.problem([*where, i], f"placeholder {{{name}}} in {tok!r} has a format spec or conversion",
+                                       "placeholders are plain {name}; write the value as you want it around it"))
+            elif name not in PLACEHOLDERS:
+                out.append(doc.problem([*where, i], f"unknown placeholder {{{name}}} in {tok!r}",
+                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
+                                       "a literal brace is written {{ or }}"))
+            elif name in SPLICED and not spliced_ok:
+                out.append(doc.problem([*where, i], f"{{{name}}} cannot be used inside {where[-1]}"))
+            elif name in SPLICED and tok != f"{{{name}}}":
+                out.append(doc.problem([*where, i], f"{{{name}}} must be a whole token",
+                                       "write it as its own list item; it expands to several tokens"))
+    return used, out
+
+
+def check_launch(doc: YamlDoc) -> list[Problem]:
+    """The placeholders of launch.command, precision_args and cell_args, and those the launcher needs."""
+    launch, matrix = doc.data["launch"], doc.data["matrix"]
+    used, out = check_tokens(doc, ["launch", "command"], launch["command"], spliced_ok=True)
+    for prec, toks in launch.get("precision_args", {}).items():
+        out += check_tokens(doc, ["launch", "precision_args", prec], toks, spliced_ok=False)[1]
+    for ci, entry in enumerate(launch.get("cell_args", [])):
+        out += check_tokens(doc, ["launch", "cell_args", ci, "args"], entry.get("args", []), spliced_ok=False)[1]
+    if "precision_args" in used:
+        out += [doc.problem(["launch", "precision_args"], f"no tokens for matrix precision {p!r}",
+                            f"add `{p}: [...]` (an empty list is fine)")
+                for p in matrix["precision"] if p not in launch.get("precision_args", {})]
+    needs = {"torch": ("node_rank", "master_addr"), "paddle": ("hosts",)}.get(launch["kind"], ())
+    if max(matrix["nodes"]) > 1:
+        out += [doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
+                            f"pass {{{name}}} to the framework's launcher so each node knows its place")
+                for name in needs if name not in used]
+    return out
+
+
+def check_rdma(doc: YamlDoc) -> list[Problem]:
+    """An RDMA strategy that installs into the image needs an image the kit builds, for mlnx-ofed of a known OS."""
+    d = doc.data
+    strategy = d.get("rdma", {}).get("strategy")
+    if strategy in ("mlnx-ofed", "inbox") and "registry" in d["image"]:
+        return [doc.problem(["rdma", "strategy"], f"strategy {strategy} installs into an image the kit builds, "
+                            "but image.registry is used as pulled", "use strategy image, or build it (image.build)")]
+    if strategy == "mlnx-ofed" and not d["image"]["build"]["base"].get("os"):
+        return [doc.problem(["rdma", "strategy"], "strategy mlnx-ofed needs the base image's OS",
+                            "declare it as image.build.base.os, e.g. ubuntu18.04 (the bundle is built for it)")]
+    return []
+
+
+def check_size(doc: YamlDoc) -> list[Problem]:
+    """At most MAX_RUNS runs (cells x repeats); the checks that go through the cells come after this one."""
+    matrix = doc.data["matrix"]
+    n_runs = (len(matrix["nodes"]) * len(matrix["gpus_per_node"]) * len(matrix["precision"])
+              * len(matrix["batch_size"]) * matrix.get("repeats", 1))
+    if n_runs <= MAX_RUNS:
+        return []
+    return [doc.problem(["matrix"], f"{n_runs} runs (cells x repeats), over the limit of {MAX_RUNS}",
+                        "split the target into several manifests")]
+
+
+def check_mounts(doc: YamlDoc) -> list[Problem]:
+    """Each launch.container.mounts entry can be written as a Docker bind spec from an absolute host path."""
+    out: list[Problem] = []
+    for mi, mount in enumerate(doc.data["launch"].get("container", {}).get("mounts", [])):
+        where = ["launch", "container", "mounts", mi]
+        out += [doc.problem([*where, key], f"{mount[key]!r} contains ':'",
+                            "Docker bind specs are SOURCE:TARGET[:MODE]; a path with ':' cannot be mounted")
+                for key in ("source", "target") if ":" in mount[key] and mount[key] != "{data}"]
+        if mount["source"] != "{data}" and not mount["source"].startswith("/"):
+            out.append(doc.problem([*where, "source"],
+                                   f"{mount['source']!r} is neither an absolute host path nor {{data}}"))
+    return out
+
+
+def check_published(doc: YamlDoc) -> list[Problem]:
+    """Each published table's log directory, and each of its cells: one the matrix runs, with its logs."""
+    matrix = doc.data["matrix"]
+    matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
+                    for p in matrix["precision"] for b in matrix["batch_size"]}
+    out: list[Problem] = []
+    for ti, table in enumerate(doc.data.get("published", [])):
+        logs_dir, problems = _logs_dir(doc, ti, table)
+        out += problems
+        for ci, cell in enumerate(table["cells"]):
+            out += _check_published_cell(doc, ["published", ti, "cells", ci], cell, matrix_cells)
+            out += _check_cell_logs(doc, ["published", ti, "cells", ci], cell, table, logs_dir)
+    return out
+
+
+def _logs_dir(doc: YamlDoc, ti: int, table: Mapping[str, Any]) -> tuple[Path | None, list[Problem]]:
+    """A published table's log directory, None where it names none or a wrong one (then with its problem)."""
+    if "logs" not in table:
+        return None, []
+    logs_dir = paths.data_root() / table["logs"]
+    if not logs_dir.resolve().is_relative_to((paths.data_root() / "logs" / "published").resolve()):
+        return None, [doc.problem(["published", ti, "logs"], f"{table['logs']!r} leaves logs/published/",
+                                  "published logs live under logs/published/<source>@<commit>/")]
+    if not logs_dir.is_dir():
+        return None, [doc.problem(["published", ti, "logs"], f"no such directory {table['logs']!r}",
+                                  "published logs live under logs/published/<source>@<commit>/")]
+    return logs_dir, []
+
+
+def _check_published_cell(doc: YamlDoc, where: list[str | int], cell: Mapping[str, Any],
+                          matrix_cells: set[tuple[Any, ...]]) -> list[Problem]:
+    if cell["gpus"] % cell["nodes"]:
+        return [doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes")]
+    if (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"], cell["batch_size"]) not in matrix_cells:
+        return [doc.problem(where, f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), "
+                            f"{cell['precision']}, batch {cell['batch_size']} is not a cell of the matrix",
+                            "a published cell must be one the matrix can run; extend matrix or fix the cell")]
+    return []
+
+
+def _check_cell_logs(doc: YamlDoc, where: list[str | int], cell: Mapping[str, Any], table: Mapping[str, Any],
+                     logs_dir: Path | None) -> list[Problem]:
+    out: list[Problem] = []
+    for li, rel in enumerate(cell.get("logs", [cell["log"]] if "log" in cell else [])):
+        if logs_dir is None and "logs" not in table:
+            out.append(doc.problem(where, "a cell names a log but its table has no 'logs' directory"))
+        elif logs_dir is not None:
+            field_ = where + (["logs", li] if "logs" in cell else ["log"])
+            if not (logs_dir / rel).resolve().is_relative_to(logs_dir.resolve()):
+                out.append(doc.problem(field_, f"log {rel!r} leaves its table's directory {table['logs']}",
+                                       "name a file under that directory"))
+            elif not (logs_dir / rel).is_file():
+                out.append(doc.problem(field_, f"no such log {rel!r} under {table['logs']}"))
+    return out
+
+
+def find_run(tokens: list[str], run: list[str]) -> list[int]:
+    """Where the token run ``run`` starts in ``tokens``."""
+    return [i for i in range(len(tokens) - len(run) + 1) if tokens[i:i + len(run)] == run]
+
+
+def data_mount(mount: Mapping[str, Any]) -> bool:
+    """Whether a launch.container.mounts entry mounts the dataset."""
+    return mount.get("source") == "{data}"
+
+
+def check_dataset(doc: YamlDoc) -> list[Problem]:
+    """A dataset is named exactly when it is mounted; each synthetic replacement finds its tokens once."""
+    d = doc.data
+    mounts = d["launch"].get("container", {}).get("mounts", [])
+    mounted = [i for i, m in enumerate(mounts) if data_mount(m)]
+    out: list[Problem] = []
+    if mounted and "dataset" not in d:
+        out.append(doc.problem(["launch", "container", "mounts", mounted[0]],
+                               "mounts the dataset ({data}) but the manifest names no dataset format",
+                               "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
+                               "imagenet-tfrecord, imagenet-recordio"))
+    if "dataset" in d and not mounted:
+        out.append(doc.problem(["dataset"], "a dataset format is named but no launch.container.mounts entry has "
+                               "source {data}", "mount it: {source: \"{data}\", target: /where/the/workload/reads}"))
+    command = list(d["launch"]["command"])
+    for i, r in enumerate(d.get("dataset", {}).get("synthetic", {}).get("replace", [])):
+        found = len(find_run(command, r["old"]))
+        if found != 1:
+            out.append(doc.problem(["dataset", "synthetic", "replace", i, "old"],
+                                   f"{r['old']} occurs {found} times in launch.command; it must occur exactly once",
+                                   "give a run of launch.command tokens that appears once"))
+    return out
