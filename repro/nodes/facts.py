@@ -3,7 +3,7 @@ records, each failing soft: ``{"value": ..., "reason": ...}``.
 
 :func:`node_script` is one POSIX sh script: every tool runs once in it, in a section of its own
 (``@@repro:NAME`` ... ``@@repro-rc:STATUS``, read by :func:`parse_sections`). ``repro preflight`` and
-``repro up`` run it once per node over one SSH command (``repro.preflight.probe_node``); the same
+``repro up`` run it once per node over one SSH command (``repro.nodes.preflight.probe_node``); the same
 parsed output gives preflight's checks and, through :func:`host_facts`, the host facts of the
 provenance, so a node needs no Python and one round trip gives both. One parser per tool:
 nvidia-smi's CSV queries (:func:`smi_rows`: :func:`parse_nvidia_smi`, :func:`parse_compute_apps`),

@@ -1,13 +1,13 @@
 """Preflight: what each node of an inventory offers, next to what the target's publication had.
 
-Per node, in parallel, over one SSH session and the node-facts script (``repro.probes.node_script``, POSIX
-sh, run by the login shell: bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's
+Per node, in parallel, over one SSH session and the node-facts script (``repro.nodes.facts.node_script``,
+POSIX sh, run by the login shell: bash, dash, zsh, ksh): SSH (round trip, connect time), the Docker engine's
 version, GPUs (nvidia-smi) and the processes already on them, InfiniBand (/dev/infiniband, then ibstat,
-ibv_devinfo -v or sysfs; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under
-the engine's data root, and the clock offset against this machine. Each tool runs once; its output,
-read by its one parser in ``repro.probes``, gives these checks and the host facts ``repro up`` records in
-the provenance (``NodeReport.host``). Every probe fails soft: its value is None and its reason says
-why; the other probes and nodes still report.
+ibv_devinfo -v or sysfs; the MLNX_OFED and mlx5_core versions), the network interfaces, free disk under the
+engine's data root, and the clock offset against this machine. Each tool runs once; its output, read by its
+one parser in ``repro.nodes.facts``, gives these checks and the host facts ``repro up`` records in the
+provenance (``NodeReport.host``). Every probe fails soft: its value is None and its reason says why; the other
+probes and nodes still report.
 
 Two kinds of findings come out of it:
 
@@ -28,7 +28,6 @@ cluster" (3) from "fix the command line" (2) and still show the user every findi
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -41,21 +40,8 @@ from repro.errors import EnvironmentUnavailable
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Manifest
 from repro.nodes.ssh import DEFAULT_TIMEOUT_S, Session, run_on_all
-from repro.nodes.facts import (
-    Gpu,
-    GpuProcess,
-    host_facts,
-    node_script,
-    parse_compute_apps,
-    parse_df,
-    parse_docker_info,
-    parse_ib,
-    parse_nvidia_smi,
-    parse_ofed_info,
-    parse_sections,
-)
-
-log = logging.getLogger(__name__)
+from repro.nodes.facts import (Gpu, GpuProcess, host_facts, node_script, parse_compute_apps, parse_df,
+                                parse_docker_info, parse_ib, parse_nvidia_smi, parse_ofed_info, parse_sections)
 
 GPU_MEMORY_TOLERANCE = 0.05  # nvidia-smi reports usable MiB, a little under the marketed size
 
@@ -83,7 +69,7 @@ class NodeReport:
     rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
     interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
     dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
-    host: dict[str, Any] = field(default_factory=dict, compare=False)  # probes.host_facts: what provenance records
+    host: dict[str, Any] = field(default_factory=dict, compare=False)  # facts.host_facts: what provenance records
 
     @property
     def reachable(self) -> bool:
@@ -102,7 +88,7 @@ class Deviation:
 
 
 def probe_script(node: Node, dataset: Dataset | None = None) -> str:
-    """The one shell script run per node (``probes.node_script``), with the dataset check when asked."""
+    """The one shell script run per node (``facts.node_script``), with the dataset check when asked."""
     return node_script(node.docker_host, dataset_section(dataset) if dataset else "")
 
 
