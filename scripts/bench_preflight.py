@@ -41,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from repro.spec.hosts import Node
-from repro.nodes.ssh import run_on_all
-from repro.nodes.preflight import run_preflight
+from repro.spec.hosts import Node  # noqa: E402 - after the sys.path line above
+from repro.nodes.ssh import run_on_all  # noqa: E402 - after the sys.path line above
+from repro.nodes.preflight import run_preflight  # noqa: E402 - after the sys.path line above
 
 TARGET_RATIO = 1.3
 

@@ -1,7 +1,7 @@
 """The package is a house by pipeline stage: every import points down a stage, and no import closes a circle.
 
-Stages, lowest first: the base modules (errors, events, paths, digest, redact, registry, labels), ``spec``,
-``nodes`` (below ``images``: images reach the nodes' engines through the SSH transport), ``images``,
+Stages, lowest first: the base modules (errors, events, paths, digest, redact, registry, labels, throwaway),
+``spec``, ``nodes`` (below ``images``: images reach the nodes' engines through the SSH transport), ``images``,
 ``run``, ``measure``, ``verdict``, ``record``, then the top (``cli``, ``up``, ``progress``). A module may
 import its own stage or a lower one; function-level and type-checking imports count the same.
 """
