@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from parsers_helpers import (
     ALL_CASES,
-    PERFREPORT,
     CASES,
     P_9881,
     P_C1AD,
