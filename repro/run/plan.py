@@ -169,8 +169,9 @@ def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
 
 def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -> list[str]:
     plans = plan_cell(manifest, cell, hosts)
-    lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} GPU(s) = {cell.gpus} GPU(s), "
-             f"{cell.precision}, batch {cell.batch_size}/GPU",
+    unit = manifest.device
+    lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} {unit}(s) = {cell.gpus} {unit}(s), "
+             f"{cell.precision}, batch {cell.batch_size}/{unit}",
              f"  image: {plans[0].image}"]
     if manifest.launch.kind == "tf-ps":
         lines.append(f"  {_ps_placement(manifest, cell)}")

@@ -186,6 +186,12 @@ class Manifest:
         return str(self.image["build"]["tag"])
 
     @property
+    def device(self) -> str:
+        """What a cell's ranks are counted in: GPUs, or workers for the CPU check targets (no publication, no
+        GPU model expected)."""
+        return "GPU" if self.published or "gpu_model" in self.expect else "worker"
+
+    @property
     def rdma_strategy(self) -> str | None:
         """How the target's containers reach the HCAs (``rdma.strategy``: ``image``, ``mlnx-ofed`` or
         ``inbox``), or None when it uses no RDMA."""
