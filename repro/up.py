@@ -428,7 +428,8 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
     and return the table with a closing summary for the CLI to print."""
     from repro.record.audit import environment_checks
-    from repro.verdict.report import render_html, render_text
+    from repro.verdict.html import render_html
+    from repro.verdict.report import render_text
     from repro.verdict.reproduce import reproduce_run
 
     from repro.record import archive
@@ -462,7 +463,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
 
 def _draw_chart(table: Any, run: RunDir) -> str | None:
     """report.png; a chart that cannot be drawn is said so (returned) and never stops the run's sealing."""
-    from repro.verdict.report import plot_report
+    from repro.verdict.chart import plot_report
 
     try:
         plot_report([table], run.file("report.png"))

@@ -15,7 +15,8 @@ import pytest
 from cli_helpers import run_cli
 
 from repro.spec.manifest import find_target
-from repro.verdict.report import RENDERERS, plot_report
+from repro.verdict.chart import plot_report
+from repro.verdict.report import RENDERERS
 from repro.verdict.reproduce import (
     DEVIATES,
     MATCH,
@@ -289,7 +290,7 @@ def test_k80_distributed_table_cites_every_number() -> None:
 
 def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
     """A CPU target scales over workers, a GPU target over GPUs; the note says which."""
-    from repro.verdict.report import _notes
+    from repro.verdict.report import notes
     from repro.verdict.reproduce import CellResult, TableResult
 
     def result(target: str, table) -> TableResult:  # noqa: ANN001
@@ -297,10 +298,10 @@ def test_non_monotonic_scaling_speaks_of_the_targets_devices() -> None:
                  for n, v in ((1, 30.0), (2, 20.0))]
         return TableResult(find_target(target), table, cells, "logs")
 
-    assert _notes([result("torch-rn50-cpu", None)])[-2] == \
+    assert notes([result("torch-rn50-cpu", None)])[-2] == \
         "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 workers is below 30.00 on 1"
     gpu = find_target("ngc-pytorch-rn50-v100")
-    assert _notes([result("ngc-pytorch-rn50-v100", gpu.published[0])])[-2] == \
+    assert notes([result("ngc-pytorch-rn50-v100", gpu.published[0])])[-2] == \
         "- non-monotonic scaling: col fp32 bs8: 20.00 images/s on 2 GPUs is below 30.00 on 1"
 
 

@@ -26,7 +26,8 @@ from repro.cli import cli
 from repro.errors import UsageError
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, find_target
-from repro.verdict.report import records, render_csv, render_html, render_json, render_junit, render_text
+from repro.verdict.html import render_html
+from repro.verdict.report import records, render_csv, render_json, render_junit, render_text
 from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
 from repro.run.rundir import DONE, RunDir
 from repro.verdict.rules import (

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from parsers_helpers import P_C1AD, PUBLISHED
 
-from repro.verdict.report import records, render_csv, render_html, render_junit, render_text
+from repro.verdict.html import render_html
+from repro.verdict.report import records, render_csv, render_junit, render_text
 from repro.verdict.reproduce import TableResult, reproduce_table, resolve_tables
 from repro.verdict.rules import DIFFERS, FAIL_ON, UNSETTLED, VERDICTS, fail_on_name
 

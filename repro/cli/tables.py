@@ -314,14 +314,9 @@ def report(
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
     from repro.record.archive import is_run_path, opened_run
-    from repro.verdict.report import (
-        RENDERERS,
-        plot_format,
-        plot_report,
-        render_html,
-        render_junit,
-        render_text,
-    )
+    from repro.verdict.chart import plot_format, plot_report
+    from repro.verdict.html import render_html
+    from repro.verdict.report import RENDERERS, render_junit, render_text
     from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
     from repro.measure.userlogs import check_maps, parse_maps, scan_logs
     from repro.verdict.rules import exit_code, parse_fail_on
