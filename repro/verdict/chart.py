@@ -71,8 +71,8 @@ def _draw_cells(ax: Any, dev: Any, cells: Sequence[CellResult], cols: Sequence[C
     x, labels, pos = 0.0, [], []
     for col in cols:
         for gpus, nodes in rows:
-            c = next((c for c in cells if (c.column, c.column_key) == col and (c.gpus, c.nodes) == (gpus, nodes)),
-                     None)
+            c = next((c for c in cells
+                      if (c.column, c.column_key) == col and (c.gpus, c.nodes) == (gpus, nodes)), None)
             if c is None:
                 continue
             _cell_bars(ax, c, x)
@@ -85,7 +85,7 @@ def _draw_cells(ax: Any, dev: Any, cells: Sequence[CellResult], cols: Sequence[C
 
 
 def _cell_bars(ax: Any, c: CellResult, x: float) -> None:
-    """The published bar, the reproduced bar with its interval, and the verdict above a cell that does not match."""
+    """The published bar, the reproduced bar with its interval, the verdict above a cell that does not match."""
     figures = [v for v in (float(c.published) if c.published else None, c.reproduced) if v is not None]
     top = max(figures) if (c.published or c.reproduced is not None) else 0
     if c.published:
@@ -166,7 +166,8 @@ def _efficiency_lines(eff: Any, cells: Sequence[CellResult], cols: Sequence[Colu
     for col in cols:
         pts = sorted((c.gpus, c.efficiency) for c in cells
                      if (c.column, c.column_key) == col and c.efficiency is not None)
-        pub = sorted((c.gpus, float(c.published)) for c in cells if (c.column, c.column_key) == col and c.published)
+        pub = sorted((c.gpus, float(c.published)) for c in cells
+                     if (c.column, c.column_key) == col and c.published)
         colour = None
         if len(pts) > 1:
             line, = eff.plot([p[0] for p in pts], [p[1] * 100 for p in pts], "o-", label=f"{col[0]} {col[1]}")
@@ -181,8 +182,8 @@ def _say_why_empty(dev: Any, eff: Any) -> None:
     """Say why a panel is empty, once, instead of a label per cell."""
     for panel, empty in ((dev, not dev.collections and not dev.lines[1:]), (eff, not eff.lines)):
         if empty:
-            panel.text(0.5, 0.5, "no reproduced figure: every cell is not run (no log)", transform=panel.transAxes,
-                       ha="center", va="center", fontsize=9, color="#975a16")
+            panel.text(0.5, 0.5, "no reproduced figure: every cell is not run (no log)",
+                       transform=panel.transAxes, ha="center", va="center", fontsize=9, color="#975a16")
 
 
 def _efficiency_axes(eff: Any, rows: Sequence[tuple[int, int]], cpu: bool) -> None:

@@ -31,15 +31,16 @@ from repro.verdict.report import (
 from repro.verdict.reproduce import CellResult, TableResult
 from repro.verdict.rules import REDERIVATION, Check, exit_code
 
-HTML_COLOUR = {**{v: "#d8f0d8" for v in GOOD}, **{v: "#f8d0d0" for v in BAD}, **{v: "#fbeec2" for v in UNSURE}}
+HTML_COLOUR = {**{v: "#d8f0d8" for v in GOOD}, **{v: "#f8d0d0" for v in BAD},
+               **{v: "#fbeec2" for v in UNSURE}}
 HTML_STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#1a202c}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #cbd5e0;padding:3px 8px;text-align:right}th{background:#edf2f7}
 td.l,th.l{text-align:left}img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
 """
-CELL_HEADS = ("target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict", "reason",
-              "log")
+CELL_HEADS = ("target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict",
+              "reason", "log")
 CHECK_HEADS = ("check", "status", "published", "observed", "detail")
 
 
@@ -106,7 +107,8 @@ def _cell_row(rec: dict[str, Any], c: CellResult) -> str:
     log = rec["log"]
     delta = "" if rec["delta_pct"] is None else f"{rec['delta_pct']:+.2f}"
     link = f"<a href='{_e(_relative_href(log))}'>{_e(Path(log).name)}</a>" if log else ""
-    digits = 2 if rec["kind"] != REDERIVATION or c.published is None else len(c.published.partition(".")[2]) + 1
+    digits = (2 if rec["kind"] != REDERIVATION or c.published is None
+              else len(c.published.partition(".")[2]) + 1)
     reproduced = fmt(rec["reproduced"], digits) if rec["reproduced"] is not None else ""
     published = "" if rec["published"] is None else rec["published"]
     return (f"<tr style='background:{HTML_COLOUR.get(rec['verdict'], '#fff')}'>"
@@ -124,9 +126,9 @@ def _environment_html(environment: Sequence[Check]) -> list[str]:
              + "".join(f"<th class=l>{h}</th>" for h in CHECK_HEADS) + "</tr>"]
     for ch in environment:
         colour = {"ok": "#d8f0d8", "drift": "#f8d0d0"}.get(ch.status, "#fbeec2")
-        parts.append(f"<tr style='background:{colour}'>" + "".join(
-            f"<td class=l>{_e(str(v))}</td>" for v in (ch.item, ch.status, ch.expected, ch.observed, ch.detail))
-            + "</tr>")
+        values = (ch.item, ch.status, ch.expected, ch.observed, ch.detail)
+        parts.append(f"<tr style='background:{colour}'>" + "".join(f"<td class=l>{_e(str(v))}</td>" for v in values)
+                     + "</tr>")
     parts.append("</table>")
     return parts
 

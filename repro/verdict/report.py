@@ -43,11 +43,13 @@ def tabulate(*args: Any, **kwargs: Any) -> str:
 
 
 WIDTH = 120  # the terminal form's widest line
-GOOD, BAD, UNSURE = {MATCH, REPRODUCED, MEASURED}, {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}, {INCONCLUSIVE, NOT_RUN}
+GOOD = {MATCH, REPRODUCED, MEASURED}
+BAD = {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}
+UNSURE = {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
-COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size", "published",
-           "reproduced", "interval_low", "interval_high", "repeats", "spread_pct", "delta_pct", "verdict", "reason",
-           "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup", "efficiency", "log")
+COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size",
+           "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct", "delta_pct",
+           "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup", "efficiency", "log")
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -116,14 +118,16 @@ def kind_text(group: Sequence[TableResult]) -> str:
     if not kinds or group[0].table is None:
         return ""
     if kinds == {NEW_RUN}:
-        tol = next((c for r in group for c in r.cells if c.kind == NEW_RUN and c.tolerance_pct is not None), None)
+        tol = next((c for r in group for c in r.cells if c.kind == NEW_RUN and c.tolerance_pct is not None),
+                   None)
         why = f" Tolerance ±{tol.tolerance_pct:g}% ({tol.tolerance_reason})." if tol else ""
-        return ("Compared as a new run: your repeats against the published figure; the estimate is the repeats' "
-                f"aggregate, ± the half-width of the {INTERVAL}.{why}")
+        return ("Compared as a new run: your repeats against the published figure; the estimate is the "
+                f"repeats' aggregate, ± the half-width of the {INTERVAL}.{why}")
     if kinds == {NEW_RUN} or NEW_RUN in kinds:
-        return "Compared as a new run where your logs were given, by re-derivation where the publication's were."
-    return ("Compared by re-derivation: each published figure from the publication's own log, exact at the published "
-            "precision, or not derivable with the reason.")
+        return ("Compared as a new run where your logs were given, by re-derivation where the publication's "
+                "were.")
+    return ("Compared by re-derivation: each published figure from the publication's own log, exact at the "
+            "published precision, or not derivable with the reason.")
 
 
 def sources_line(group: Sequence[TableResult]) -> str:
@@ -147,7 +151,8 @@ def _header(group: Sequence[TableResult]) -> list[str]:
     else:
         cite = first.table.cite
         out = [f"# {first.table.id}: {cite['title']}", "",
-               f"Published in {cite['repository']} @ {cite['commit'][:12]} `{cite['path']}` ({first.table.unit}).",
+               (f"Published in {cite['repository']} @ {cite['commit'][:12]} `{cite['path']}` "
+                f"({first.table.unit})."),
                f"Reproduced from: {', '.join(sorted({r.source for r in group}))}."]
         kind = kind_text(group)
         out += [kind] if kind else []
@@ -155,7 +160,8 @@ def _header(group: Sequence[TableResult]) -> list[str]:
     return [*out, "", "Protocols (each manifest's measure):", "", *[f"- {protocol_text(r)}" for r in group]]
 
 
-def _grid(group: Sequence[TableResult], text: Any) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
+def _grid(group: Sequence[TableResult],
+          text: Any) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
     """(row labels, [(framework, [column headers])], ...) and the cells as text: {(row, header): text}."""
     cpu = is_cpu(group[0])
     several = len(group) > 1
@@ -305,9 +311,11 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
                 "table": r.table.id if r.table else None, "target": c.target, "framework": c.column,
                 "kind": c.kind if c.verdict != NOT_RUN else None, "nodes": c.nodes, "gpus": c.gpus,
                 "device": "CPU" if cpu else "GPU", "precision": c.precision, "batch_size": c.batch_size,
-                "published": float(c.published) if c.published is not None else None, "reproduced": c.reproduced,
+                "published": float(c.published) if c.published is not None else None,
+                "reproduced": c.reproduced,
                 "interval_low": c.low, "interval_high": c.high, "repeats": len(c.repeats),
-                "spread_pct": c.spread_pct, "delta_pct": c.delta_pct, "verdict": c.verdict, "reason": c.detail,
+                "spread_pct": c.spread_pct, "delta_pct": c.delta_pct, "verdict": c.verdict,
+                "reason": c.detail,
                 "unit": r.table.unit if r.table else "images/s", "tolerance_pct": c.tolerance_pct,
                 "tolerance_reason": c.tolerance_reason or None,
                 "published_speedup": float(c.published_speedup) if c.published_speedup else None,
