@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LANE = ["tests", "--ignore=tests/integration"]
+#: the unit lane as the README runs it: two pytest-xdist workers, one a core
+LANE = ["-n", "2", "tests", "--ignore=tests/integration"]
 
 
 def run_once(paths: list[str]) -> dict:
