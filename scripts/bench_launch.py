@@ -79,7 +79,8 @@ def by_kit(hosts: Hosts, clients: dict, manifest, image: str, d: Path, i: int) -
     t0 = time.monotonic()
     res = launch_cell(manifest, cell, hosts, d, run_id=f"bench-kit-{i}", clients=clients, image=image)
     wall = time.monotonic() - t0
-    ran = datetime.fromisoformat(res[0].ended).timestamp() - datetime.fromisoformat(res[0].started).timestamp()
+    ran = (datetime.fromisoformat(res[0].ended).timestamp()
+           - datetime.fromisoformat(res[0].started).timestamp())
     OVERHEAD.append((wall, ran))
     return figure(Path(res[0].log), manifest)
 
@@ -90,8 +91,9 @@ def up_overhead(manifest_path: Path, hosts_file: str) -> dict:
     for label in ("first", "second"):
         with tempfile.TemporaryDirectory() as d:
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "repro", "up", str(manifest_path), "--hosts", hosts_file,
-                                   "--cells", "nodes=1", "--repeats", "1", "--out", d, "--json-logs"],
+            proc = subprocess.run([sys.executable, "-m", "repro", "up", str(manifest_path),
+                                   "--hosts", hosts_file, "--cells", "nodes=1", "--repeats", "1", "--out", d,
+                                   "--json-logs"],
                                   capture_output=True, text=True, env=env, cwd=ROOT)
             wall = time.monotonic() - t0
             events = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
@@ -101,7 +103,8 @@ def up_overhead(manifest_path: Path, hosts_file: str) -> dict:
             cell_s = (datetime.fromisoformat(r["ended"].replace("Z", "+00:00"))
                       - datetime.fromisoformat(r["started"].replace("Z", "+00:00"))).total_seconds()
             msgs = [e["message"] for e in events]
-            out[label] = {"wall_s": round(wall, 1), "cell_s": cell_s, "outside_cell_s": round(wall - cell_s, 1),
+            out[label] = {"wall_s": round(wall, 1), "cell_s": cell_s,
+                          "outside_cell_s": round(wall - cell_s, 1),
                           "built": any(m.startswith("built ") for m in msgs),
                           "pulled_or_streamed": any("pulled" in m or "streamed" in m for m in msgs)}
     return out
@@ -129,16 +132,19 @@ def main() -> None:
         for i in range(args.runs):
             hand.append(by_hand(hosts, clients, manifest, args.image, Path(d) / f"hand-{i}.log"))
             kit.append(by_kit(hosts, clients, manifest, args.image, Path(d) / f"kit-{i}", i))
-            print(f"  pair {i + 1}: by hand {hand[-1]:.2f} images/s, by the kit {kit[-1]:.2f} images/s", flush=True)
+            print(f"  pair {i + 1}: by hand {hand[-1]:.2f} images/s, by the kit {kit[-1]:.2f} images/s",
+                  flush=True)
     ratio = statistics.median(kit) / statistics.median(hand)
-    print(f"throughput: kit median {statistics.median(kit):.2f}, by hand median {statistics.median(hand):.2f} "
-          f"images/s, ratio {ratio:.3f} (target >= 0.98)")
+    print(f"throughput: kit median {statistics.median(kit):.2f}, by hand median "
+          f"{statistics.median(hand):.2f} images/s, ratio {ratio:.3f} (target >= 0.98)")
     over = [(w - r) / w for w, r in OVERHEAD]
-    print("launch overhead per cell (create, copy-in, start, follow, remove), as a share of the cell's wall time: "
-          + ", ".join(f"{w - r:.2f} s of {w:.1f} s" for w, r in OVERHEAD)
-          + f"; median {statistics.median(over):.1%}; on a 60 s cell: {statistics.median([w - r for w, r in OVERHEAD]) / 60:.1%}")
+    print("launch overhead per cell (create, copy-in, start, follow, remove), as a share of the cell's wall "
+          "time: " + ", ".join(f"{w - r:.2f} s of {w:.1f} s" for w, r in OVERHEAD)
+          + f"; median {statistics.median(over):.1%}; on a 60 s cell: "
+            f"{statistics.median([w - r for w, r in OVERHEAD]) / 60:.1%}")
     if args.manifest:
-        print("repro up, one 1-node cell:", json.dumps(up_overhead(args.manifest, cluster["hosts_file"]), indent=2))
+        print("repro up, one 1-node cell:",
+              json.dumps(up_overhead(args.manifest, cluster["hosts_file"]), indent=2))
     print(f"load average after: {os.getloadavg()}")
 
 

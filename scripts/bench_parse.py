@@ -42,7 +42,8 @@ FORMATS = {  # a folder of the bundled set -> format
     "tf2-keras": "tf2-keras",
 }
 RECORD_LINES = {  # a folder -> what its record lines hold (to grow one run of it)
-    "paddle": re.compile(rb"train step:\d+|\[Train\]\[Epoch "), "ngc-tf1": re.compile(rb"\) (?:total_ips|imgs_per_sec) : "),
+    "paddle": re.compile(rb"train step:\d+|\[Train\]\[Epoch "),
+    "ngc-tf1": re.compile(rb"\) (?:total_ips|imgs_per_sec) : "),
     "ngc-pytorch": re.compile(rb"Iteration: \d+ .*train\.total_ips : "),
     "ngc-mxnet": re.compile(rb"Epoch: \d+ +train\.loss : \S+ +train\.ips : "),
     "tf2-keras": re.compile(rb"TimeHistory: .* examples/second"),
@@ -67,7 +68,8 @@ def run(cmd: list[str], repeat: int = 1) -> dict:
         if proc.returncode not in (0, 2, 7, 8):  # 7, 8: a verdict (a deviating cell), not a failure
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
         rss = max(rss, usage.ru_maxrss // 1024)
-        got = {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "exit": proc.returncode}
+        got = {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+               "exit": proc.returncode}
         if best is None or got["wall_s"] < best["wall_s"]:
             best = got
     assert best is not None
@@ -128,7 +130,8 @@ def main() -> None:
     logs = [p for folder in FORMATS for p in logs_of(folder)]
     largest = max(logs, key=lambda p: p.stat().st_size)
     out["largest_log"] = {"file": str(largest.relative_to(ROOT)), "bytes": largest.stat().st_size,
-                          **run([*py, "parse", str(largest), "--skip-records", "10", "--gpus", "1"], repeat=max(5, args.repeat))}
+                          **run([*py, "parse", str(largest), "--skip-records", "10", "--gpus", "1"],
+                                repeat=max(5, args.repeat))}
     print("largest bundled log, whole `repro parse`:", out["largest_log"], flush=True)
 
     tables = _table_ids()
@@ -165,7 +168,8 @@ def main() -> None:
                 out[shape][fmt] = rows
                 what = "repeated logs" if shape == "grow" else "one run"
                 print(f"one {fmt} file ({what}) of", ", ".join(
-                    f"{r['mib']} MiB: {r['peak_rss_mb']} MB RSS, {r['cpu_s']} s CPU" for r in rows), flush=True)
+                    f"{r['mib']} MiB: {r['peak_rss_mb']} MB RSS, {r['cpu_s']} s CPU" for r in rows),
+                      flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

@@ -61,7 +61,8 @@ def one_run(mode: str, nodes: list[Node]) -> dict[str, float]:
         bad = [f"{r.node}: {r.ssh.reason or r.docker.reason}" for r in run_preflight(nodes, timeout=60)
                if r.ssh.reason or r.docker.reason]
     else:
-        fn = (lambda s: s.ping()) if mode == "connect" else (lambda s: s.run("true", hide=True, in_stream=False).exited)
+        fn = ((lambda s: s.ping()) if mode == "connect"
+              else (lambda s: s.run("true", hide=True, in_stream=False).exited))
         bad = [f"{k}: {v}" for k, v in run_on_all(nodes, fn, timeout=60).items() if isinstance(v, Exception)]
     wall, cpu, machine = time.perf_counter() - t0, time.process_time() - c0, machine_cpu_s() - m0
     if bad:
@@ -80,7 +81,8 @@ def main() -> None:
 
     info = json.loads(args.cluster.read_text())
     if len(info["nodes"]) < args.nodes:
-        sys.exit(f"{args.cluster} has {len(info['nodes'])} nodes; bring up one with REPRO_CLUSTER_NODES={args.nodes}")
+        sys.exit(f"{args.cluster} has {len(info['nodes'])} nodes; bring up one with "
+                 f"REPRO_CLUSTER_NODES={args.nodes}")
     os.environ["REPRO_SSH_CONFIG"] = info["ssh"]["config"]  # the cluster's pinned host keys
     nodes = [Node(n["name"], n["address"], user="root", identity=info["ssh"]["key"])
              for n in info["nodes"][:args.nodes]]
@@ -99,7 +101,8 @@ def main() -> None:
 
     print(f"test cluster {args.cluster}: {args.runs} runs each, medians; {os.cpu_count()} CPU(s), "
           f"load average {load0:.2f} before, {os.getloadavg()[0]:.2f} after")
-    print(f"{'mode':<10} {'nodes':>5}  {'wall s':>7}  {'client CPU s':>12}  {'machine CPU s':>13}  {'wall min..max':>15}")
+    print(f"{'mode':<10} {'nodes':>5}  {'wall s':>7}  {'client CPU s':>12}  {'machine CPU s':>13}  "
+          f"{'wall min..max':>15}")
     ratios, floors = {}, {}
     cores = os.cpu_count() or 1
     for mode in modes:
@@ -109,13 +112,15 @@ def main() -> None:
         floors[mode] = med[args.nodes]["machine_cpu_s"] / cores / med[1]["wall_s"]
         for k, m in med.items():
             walls = [r["wall_s"] for r in runs[mode][k]]
-            print(f"{mode:<10} {k:>5}  {m['wall_s']:7.3f}  {m['client_cpu_s']:12.3f}  {m['machine_cpu_s']:13.3f}  "
-                  f"{min(walls):6.3f}..{max(walls):6.3f}")
+            print(f"{mode:<10} {k:>5}  {m['wall_s']:7.3f}  {m['client_cpu_s']:12.3f}  "
+                  f"{m['machine_cpu_s']:13.3f}  {min(walls):6.3f}..{max(walls):6.3f}")
         ratios[mode] = med[args.nodes]["wall_s"] / med[1]["wall_s"]
     for mode, ratio in ratios.items():
-        verdict = f" (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'missed'})" if mode == "preflight" else ""
+        verdict = (f" (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'missed'})"
+                   if mode == "preflight" else "")
         print(f"{mode}: {args.nodes}-node / 1-node wall time {ratio:.2f}{verdict}; "
-              f"floor on {cores} core(s) {floors[mode]:.2f} ({args.nodes}-node machine CPU / cores / 1-node wall)")
+              f"floor on {cores} core(s) {floors[mode]:.2f} "
+              f"({args.nodes}-node machine CPU / cores / 1-node wall)")
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "ratios": ratios, "floors": floors}, indent=2))
 

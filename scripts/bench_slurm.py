@@ -57,7 +57,8 @@ def main() -> None:
     for c in clients.values():  # the image on both engines first: no pull is timed
         c.images.pull(image)
 
-    sched = SlurmScheduler({"kind": "slurm", "partition": "debug", "time": "2:00:00"}, manifest, [cell], hosts)
+    sched = SlurmScheduler({"kind": "slurm", "partition": "debug", "time": "2:00:00"}, manifest, [cell],
+                           hosts)
     t0 = time.monotonic()
     used = sched.open(2)
     alloc = time.monotonic() - t0
@@ -81,7 +82,8 @@ def main() -> None:
             skews.append(max(starts) - min(starts))
             with tempfile.TemporaryDirectory() as d:
                 t = time.monotonic()
-                launch_cell(manifest, cell, hosts, Path(d), run_id=f"bench-ssh-{i}", clients=clients, image=image)
+                launch_cell(manifest, cell, hosts, Path(d), run_id=f"bench-ssh-{i}", clients=clients,
+                            image=image)
                 ssh_cell.append(time.monotonic() - t)
     finally:
         sched.close()

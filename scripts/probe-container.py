@@ -151,9 +151,11 @@ URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 
 def pip_freeze():
     """Installed distributions; credentials in direct URLs (pkg @ https://user:token@host/...) are cut."""
-    rc, out, err = run([sys.executable, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"], timeout=120)
+    rc, out, err = run([sys.executable, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+                       timeout=120)
     if rc == 0:
-        return ok(sorted(URL_CREDENTIALS.sub("://<redacted>@", line) for line in out.splitlines() if line.strip()))
+        return ok(sorted(URL_CREDENTIALS.sub("://<redacted>@", line) for line in out.splitlines()
+                         if line.strip()))
     try:
         from importlib import metadata
     except ImportError:
@@ -176,7 +178,8 @@ def os_release():
             continue
     if not info:
         return fail("no /etc/os-release")
-    return ok({"pretty_name": info.get("PRETTY_NAME"), "id": info.get("ID"), "version_id": info.get("VERSION_ID")})
+    return ok({"pretty_name": info.get("PRETTY_NAME"), "id": info.get("ID"),
+               "version_id": info.get("VERSION_ID")})
 
 
 def ofed():
@@ -212,8 +215,8 @@ def git_head(path):
         try:
             with open(stamp) as f:
                 doc = json.load(f)
-            return ok({"commit": doc["commit"], "repository": doc.get("repository"), "how": ".repro-source.json",
-                       "patches": len(doc.get("patches", []))})
+            return ok({"commit": doc["commit"], "repository": doc.get("repository"),
+                       "how": ".repro-source.json", "patches": len(doc.get("patches", []))})
         except (OSError, ValueError, KeyError) as e:
             return fail("unreadable %s: %s" % (stamp, e))
     if not os.path.isdir(path):
@@ -252,7 +255,8 @@ def _read_git_dir(path, why):
 
 def env_versions():
     """Version variables base images set (CUDA_VERSION, NCCL_VERSION, ...); never secret-looking names."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.endswith("_VERSION") and not SECRET_NAME.search(k)}
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.endswith("_VERSION") and not SECRET_NAME.search(k)}
 
 
 def main(argv):
@@ -271,7 +275,8 @@ def main(argv):
     doc = {
         "probe": "repro-container-probe",
         "probe_version": PROBE_VERSION,
-        "python": ok({"version": platform.python_version(), "implementation": platform.python_implementation(),
+        "python": ok({"version": platform.python_version(),
+                      "implementation": platform.python_implementation(),
                       "executable": sys.executable}),
         "os": os_release(),
         "frameworks": {name: framework(name, timeout) for name in FRAMEWORKS},

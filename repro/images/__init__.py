@@ -32,7 +32,8 @@ from repro.spec.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BuildOptions", "ImagesOptions", "ImagesResult", "check_pins", "dry_run_text", "lock_target", "prepare"]
+__all__ = ["BuildOptions", "ImagesOptions", "ImagesResult", "check_pins", "dry_run_text", "lock_target",
+           "prepare"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
         reference = str(ref)
     else:
         if opts.mode == "pull":
-            raise UsageError(f"{manifest.id} is built from dockerfiles/{manifest.image['build']['dockerfile']}; "
+            raise UsageError(f"{manifest.id} is built from "
+                             f"dockerfiles/{manifest.image['build']['dockerfile']}; "
                              "there is no digest to pull", hint="drop --pull (or use --build)")
         image_id, built = _built_image(local, manifest, pins.images["base"], opts, progress)
         names = [manifest.image["build"]["tag"]]
@@ -103,13 +105,15 @@ def check_pins(manifest: Manifest, opts: ImagesOptions = ImagesOptions(), *, pro
     local = client or connect()
     pins = resolve_pins(local, manifest, opts, progress)
     unpinned = any(not r.digest for r in lock.image_refs(manifest).values())
-    path, written = lock.check(manifest, pins, update=opts.update_lock, allow_create=opts.allow_unpinned and unpinned)
+    path, written = lock.check(manifest, pins, update=opts.update_lock,
+                               allow_create=opts.allow_unpinned and unpinned)
     if written:
         progress(Event("info", f"lock written: {path}"))
     return pins, path, written
 
 
-def resolve_pins(local: docker.DockerClient, manifest: Manifest, opts: ImagesOptions, progress: Progress) -> lock.Pins:
+def resolve_pins(local: docker.DockerClient, manifest: Manifest, opts: ImagesOptions,
+                 progress: Progress) -> lock.Pins:
     def from_registry(ref: Ref) -> str:
         digest = registry.resolve(local, ref)
         progress(Event("info", f"unpinned {ref.tagged} resolves to {digest}",
@@ -125,7 +129,8 @@ def _built_image(local: docker.DockerClient, manifest: Manifest, base: Ref, opts
     if opts.mode == "auto":
         current = find_current(local, manifest, base, opts.build)
         if current is not None:
-            progress(Event("info", f"{manifest.image['build']['tag']} is current ({current.id[:19]}); not building"))
+            progress(Event("info",
+                           f"{manifest.image['build']['tag']} is current ({current.id[:19]}); not building"))
             return current.id, None
     registry.pull(local, base, progress=progress)
     progress(Event("step", f"building {manifest.image['build']['tag']} FROM {base.pinned}"))
@@ -140,7 +145,8 @@ def _push(local: docker.DockerClient, image_id: str, tag: str, target: str, prog
     for entry in image.attrs.get("RepoDigests", []):
         held = parse_ref(entry)
         if held.repository == dest.repository and _in_registry(local, held):
-            progress(Event("info", f"{dest.repository}@{held.digest} is already in the registry; not pushing"))
+            progress(Event("info",
+                           f"{dest.repository}@{held.digest} is already in the registry; not pushing"))
             return Ref(dest.repository, dest.tag, held.digest)
     pushed = registry.push(local, image_id, dest, progress)
     progress(Event("info", f"pushed {pushed}", data={"digest": pushed.digest}))
@@ -156,8 +162,8 @@ def _in_registry(local: docker.DockerClient, ref: Ref) -> bool:
 
 def branch_commit(repository: str, branch: str) -> str:
     """Where ``branch`` (or tag) of ``repository`` points now (``git ls-remote``)."""
-    out = git(["ls-remote", "--", repository_url(repository), f"refs/heads/{branch}", f"refs/tags/{branch}^{{}}",
-               f"refs/tags/{branch}"], timeout=120)
+    out = git(["ls-remote", "--", repository_url(repository), f"refs/heads/{branch}",
+               f"refs/tags/{branch}^{{}}", f"refs/tags/{branch}"], timeout=120)
     refs = dict(reversed(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
     for name in (f"refs/heads/{branch}", f"refs/tags/{branch}^{{}}", f"refs/tags/{branch}"):
         if name in refs:
@@ -170,12 +176,14 @@ def lock_target(manifest: Manifest, *, update: bool = False, progress: Progress 
     """``repro lock``: resolve every tag and branch now and write (or check) the lock file."""
     local = client or connect()
     pins = lock.resolve_all(manifest, lambda ref: registry.resolve(local, ref), branch_commit,
-                            warn=lambda msg: progress(Event("warn", msg)), files=bundle_files(manifest, progress))
+                            warn=lambda msg: progress(Event("warn", msg)),
+                            files=bundle_files(manifest, progress))
     path, written = lock.check(manifest, pins, update=update, allow_create=True)
     return path, pins, written
 
 
-def bundle_files(manifest: Manifest, progress: Progress = ignore, cache: Path | None = None) -> dict[str, str]:
+def bundle_files(manifest: Manifest, progress: Progress = ignore,
+                 cache: Path | None = None) -> dict[str, str]:
     """For rdma strategy mlnx-ofed: the bundle's name -> its sha256 (fetched into the cache when absent).
 
     A manifest that pins rdma.sha256 must match it; one that cannot (sha256 "") gets the
@@ -208,5 +216,6 @@ def dry_run_text(manifest: Manifest) -> str:
     if not base.digest and locked and "base" in locked.images:
         base = locked.images["base"]
     files = locked.files if locked else {}
-    sha = files.get(rdma.bundle_name(manifest), "") if manifest.rdma and manifest.rdma.strategy == "mlnx-ofed" else ""
+    sha = (files.get(rdma.bundle_name(manifest), "")
+           if manifest.rdma and manifest.rdma.strategy == "mlnx-ofed" else "")
     return "\n".join(lines) + "\n" + render_build(manifest, base, bundle_sha256=sha)

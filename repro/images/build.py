@@ -84,8 +84,8 @@ def dockerfile_dir(manifest: Manifest, opts: BuildOptions) -> Path:
     name = manifest.image["build"]["dockerfile"]
     d = (opts.dockerfiles or paths.dockerfiles_dir()) / name
     if not (d / "Dockerfile").is_file():
-        raise UsageError(f"{manifest.id}: no Dockerfile {d / 'Dockerfile'}", hint="image.build.dockerfile names a "
-                         "directory under dockerfiles/")
+        raise UsageError(f"{manifest.id}: no Dockerfile {d / 'Dockerfile'}",
+                         hint="image.build.dockerfile names a directory under dockerfiles/")
     return d
 
 
@@ -133,7 +133,8 @@ def build_inputs_sha256(manifest: Manifest) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def find_current(client: docker.DockerClient, manifest: Manifest, base: Ref, opts: BuildOptions) -> Any | None:
+def find_current(client: docker.DockerClient, manifest: Manifest, base: Ref,
+                 opts: BuildOptions) -> Any | None:
     """The image already tagged for this manifest's build, when it was built from exactly these inputs."""
     image = local_image(client, manifest.image["build"]["tag"])
     if image is None:
@@ -170,15 +171,16 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
                 image_id = _sshd(client, image_id, scratch / "sshd", logfile, opts, progress, created)
             check_no_ca(client, image_id, opts.run_id)
             progress(Event("step", "labelling"))
-            image_id = run_build(client, logfile, progress, created, fileobj=io.BytesIO(label_step(image_id, labels)))
+            image_id = run_build(client, logfile, progress, created,
+                                 fileobj=io.BytesIO(label_step(image_id, labels)))
         client.api.tag(image_id, tag.repository, tag.tag or "latest")
     except BaseException:
         _remove(client, created)
         raise
     progress(Event("info", f"tagged {tag.tagged} ({image_id[:19]})"))
     final = client.images.get(image_id)
-    return Built(tag.tagged, image_id, dict(final.labels or {}), logfile, time.monotonic() - started, versions,
-                 stages=tuple(s for s in stages if _dangling(client, s)))
+    return Built(tag.tagged, image_id, dict(final.labels or {}), logfile, time.monotonic() - started,
+                 versions, stages=tuple(s for s in stages if _dangling(client, s)))
 
 
 def _dangling(client: docker.DockerClient, image_id: str) -> bool:
@@ -311,7 +313,8 @@ def expected_bundle_sha256(manifest: Manifest) -> str:
 
 
 def _rdma(client: docker.DockerClient, manifest: Manifest, image_id: str, context: Path, logfile: Path,
-          opts: BuildOptions, progress: Progress, created: list[str]) -> tuple[str, dict[str, str], dict[str, str]]:
+          opts: BuildOptions, progress: Progress, created: list[str]) -> tuple[str, dict[str, str],
+                                                                               dict[str, str]]:
     """Build and probe the RDMA layer; its image, the versions found, and the labels to record."""
     rdma = manifest.rdma
     assert rdma is not None
@@ -385,7 +388,8 @@ def _failed(error: str, step: str, tail: collections.deque[str], logfile: Path) 
     lines = "\n".join(f"  | {ln}" for ln in tail) or "  | (no output)"
     where = f"at {step}" if step else "before its first step"
     hint = DISK_HINT if classify(error) == "disk" else None
-    return BuildError(f"build failed {where}\n{error.strip()}\nlast {len(tail)} lines of its output:\n{lines}\n"
+    return BuildError(f"build failed {where}\n{error.strip()}\n"
+                      f"last {len(tail)} lines of its output:\n{lines}\n"
                       f"full log: {logfile}", hint=hint)
 
 

@@ -122,8 +122,8 @@ def _repository(url: str, commit: str) -> Iterator[Path]:
         try:
             git(["--git-dir", tmp, "fetch", "-q", "--depth", "1", "--", repository_url(url), commit])
         except BuildError:
-            git(["--git-dir", tmp, "fetch", "-q", "--", repository_url(url), "+refs/heads/*:refs/remotes/src/*",
-                 "+refs/tags/*:refs/tags/*"])
+            git(["--git-dir", tmp, "fetch", "-q", "--", repository_url(url),
+                 "+refs/heads/*:refs/remotes/src/*", "+refs/tags/*:refs/tags/*"])
         yield Path(tmp)
 
 
@@ -175,8 +175,9 @@ def _patches(manifest: Manifest, tree: _Tree, passed: list[str], fail: Fail) -> 
             continue
         count = text.count(p["old"])
         if count != 1:
-            fail("patch", f"source.patches[{i}] ({p['file']}): the old text {_short(p['old'])} occurs {count} times, "
-                          "not once")
+            fail("patch",
+                 f"source.patches[{i}] ({p['file']}): the old text {_short(p['old'])} occurs {count} times, "
+                 "not once")
             continue
         tree.patched[p["file"]] = text.replace(p["old"], p["new"], 1)
         ok += 1
@@ -192,7 +193,8 @@ def _copied(manifest: Manifest, opts: CheckOptions) -> tuple[str, list[str]]:
     """The Dockerfile's name and the sources of its COPY/ADD lines from the build context (not --from)."""
     directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=opts.dockerfiles))
     base = parse_ref(manifest.image["build"]["base"]["ref"]).with_digest("sha256:" + "0" * 64)
-    text = render_dockerfile((directory / "Dockerfile").read_text(encoding="utf-8"), build_args(manifest, base))
+    text = render_dockerfile((directory / "Dockerfile").read_text(encoding="utf-8"),
+                             build_args(manifest, base))
     sources = []
     for line in text.splitlines():
         m = _COPY.match(line)
@@ -205,7 +207,8 @@ def _copied(manifest: Manifest, opts: CheckOptions) -> tuple[str, list[str]]:
     return f"dockerfiles/{directory.name}/Dockerfile", sources
 
 
-def _copies(manifest: Manifest, tree: _Tree | None, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
+def _copies(manifest: Manifest, tree: _Tree | None, opts: CheckOptions, passed: list[str],
+            fail: Fail) -> None:
     if "build" not in manifest.image:
         return
     name, sources = _copied(manifest, opts)
@@ -218,8 +221,10 @@ def _copies(manifest: Manifest, tree: _Tree | None, opts: CheckOptions, passed: 
             if tree is None and rel != ".":
                 fail("copy", f"{name} copies {s}, but the manifest has no source")
             elif tree is not None and not tree.exists(rel):
-                fail("copy", f"{name} copies {s}, which is not in {manifest.source['repository']} at "  # type: ignore[index]
-                             f"{tree.commit[:12]}")
+                fail("copy",
+                     f"{name} copies {s}, which is not in "
+                     f"{manifest.source['repository']} at "  # type: ignore[index]
+                     f"{tree.commit[:12]}")
             else:
                 found += 1
                 if tree is not None and _REQUIREMENTS.search(rel):
@@ -237,8 +242,9 @@ def _requirements(rel: str, tree: _Tree, passed: list[str], fail: Fail) -> None:
     bad = [(n, m.group(0)) for n, line in enumerate(text.splitlines(), 1)
            for m in [_GIT_URL.search(line.split(" #", 1)[0])] if m]
     for n, url in bad:
-        fail("requirements", f"{rel}:{n}: {url} uses git://, which GitHub no longer serves; add a source.patches "
-                             "entry that rewrites it to git+https://")
+        fail("requirements",
+             f"{rel}:{n}: {url} uses git://, which GitHub no longer serves; add a source.patches "
+             "entry that rewrites it to git+https://")
     if not bad:
         passed.append(f"{rel}: no git:// URL")
 

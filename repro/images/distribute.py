@@ -49,7 +49,8 @@ def distribute(local: docker.DockerClient, image_id: str, hosts: Hosts, *, names
         return []
     progress(Event("step", f"distributing {image_id[:19]} to {len(remote)} node(s)"))
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(remote))) as pool:
-        futures = {n.name: pool.submit(_one, local, n, image_id, names, registry_ref, progress) for n in remote}
+        futures = {n.name: pool.submit(_one, local, n, image_id, names, registry_ref, progress)
+                   for n in remote}
     results, failures = [], []
     for name, fut in futures.items():
         err = fut.exception()
@@ -60,7 +61,8 @@ def distribute(local: docker.DockerClient, image_id: str, hosts: Hosts, *, names
         else:
             failures.append((name, BuildError(f"{type(err).__name__}: {err}")))
     if failures:
-        kind = EnvironmentUnavailable if all(isinstance(e, EnvironmentUnavailable) for _, e in failures) else BuildError
+        kind = (EnvironmentUnavailable if all(isinstance(e, EnvironmentUnavailable) for _, e in failures)
+                else BuildError)
         raise kind("the image did not reach every node:\n" + "\n".join(f"  {n}: {e}" for n, e in failures),
                    hint=next((e.hint for _, e in failures if e.hint), None))
     ids = {r.node: r.image_id for r in results}
@@ -70,8 +72,8 @@ def distribute(local: docker.DockerClient, image_id: str, hosts: Hosts, *, names
     return results
 
 
-def _one(local: docker.DockerClient, node: Node, image_id: str, names: Sequence[str], registry_ref: Ref | None,
-         progress: Progress) -> NodeResult:
+def _one(local: docker.DockerClient, node: Node, image_id: str, names: Sequence[str],
+         registry_ref: Ref | None, progress: Progress) -> NodeResult:
     started = time.monotonic()
     client = node_client(node)
     try:
@@ -98,7 +100,8 @@ def _transfer(local: docker.DockerClient, client: docker.DockerClient, node: Nod
             pull(client, registry_ref, where=node.name, progress=progress)
             return "pulled"
         except EnvironmentUnavailable as e:
-            progress(Event("warn", f"cannot pull from the registry ({e.message}); streaming from this machine",
+            progress(Event("warn",
+                           f"cannot pull from the registry ({e.message}); streaming from this machine",
                            node=node.name))
     stream(local, client, names[0] if names else image_id, node.name, progress)
     return "streamed"

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 SSH_API_VERSION = "1.41"
 TIMEOUT_S = 600
 
-START_HINT = ("start the engine: `sudo systemctl start docker` (or `sudo dockerd &`), or point DOCKER_HOST at "
-              "a running one; for the test cluster: scripts/test-cluster up")
+START_HINT = ("start the engine: `sudo systemctl start docker` (or `sudo dockerd &`), or point DOCKER_HOST "
+              "at a running one; for the test cluster: scripts/test-cluster up")
 
 
 def connect(docker_host: str | None = None, *, where: str = "this machine") -> docker.DockerClient:
@@ -118,13 +118,15 @@ def node_client(node: Node, local: docker.DockerClient | None = None) -> docker.
                                      "known_hosts records", hint="find out why before trusting it") from e
     except paramiko.SSHException as e:
         hint = ("add the node's host key to known_hosts (ssh-keyscan, checked out of band)"
-                if "not found in known_hosts" in str(e) else "check the inventory and `ssh` to the node by hand")
+                if "not found in known_hosts" in str(e)
+                else "check the inventory and `ssh` to the node by hand")
         raise EnvironmentUnavailable(f"cannot open SSH to node {node.name} ({url})", hint=hint) from e
     except OSError as e:
         raise EnvironmentUnavailable(f"cannot reach node {node.name} ({url})",
                                      hint="is the node up and sshd listening?") from e
     # built with the shell-out transport (which connects lazily), then given the verified one
-    client = docker.DockerClient(base_url=url, version=SSH_API_VERSION, timeout=TIMEOUT_S, use_ssh_client=True)
+    client = docker.DockerClient(base_url=url, version=SSH_API_VERSION, timeout=TIMEOUT_S,
+                                 use_ssh_client=True)
     client.api.mount("http+docker://ssh", adapter)
     client.api._custom_adapter = adapter  # noqa: SLF001 - so that close() closes it
     try:

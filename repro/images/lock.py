@@ -149,7 +149,8 @@ def pins_for_run(manifest: Manifest, locked: Pins | None, tag: TagResolver, *, a
     return Pins(images, _sources(manifest, None), dict(locked.files) if locked else {})
 
 
-def check(manifest: Manifest, resolved: Pins, *, update: bool, allow_create: bool = False) -> tuple[Path, bool]:
+def check(manifest: Manifest, resolved: Pins, *, update: bool,
+          allow_create: bool = False) -> tuple[Path, bool]:
     """Compare ``resolved`` with the lock: ProvenanceError on a difference unless ``update``.
 
     Returns the lock path and whether it was written (updated, or created when ``allow_create``).

@@ -35,10 +35,12 @@ log = logging.getLogger(__name__)
 ARCH = "x86_64"
 INBOX_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "infiniband-diags", "perftest", "rdma-core")
 #: What mlnxofedinstall needs on Ubuntu before it runs (DLPerf's list, plus perl and lsb-release).
-MLNX_BUILD_DEPS = ("bison", "chrpath", "debhelper", "dpatch", "ethtool", "flex", "gfortran", "graphviz", "kmod",
-                   "libelf1", "libltdl-dev", "libmnl0", "lsb-release", "lsof", "pciutils", "perl", "swig", "tcl", "tk")
+MLNX_BUILD_DEPS = ("bison", "chrpath", "debhelper", "dpatch", "ethtool", "flex", "gfortran", "graphviz",
+                   "kmod", "libelf1", "libltdl-dev", "libmnl0", "lsb-release", "lsof", "pciutils", "perl",
+                   "swig", "tcl", "tk")
 DEFAULT_URL = "https://content.mellanox.com/ofed/MLNX_OFED-{version}/{name}.tgz"
-_BUNDLE = re.compile(r"^MLNX_OFED_LINUX-(?P<version>[0-9][0-9.-]*?)-(?P<distro>[a-z]+[0-9.]+)-(?P<arch>[a-z0-9_]+)$")
+_BUNDLE = re.compile(r"^MLNX_OFED_LINUX-(?P<version>[0-9][0-9.-]*?)-"
+                     r"(?P<distro>[a-z]+[0-9.]+)-(?P<arch>[a-z0-9_]+)$")
 
 
 def base_os(manifest: Manifest) -> str | None:
@@ -54,7 +56,8 @@ def bundle_name(manifest: Manifest) -> str:
         raise UsageError(f"{manifest.id}: rdma strategy is not mlnx-ofed; there is no bundle")
     if not distro:
         raise UsageError(f"{manifest.id}: rdma strategy mlnx-ofed needs the base image's OS",
-                         hint="declare it, e.g. image.build.base.os: ubuntu18.04 (read /etc/os-release in the image)")
+                         hint="declare it, e.g. image.build.base.os: ubuntu18.04 (read /etc/os-release in "
+                              "the image)")
     return f"MLNX_OFED_LINUX-{rdma.version}-{distro}-{ARCH}"
 
 
@@ -89,17 +92,20 @@ def render_rdma_layer(manifest: Manifest, base: str) -> str:
     """The Dockerfile that adds the manifest's RDMA user space on top of ``base`` (an image ID or ref)."""
     rdma = manifest.rdma
     if rdma is None or not installs(manifest):
-        raise UsageError(f"{manifest.id}: rdma strategy {describe(manifest)} installs nothing; there is no layer")
+        raise UsageError(f"{manifest.id}: rdma strategy {describe(manifest)} installs nothing; there is no "
+                         "layer")
     if rdma.strategy == "inbox":
         lines = ["# repro RDMA layer: inbox (the distribution's rdma-core user space)",
                  f"FROM {base}",
                  *_run(*dist_apt_install(INBOX_PACKAGES), "mkdir -p /etc/libibverbs.d")]
     else:
         name = bundle_name(manifest)
-        lines = [f"# repro RDMA layer: MLNX_OFED {rdma.version} for {base_os(manifest)} (the base image's OS), "
+        lines = [f"# repro RDMA layer: MLNX_OFED {rdma.version} for {base_os(manifest)} "
+                 "(the base image's OS), "
                  f"user space only (the host keeps its kernel driver)",
                  f"FROM {base}",
-                 *_run(". /etc/os-release", f'test "$ID$VERSION_ID" = {base_os(manifest)} || {{ echo "the base image '
+                 *_run(". /etc/os-release",
+                       f'test "$ID$VERSION_ID" = {base_os(manifest)} || {{ echo "the base image '
                        f'is $ID$VERSION_ID, image.build.base.os says {base_os(manifest)}" >&2; exit 1; }}'),
                  *_run(*dist_apt_install(MLNX_BUILD_DEPS)),
                  f"COPY {name}.tgz /tmp/{name}.tgz",
@@ -126,7 +132,8 @@ def cache_dir() -> Path:
 def cached_bundle(manifest: Manifest, cache: Path | None = None) -> Path | None:
     """The manifest's MLNX_OFED bundle in the cache (``.tgz`` or DLPerf's ``.tar``), if there."""
     name, cache = bundle_name(manifest), cache or cache_dir()
-    return next((cache / f"{name}{ext}" for ext in (".tgz", ".tar") if (cache / f"{name}{ext}").is_file()), None)
+    return next((cache / f"{name}{ext}" for ext in (".tgz", ".tar") if (cache / f"{name}{ext}").is_file()),
+                None)
 
 
 def fetch_bundle(manifest: Manifest, cache: Path | None = None, progress: Progress = ignore) -> Path:
@@ -147,12 +154,13 @@ def verify_bundle(manifest: Manifest, path: Path, expected: str) -> str:
     """Check the bundle against ``expected`` (sha256 hex) and the base's OS; return its sha256."""
     if not expected:
         raise BuildError(f"{manifest.id}: no checksum to verify {path.name} against",
-                         hint="run `repro lock TARGET` to record the bundle's sha256 (or set rdma.sha256 to the "
-                              "publisher's checksum)")
+                         hint="run `repro lock TARGET` to record the bundle's sha256 (or set rdma.sha256 to "
+                              "the publisher's checksum)")
     got = sha256_file(path)
     if got != expected:
         raise BuildError(f"{path}: sha256 {got}, but {expected} was recorded for {path.name}",
-                         hint="the file in the cache is not the verified bundle; remove it and fetch it again")
+                         hint="the file in the cache is not the verified bundle; "
+                              "remove it and fetch it again")
     top = tarball_top(path)
     if bundle_distro(top) != base_os(manifest):
         raise BuildError(f"{path}: the bundle is for {bundle_distro(top) or top}, the base image is "
@@ -173,12 +181,14 @@ def _download(url: str, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_suffix(".part")
     try:
-        with urllib.request.urlopen(url, timeout=60) as r, part.open("wb") as f:  # noqa: S310 - https URL from manifest
+        with (urllib.request.urlopen(url, timeout=60) as r,  # noqa: S310 - https URL from manifest
+              part.open("wb") as f):
             shutil.copyfileobj(r, f, 1 << 20)
     except OSError as e:
         part.unlink(missing_ok=True)
         raise EnvironmentUnavailable(f"cannot download MLNX_OFED from {url}",
-                                     hint=f"put {dest.name} into {dest.parent} (or set REPRO_OFED_CACHE)") from e
+                                     hint=f"put {dest.name} into {dest.parent} "
+                                          "(or set REPRO_OFED_CACHE)") from e
     part.rename(dest)
 
 
@@ -186,7 +196,8 @@ def _probe_script(kind: str) -> str:
     versions = (f"dpkg-query -W -f='${{Package}}=${{Version}}\\n' {' '.join(INBOX_PACKAGES)} 2>/dev/null"
                 if kind == "inbox" else "ofed_info -s")
     return ("if ! command -v ibv_devinfo >/dev/null; then echo 'repro:missing ibv_devinfo'; exit 0; fi; "
-            "ibv_devinfo 2>&1; echo \"repro:ibv_devinfo_exit=$?\"; echo 'repro:versions'; " + versions + " 2>&1")
+            "ibv_devinfo 2>&1; echo \"repro:ibv_devinfo_exit=$?\"; echo 'repro:versions'; " + versions
+            + " 2>&1")
 
 
 def parse_probe(kind: str, output: str) -> dict[str, str]:
@@ -204,7 +215,8 @@ def parse_probe(kind: str, output: str) -> dict[str, str]:
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
     if kind == "mlnx-ofed":
         if not lines or not lines[0].startswith("MLNX_OFED_LINUX-"):
-            raise BuildError(f"OFED check: `ofed_info -s` did not name an MLNX_OFED version: {tail.strip()[-200:]}")
+            raise BuildError("OFED check: `ofed_info -s` did not name an MLNX_OFED version: "
+                             f"{tail.strip()[-200:]}")
         return {"ofed_info": lines[0].rstrip(":")}
     found = dict(ln.split("=", 1) for ln in lines if "=" in ln)
     missing = [p for p in INBOX_PACKAGES if not found.get(p)]
@@ -224,7 +236,8 @@ def verify(client: docker.DockerClient, image: str, rdma: Rdma, run_id: str | No
         raise BuildError(f"OFED check failed (exit {result.get('StatusCode')}): {output.strip()[-400:]}")
     versions = parse_probe(rdma.strategy, output)
     if rdma.strategy == "mlnx-ofed" and str(rdma.version) not in versions["ofed_info"]:
-        raise BuildError(f"OFED check: the image has {versions['ofed_info']}, the manifest pins {rdma.version}")
+        raise BuildError(f"OFED check: the image has {versions['ofed_info']}, the manifest pins "
+                         f"{rdma.version}")
     return versions
 
 

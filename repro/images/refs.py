@@ -63,12 +63,14 @@ class Ref:
 
 def check_digest(digest: str, where: str) -> str:
     if not DIGEST.match(digest):
-        raise UsageError(f"{where}: {digest!r} is not a sha256 digest", hint="a digest reads sha256:<64 hex digits>")
+        raise UsageError(f"{where}: {digest!r} is not a sha256 digest",
+                         hint="a digest reads sha256:<64 hex digits>")
     return digest
 
 
 def parse_ref(text: str, digest: str = "") -> Ref:
-    """``host:5000/a/b:tag@sha256:...`` -> Ref; ``digest`` (e.g. from a manifest field) fills a missing one."""
+    """``host:5000/a/b:tag@sha256:...`` -> Ref; ``digest`` (e.g. from a manifest field) fills a missing
+    one."""
     name, _, at = text.partition("@")
     if at:
         check_digest(at, text)

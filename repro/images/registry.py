@@ -20,7 +20,8 @@ from repro.images.refs import Ref
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|network is unreachable|"
-                          r"no route to host|dial tcp|connection reset|TLS handshake timeout|server gave HTTP response",
+                          r"no route to host|dial tcp|connection reset|TLS handshake timeout|"
+                          r"server gave HTTP response",
                           re.I)
 _UNKNOWN = re.compile(r"manifest unknown|not found|does not exist|repository .* not found|name unknown|"
                       r"pull access denied|no such image", re.I)
@@ -43,7 +44,8 @@ def translate(text: str, what: str, ref: Ref | str, where: str) -> ReproError:
     kind = classify(text)
     reg = ref.registry if isinstance(ref, Ref) else str(ref)
     if kind == "unreachable":
-        return EnvironmentUnavailable(f"{what} {ref} on {where}: registry {reg} is not reachable: {text.strip()}",
+        return EnvironmentUnavailable(f"{what} {ref} on {where}: registry {reg} is not reachable: "
+                                      f"{text.strip()}",
                                       hint=f"is the registry up, and reachable from {where}?")
     if kind == "unknown":
         return BuildError(f"{what} {ref} on {where}: no such image in registry {reg}: {text.strip()}",
@@ -84,7 +86,8 @@ def local_image(client: docker.DockerClient, name: str) -> Any | None:
         raise translate(str(e.explanation or e), "inspecting", name, "the engine") from e
 
 
-def pull(client: docker.DockerClient, ref: Ref, where: str = "this machine", progress: Progress = ignore) -> Any:
+def pull(client: docker.DockerClient, ref: Ref, where: str = "this machine",
+         progress: Progress = ignore) -> Any:
     """Pull ``ref`` by its digest (a no-op when present) and check the engine holds that digest."""
     pinned = ref.pinned
     image = local_image(client, pinned)
@@ -97,7 +100,8 @@ def pull(client: docker.DockerClient, ref: Ref, where: str = "this machine", pro
         image = local_image(client, pinned)
     if image is None or pinned not in image.attrs.get("RepoDigests", []):
         held = image.attrs.get("RepoDigests", []) if image is not None else []
-        raise BuildError(f"digest mismatch on {where}: asked for {pinned}, the engine holds {held or 'nothing'}")
+        raise BuildError(f"digest mismatch on {where}: asked for {pinned}, the engine holds "
+                         f"{held or 'nothing'}")
     return image
 
 
@@ -109,7 +113,8 @@ def push(client: docker.DockerClient, image_id: str, target: Ref, progress: Prog
     progress(Event("step", f"pushing {target.tagged}"))
     client.api.tag(image_id, target.repository, target.tag or "latest")
     try:
-        aux = _stream(client.api.push(target.repository, tag=target.tag or "latest", stream=True, decode=True),
+        aux = _stream(client.api.push(target.repository, tag=target.tag or "latest", stream=True,
+                                      decode=True),
                       "pushing", target, "this machine", progress)
     except (docker.errors.APIError, ReproError) as e:
         _untag(client, target.tagged)

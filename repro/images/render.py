@@ -59,7 +59,8 @@ def render_dockerfile(text: str, args: Mapping[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None, bundle_sha256: str = "") -> str:
+def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None,
+                 bundle_sha256: str = "") -> str:
     """Every Dockerfile the build of ``manifest`` runs, in order, rendered (the dry run).
 
     ``bundle_sha256`` is the checksum `repro lock` recorded for an MLNX_OFED bundle the
@@ -76,15 +77,16 @@ def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None,
         parts += ["# image.build.env: the upstream Dockerfile's ENV", env_lines(manifest).rstrip("\n")]
     rdma = manifest.rdma
     if rdma is not None and rdma.strategy == "image":
-        parts += ["", "# RDMA: strategy image: the base image's own MOFED user space is used; nothing is installed"]
+        parts += ["", "# RDMA: strategy image: the base image's own MOFED user space is used; "
+                      "nothing is installed"]
     elif rdma is not None:
         parts += ["", f"# then the RDMA layer ({rdma_layer.describe(manifest)})",
                   rdma_layer.render_rdma_layer(manifest, BUILT).rstrip("\n")]
         if rdma.strategy == "mlnx-ofed":
             sha = rdma.sha256 or bundle_sha256
             parts.append(f"# {rdma_layer.bundle_name(manifest)}.tgz must have sha256 "
-                         + (f"{sha} ({'rdma.sha256' if rdma.sha256 else 'recorded by repro lock'})" if sha else
-                            "<not recorded: run repro lock; the build refuses an unverified bundle>"))
+                         + (f"{sha} ({'rdma.sha256' if rdma.sha256 else 'recorded by repro lock'})" if sha
+                            else "<not recorded: run repro lock; the build refuses an unverified bundle>"))
     if manifest.launch.kind == "mpi":
         parts += ["", "# then the mpi layer", render_sshd_layer(BUILT).rstrip("\n")]
     return "\n".join(parts) + "\n"

@@ -27,8 +27,8 @@ GIT_TIMEOUT_S = 1800
 STAMP = ".repro-source.json"
 #: The only transports the kit's git calls may use: a URL can never name a transport helper (``ext::``) that
 #: runs a command, whatever a manifest or ``--git-mirror`` says.
-PROTOCOLS = ("-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.ssh.allow=always",
-             "-c", "protocol.file.allow=always")
+PROTOCOLS = ("-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c",
+             "protocol.ssh.allow=always", "-c", "protocol.file.allow=always")
 #: What a repository or mirror may be: an https://, ssh:// or file:// URL, or an absolute path.
 SAFE_URL = re.compile(r"^(https://|ssh://|file:///?|/)[^\s\x00-\x1f\x7f]*$")
 
@@ -54,13 +54,14 @@ Mirrors = tuple[tuple[str, str], ...]
 
 
 def parse_mirror(text: str) -> tuple[str, str]:
-    """``PREFIX=URL`` (``--git-mirror``) as a pair; ValueError when it has no ``=`` or URL is not a safe URL."""
+    """``PREFIX=URL`` (``--git-mirror``) as a pair; ValueError when it has no ``=`` or URL is not a safe
+    URL."""
     prefix, sep, url = text.partition("=")
     if not sep or not prefix or not url:
         raise ValueError(f"{text!r} is not PREFIX=URL (e.g. https://github.com/=/srv/git/)")
     if not SAFE_URL.match(url):
-        raise ValueError(f"{text!r}: the mirror {url!r} is not an https://, ssh:// or file:// URL or an absolute "
-                         "path (e.g. https://github.com/=/srv/git/)")
+        raise ValueError(f"{text!r}: the mirror {url!r} is not an https://, ssh:// or file:// URL or an "
+                         "absolute path (e.g. https://github.com/=/srv/git/)")
     return prefix, url
 
 
@@ -91,9 +92,11 @@ def fetch_commit(repository: str, commit: str, dest: Path) -> None:
     except BuildError:
         # servers that refuse fetching by commit: take everything, then pick the commit
         log.info("fetch of %s by commit refused; fetching all refs", url)
-        git(["fetch", "-q", "--", url, "+refs/heads/*:refs/remotes/src/*", "+refs/tags/*:refs/tags/*"], cwd=dest)
+        git(["fetch", "-q", "--", url, "+refs/heads/*:refs/remotes/src/*", "+refs/tags/*:refs/tags/*"],
+            cwd=dest)
     try:
-        git(["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", f"{commit}^{{commit}}"], cwd=dest)
+        git(["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", f"{commit}^{{commit}}"],
+            cwd=dest)
     except BuildError as e:
         raise BuildError(f"commit {commit} is not in {repository}",
                          hint="check source.commit in the manifest (a full 40-hex commit)") from e
@@ -112,8 +115,8 @@ def apply_patches(root: Path, patches: Sequence[Mapping[str, str]]) -> list[str]
         text = path.read_text(encoding="utf-8")
         count = text.count(p["old"])
         if count != 1:
-            raise BuildError(f"source.patches[{i}] ({p['file']}): the old text {p['old']!r} occurs {count} times, "
-                             "not once",
+            raise BuildError(f"source.patches[{i}] ({p['file']}): the old text {p['old']!r} occurs {count} "
+                             "times, not once",
                              hint=f"patch {p['why']!r} does not match this commit; fix `old` in the manifest")
         path.write_text(text.replace(p["old"], p["new"], 1), encoding="utf-8")
         applied.append(p["file"])

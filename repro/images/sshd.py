@@ -25,7 +25,8 @@ def render_sshd_layer(base: str) -> str:
         f"FROM {base}",
         "RUN if [ ! -x /usr/sbin/sshd ] || ! command -v ssh >/dev/null; then \\",
         "      command -v apt-get >/dev/null \\",
-        "        || { echo 'repro: the image has no sshd and no apt-get to install openssh-server' >&2; exit 1; }; \\",
+        "        || { echo 'repro: the image has no sshd and no apt-get to install openssh-server' >&2; "
+        "exit 1; }; \\",
         f"      {install}; \\",
         "    fi \\",
         " && mkdir -p /run/sshd \\",

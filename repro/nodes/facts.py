@@ -34,11 +34,13 @@ PROBE_SCRIPT = "probe-container.py"
 #: The one GPU query: preflight's checks read name, memory and driver; the provenance records every field.
 GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version", "clocks.max.sm",
               "clocks.max.memory", "clocks.applications.graphics", "ecc.mode.current", "vbios_version")
-_GPU_KEYS = {"index": "index", "name": "name", "uuid": "uuid", "pci.bus_id": "pci_bus_id", "memory.total": "memory_mib",
-             "driver_version": "driver", "clocks.max.sm": "clocks_max_sm_mhz", "clocks.max.memory": "clocks_max_mem_mhz",
-             "clocks.applications.graphics": "clocks_app_mhz", "ecc.mode.current": "ecc", "vbios_version": "vbios"}
+_GPU_KEYS = {"index": "index", "name": "name", "uuid": "uuid", "pci.bus_id": "pci_bus_id",
+             "memory.total": "memory_mib", "driver_version": "driver", "clocks.max.sm": "clocks_max_sm_mhz",
+             "clocks.max.memory": "clocks_max_mem_mhz", "clocks.applications.graphics": "clocks_app_mhz",
+             "ecc.mode.current": "ecc", "vbios_version": "vbios"}
 _TEXT_KEYS = ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios")
-#: The query of the processes on a node's GPUs; every field is one nvidia-smi documents for --query-compute-apps.
+#: The query of the processes on a node's GPUs; each field is one nvidia-smi documents for
+#: --query-compute-apps.
 COMPUTE_APPS_QUERY = "gpu_uuid,pid,process_name,used_gpu_memory"
 
 _SCRIPT = r"""date +%s.%N
@@ -163,9 +165,9 @@ class DockerInfo:
 
 
 def smi_rows(text: str, width: int, free: int) -> list[list[str]]:
-    """The rows of ``nvidia-smi --query-...=F1,F2,... --format=csv,noheader``: ``width`` fields split at commas,
-    field ``free`` (a name, which may hold commas) taking what is left over. ValueError with the first line
-    when no line is a row (the driver's error message); ``No devices were found`` is no rows."""
+    """The rows of ``nvidia-smi --query-...=F1,F2,... --format=csv,noheader``: ``width`` fields split at
+    commas, field ``free`` (a name, which may hold commas) taking what is left over. ValueError with the first
+    line when no line is a row (the driver's error message); ``No devices were found`` is no rows."""
     rows, other = [], []
     for line in filter(None, (ln.strip() for ln in text.splitlines())):
         parts = [p.strip() for p in line.split(",")]
@@ -234,7 +236,8 @@ def parse_ibstat(text: str) -> tuple[IbPort, ...]:
         elif cur is not None and ":" in line:
             key, _, val = (s.strip() for s in line.partition(":"))
             cur[key.lower()] = val
-    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _rate(p.get("rate")), p.get("link layer"), p["fw"])
+    return tuple(IbPort(p["device"], p["port"], p.get("state", "?"), _rate(p.get("rate")),
+                        p.get("link layer"), p["fw"])
                  for p in ports)
 
 
@@ -257,25 +260,28 @@ def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
         width = re.match(r"(\d+)X", p.get("active_width", ""))
         speed = _rate(p.get("active_speed"))
         rate = int(width[1]) * speed if width and speed else None
-        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate, p.get("link_layer"), p["fw"]))
+        out.append(IbPort(p["device"], p["port"], p.get("state", "?").split(" ")[0], rate,
+                          p.get("link_layer"), p["fw"]))
     return tuple(out)
 
 
 def parse_ib_sysfs(text: str) -> tuple[IbPort, ...]:
     """The script's listing of ``/sys/class/infiniband/*/ports/*`` where neither tool is installed:
-    ``DEVICE|PORT|STATE|RATE|LINK_LAYER|FW`` per port (state as ``4: ACTIVE``, rate as ``100 Gb/sec (4X EDR)``)."""
+    ``DEVICE|PORT|STATE|RATE|LINK_LAYER|FW`` per port (state as ``4: ACTIVE``, rate as
+    ``100 Gb/sec (4X EDR)``)."""
     ports = []
     for line in filter(None, (ln.strip() for ln in text.splitlines())):
         device, port, state, rate, layer, fw = (line.split("|") + [""] * 6)[:6]
         if not port.isdigit():
             raise ValueError(f"not a port line: {line[:100]!r}")
-        ports.append(IbPort(device, int(port), state.rpartition(":")[2].strip() or "?", _rate(rate), layer or None,
-                            fw or None))
+        ports.append(IbPort(device, int(port), state.rpartition(":")[2].strip() or "?", _rate(rate),
+                            layer or None, fw or None))
     return tuple(ports)
 
 
 def parse_ib(text: str) -> tuple[IbPort, ...]:
-    """Any of the three forms the script's ``ib`` section prints (ibstat, ``ibv_devinfo -v``, sysfs), told apart by shape."""
+    """Any of the three forms the script's ``ib`` section prints (ibstat, ``ibv_devinfo -v``, sysfs), told
+    apart by shape."""
     if re.search(r"^\s*hca_id:", text, re.MULTILINE):
         return parse_ibv_devinfo(text)
     if re.search(r"^[^|\s]+\|\d+\|", text, re.MULTILINE):
@@ -300,9 +306,11 @@ def parse_ofed_info(text: str) -> str:
     return m[1]
 
 
-# the facts used, one short line each: srun splits a long output line (at 1 KiB) when it labels a job step's output
-DOCKER_INFO_FORMAT = ('root={{.DockerRootDir}}{{"\\n"}}version={{.ServerVersion}}{{"\\n"}}driver={{.Driver}}{{"\\n"}}'
-                      'default_runtime={{.DefaultRuntime}}{{"\\n"}}runtimes={{range $k, $v := .Runtimes}}{{$k}} {{end}}')
+# the facts used, one short line each: srun splits a long output line (at 1 KiB) when it labels a job step's
+# output
+DOCKER_INFO_FORMAT = ('root={{.DockerRootDir}}{{"\\n"}}version={{.ServerVersion}}{{"\\n"}}driver={{.Driver}}'
+                      '{{"\\n"}}default_runtime={{.DefaultRuntime}}{{"\\n"}}'
+                      'runtimes={{range $k, $v := .Runtimes}}{{$k}} {{end}}')
 
 
 def parse_docker_info(text: str) -> DockerInfo:
@@ -310,8 +318,10 @@ def parse_docker_info(text: str) -> DockerInfo:
     info = dict(ln.partition("=")[::2] for ln in text.splitlines() if "=" in ln)
     if not info.get("version", "").strip():
         raise ValueError(f"docker info printed no server version: {text.strip()[:200]!r}")
-    return DockerInfo(info["version"].strip(), info.get("root", "").strip(), info.get("driver", "").strip() or None,
-                      tuple(sorted(info.get("runtimes", "").split())), info.get("default_runtime", "").strip() or None)
+    return DockerInfo(info["version"].strip(), info.get("root", "").strip(),
+                      info.get("driver", "").strip() or None,
+                      tuple(sorted(info.get("runtimes", "").split())),
+                      info.get("default_runtime", "").strip() or None)
 
 
 def _rate(text: str | None) -> float | None:
@@ -321,8 +331,8 @@ def _rate(text: str | None) -> float | None:
 
 
 # ---------------------------------------------------------------- the provenance's host facts
-HOST_FACTS = ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver", "gpu_topology", "hcas", "mlx5_core",
-              "mofed", "docker")
+HOST_FACTS = ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver", "gpu_topology", "hcas",
+              "mlx5_core", "mofed", "docker")
 
 
 def not_run(reason: str) -> dict[str, Probe]:
@@ -337,7 +347,8 @@ def _why(sec: tuple[str, int] | None, what: str) -> str:
         return f"{what}: not found"
     if "No such file" in text[:300]:
         return f"{what}: no such file"
-    return f"{what} failed (exit {rc}): {text.strip().splitlines()[-1][:200] if text.strip() else 'no output'}"
+    return (f"{what} failed (exit {rc}): "
+            f"{text.strip().splitlines()[-1][:200] if text.strip() else 'no output'}")
 
 
 def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Probe:
@@ -362,13 +373,16 @@ def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Probe]:
     kernel = text("kernel", "uname -r")
     if kernel["value"]:
         arch = sec.get("arch", ("", 1))
-        kernel["value"] = {"release": kernel["value"], "machine": arch[0].strip() or None if arch[1] == 0 else None}
+        kernel["value"] = {"release": kernel["value"],
+                           "machine": arch[0].strip() or None if arch[1] == 0 else None}
     gpus = _parsed(sec, "gpus", "nvidia-smi", lambda t: [{k: getattr(g, k) for k in _GPU_KEYS.values()}
-                                                          for g in parse_nvidia_smi(t)] or _raise("no GPU rows"))
+                                                          for g in parse_nvidia_smi(t)]
+                                                         or _raise("no GPU rows"))
     docker = _parsed(sec, "docker", "docker info", parse_docker_info)
     if docker["value"]:
         d = docker["value"]
-        docker["value"] = {"version": d.version, "runtimes": list(d.runtimes), "default_runtime": d.default_runtime,
+        docker["value"] = {"version": d.version, "runtimes": list(d.runtimes),
+                           "default_runtime": d.default_runtime,
                            "storage_driver": d.storage_driver}
     mlx5 = sec.get("mlx5")
     return {
@@ -381,8 +395,8 @@ def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Probe]:
         "cuda_driver": _parsed(sec, "smi", "nvidia-smi", _cuda_version),
         "gpu_topology": text("topo", "nvidia-smi topo -m"),
         "hcas": _parsed(sec, "ib", "InfiniBand ports", lambda t: [
-            {"ca": p.device, "port": p.port, "state": p.state.upper().removeprefix("PORT_"), "rate_gbps": p.rate_gbps,
-             "link_layer": p.link_layer, "fw": p.fw} for p in parse_ib(t)]),
+            {"ca": p.device, "port": p.port, "state": p.state.upper().removeprefix("PORT_"),
+             "rate_gbps": p.rate_gbps, "link_layer": p.link_layer, "fw": p.fw} for p in parse_ib(t)]),
         "mlx5_core": ok(mlx5[0].strip()) if mlx5 and mlx5[1] == 0 and mlx5[0].strip()
         else fail(mlx5[0].strip() if mlx5 and mlx5[0].strip() else _why(mlx5, "mlx5_core")),
         "mofed": _parsed(sec, "ofed", "ofed_info -s", parse_ofed_info),
@@ -405,7 +419,8 @@ def _os(sec: Sections) -> Probe:
         return fail(_why(found, "/etc/os-release"))
     kv = dict(line.split("=", 1) for line in found[0].splitlines() if "=" in line)
     text, rc = sec.get("os_release_file", ("", 1))
-    return ok({"pretty_name": kv.get("PRETTY_NAME", "").strip('"') or None, "id": kv.get("ID", "").strip('"') or None,
+    return ok({"pretty_name": kv.get("PRETTY_NAME", "").strip('"') or None,
+               "id": kv.get("ID", "").strip('"') or None,
                "version_id": kv.get("VERSION_ID", "").strip('"') or None,
                "release": text.strip().splitlines()[0] if rc == 0 and text.strip() else None})
 
@@ -428,7 +443,8 @@ def _cpu(sec: Sections) -> Probe:
         sockets = {ln for ln in lines if ln.startswith("physical id")}
         cores = [int(ln.split(":", 1)[1]) for ln in lines if ln.startswith("cpu cores")]
         return ok({"model": models[0] if models else None, "sockets": len(sockets) or None,
-                   "cores_per_socket": cores[0] if cores else None, "threads_per_core": None, "logical_cpus": None})
+                   "cores_per_socket": cores[0] if cores else None, "threads_per_core": None,
+                   "logical_cpus": None})
     return fail(f"{_why(lscpu, 'lscpu')}; /proc/cpuinfo unreadable")
 
 
@@ -443,8 +459,8 @@ def probe_script() -> Path:
     return paths.data_root() / "scripts" / PROBE_SCRIPT
 
 
-_LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then exec "$p" -c "$0" "$@"; fi; done; '
-           'echo "no python3 or python in the image" >&2; exit 127')
+_LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then exec "$p" -c "$0" "$@"; fi; '
+           'done; echo "no python3 or python in the image" >&2; exit 127')
 
 
 def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), timeout_s: int = 600,
@@ -458,8 +474,8 @@ def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), tim
             "--timeout", str(max(30, timeout_s // 2))]
     kwargs = {"network_mode": "none", **run_kwargs}
     try:
-        with throwaway(client, image, argv, probe="container", run_id=run_id, entrypoint=["sh", "-c", _LAUNCH],
-                       **kwargs) as container:
+        with throwaway(client, image, argv, probe="container", run_id=run_id,
+                       entrypoint=["sh", "-c", _LAUNCH], **kwargs) as container:
             container.start()
             status = container.wait(timeout=timeout_s)
             stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")

@@ -11,18 +11,17 @@ probes and nodes still report.
 
 Two kinds of findings come out of it:
 
-* problems - a node that cannot be reached or whose engine does not answer. Nothing can
-  run there, so ``assess`` raises whatever the flags.
-  A socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) that a node
-  lacks is one too: NCCL's bootstrap aborts there.
-* deviations - the node works but differs from the manifest's ``expect`` (GPU model or
-  memory, driver, IB presence or rate, node count), has processes on its GPUs already, or, for a multi-node RDMA target, has no
-  mlx5 driver or a MOFED older than the containers' user space. A reproduction on different hardware
-  is still worth running, so these are warnings; ``--strict`` makes them errors.
+* problems - a node that cannot be reached or whose engine does not answer. Nothing can run there, so
+  ``assess`` raises whatever the flags. A socket interface the run's env names (NCCL_SOCKET_IFNAME,
+  GLOO_SOCKET_IFNAME) that a node lacks is one too: NCCL's bootstrap aborts there.
+* deviations - the node works but differs from the manifest's ``expect`` (GPU model or memory, driver, IB
+  presence or rate, node count), has processes on its GPUs already, or, for a multi-node RDMA target, has no
+  mlx5 driver or a MOFED older than the containers' user space. A reproduction on different hardware is still
+  worth running, so these are warnings; ``--strict`` makes them errors.
 
-Both raise EnvironmentUnavailable, exit code 3 - the kit's "this environment is not the
-one needed" code - after the table has been printed, so a script can tell "fix the
-cluster" (3) from "fix the command line" (2) and still show the user every finding.
+Both raise EnvironmentUnavailable, exit code 3 - the kit's "this environment is not the one needed" code -
+after the table has been printed, so a script can tell "fix the cluster" (3) from "fix the command line" (2)
+and still show the user every finding.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ class NodeReport:
     rdma_driver: Probe = field(default_factory=Probe)  # the host's MLNX_OFED / mlx5_core version
     interfaces: Probe = field(default_factory=Probe)  # network interface names (/sys/class/net)
     dataset: Probe = field(default_factory=Probe)  # detail: "FORMAT at PATH"; unchecked: all None
-    host: dict[str, Any] = field(default_factory=dict, compare=False)  # facts.host_facts: what provenance records
+    host: dict[str, Any] = field(default_factory=dict, compare=False)  # facts.host_facts, for the provenance
 
     @property
     def reachable(self) -> bool:
@@ -148,17 +147,17 @@ class _FirstLine:
 def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Dataset | None = None) -> NodeReport:
     """Every probe on one node over one command on its open session; failures land in the reasons.
 
-    The clock offset is taken NTP-style: the remote ``date`` is the script's first line,
-    noted on arrival here, less half an SSH round trip measured without a shell. Delivery
-    delays on a busy client make it good to some milliseconds: enough to catch clocks that
-    are not synchronised, not to judge NTP.
+    The clock offset is taken NTP-style: the remote ``date`` is the script's first line, noted on arrival
+    here, less half an SSH round trip measured without a shell. Delivery delays on a busy client make it
+    good to some milliseconds: enough to catch clocks that are not synchronised, not to judge NTP.
     """
     node = session.node
     rtt = min(session.ping() for _ in range(3))  # the first answer after login can lag
     ssh = Probe(detail="local") if session.connect_s is None else \
         Probe(round(rtt * 1000, 1), detail=f"connect {session.connect_s * 1000:.0f} ms")
     first = _FirstLine()
-    r = session.run(probe_script(node, dataset), hide="err", out_stream=first, warn=True, timeout=timeout, in_stream=False)
+    r = session.run(probe_script(node, dataset), hide="err", out_stream=first, warn=True, timeout=timeout,
+                    in_stream=False)
     return node_report(node, r.stdout, ssh, first.at, f"exit {r.exited}", dataset, rtt=rtt)
 
 
@@ -213,7 +212,8 @@ def run_preflight(nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
     results = run_on_all(nodes, lambda s: probe_node(s, timeout, dataset), timeout=timeout,
                          accept_new_host_keys=accept_new_host_keys)
     return [r if isinstance(r := results[n.name], NodeReport) else
-            NodeReport(n.name, n.address, Probe(reason=str(r) + (f"; hint: {r.hint}" if r.hint else ""))) for n in nodes]
+            NodeReport(n.name, n.address, Probe(reason=str(r) + (f"; hint: {r.hint}" if r.hint else "")))
+            for n in nodes]
 
 
 # ---------------------------------------------------------------- comparison with the manifest
@@ -252,7 +252,8 @@ def _compare_gpus(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
     gpus: tuple[Gpu, ...] | None = r.gpus.value
     if not gpus:
         what = "gpu_model" if "gpu_model" in wanted else wanted[0]
-        return [Deviation(r.node, what, str(expect[what]), "no GPU" if gpus == () else "unknown (the GPU probe failed)")]
+        return [Deviation(r.node, what, str(expect[what]),
+                          "no GPU" if gpus == () else "unknown (the GPU probe failed)")]
     out = []
     if "gpus_per_node" in expect and len(gpus) < expect["gpus_per_node"]:
         out.append(Deviation(r.node, "gpus_per_node", str(expect["gpus_per_node"]), str(len(gpus))))
@@ -285,13 +286,14 @@ def _compare_ib(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
         return [Deviation(r.node, "interconnect", kind, found)]
     best = max((p.rate_gbps or 0) for p in ports)
     if "ib_rate_gbps" in expect and best < float(expect["ib_rate_gbps"]):
-        return [Deviation(r.node, "ib_rate_gbps", f"{expect['ib_rate_gbps']:g}", f"{best:g}" if best else "unknown")]
+        return [Deviation(r.node, "ib_rate_gbps", f"{expect['ib_rate_gbps']:g}",
+                          f"{best:g}" if best else "unknown")]
     return []
 
 
 # ---------------------------------------------------------------- RDMA driver and network interfaces
 
-#: The variables naming the interfaces NCCL's and Gloo's sockets use; a site sets them in the hosts file's env.
+#: The variables naming the interfaces NCCL's and Gloo's sockets use; sites set them in the hosts file's env.
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
@@ -309,7 +311,7 @@ def _rdma_driver(sec: Mapping[str, tuple[str, int]]) -> Probe:
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    """``5.0-2.1.8.0`` -> (5, 0, 2, 1, 8, 0); numbers up to the first part that is not one (``5.4-rdmacore36.0``)."""
+    """``5.0-2.1.8.0`` -> (5, 0, 2, 1, 8, 0); numbers until a part that is not one (``5.4-rdmacore36.0``)."""
     out = []
     for part in re.split(r"[.-]", version):
         if not part.isdigit():
@@ -319,7 +321,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def host_mofed(report: NodeReport) -> str | None:
-    """The node's MOFED kernel-side version: ``ofed_info``, else a versioned mlx5_core; None for an inbox driver."""
+    """The node's kernel-side MOFED: ``ofed_info``, else a versioned mlx5_core; None for an inbox driver."""
     drv = report.rdma_driver.value or {}
     mlx5 = drv.get("mlx5_core")
     return drv.get("ofed") or (mlx5 if mlx5 and version_key(mlx5) else None)
@@ -389,8 +391,8 @@ def ifname_matches(var: str, spec: str, interfaces: Sequence[str]) -> list[str]:
 
 
 def interface_problems(reports: Sequence[NodeReport], envs: Sequence[Mapping[str, str]]) -> list[str]:
-    """Nodes on which a socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) is missing:
-    NCCL's bootstrap would abort there ("no socket interface found"), and Gloo would fail to start."""
+    """Nodes on which a socket interface the run's env names (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) is
+    missing: NCCL's bootstrap would abort there ("no socket interface found"), and Gloo would not start."""
     wanted = sorted({(var, env[var]) for env in envs for var in SOCKET_IFNAME_VARS if env.get(var)})
     out = []
     for r in reports:
@@ -398,7 +400,8 @@ def interface_problems(reports: Sequence[NodeReport], envs: Sequence[Mapping[str
             continue
         have: tuple[str, ...] | None = r.interfaces.value
         if have is None:
-            out.append(f"{r.node}: cannot check {', '.join(f'{v}={s}' for v, s in wanted)}: {r.interfaces.reason}")
+            out.append(f"{r.node}: cannot check {', '.join(f'{v}={s}' for v, s in wanted)}: "
+                       f"{r.interfaces.reason}")
             continue
         for var, spec in wanted:
             used = ifname_matches(var, spec, have)
@@ -436,13 +439,13 @@ def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, st
            blocking: Sequence[str] = ()) -> None:
     """Raise PreflightFailed (exit 3) for problems (``blocking``: the site's, such as a missing interface),
     and for deviations under ``strict``; else return."""
-    bad = {line.partition(":")[0] for line in [*problems(reports), *blocking]}  # each line names its node first
+    bad = {line.partition(":")[0] for line in [*problems(reports), *blocking]}  # a line names its node first
     if bad:
         raise PreflightFailed(f"{len(bad)} of {len(reports)} node(s) cannot run a target",
                               hint="see the notes under the table")
     if strict and deviations:
-        raise PreflightFailed(f"{len(deviations)} deviation(s) from the target's expected hardware (--strict)",
-                              hint="run without --strict to treat them as warnings")
+        raise PreflightFailed(f"{len(deviations)} deviation(s) from the target's expected hardware "
+                              "(--strict)", hint="run without --strict to treat them as warnings")
 
 
 # ---------------------------------------------------------------- output
@@ -462,8 +465,8 @@ def _cells(r: NodeReport) -> list[str]:
         cell(r.gpus, lambda p: f"{len(gpus)} x {', '.join(names)}" if gpus else "none"),
         cell(r.gpus, lambda p: ", ".join(sorted({g.driver for g in gpus})) or "-"),
         cell(r.infiniband, lambda p: ", ".join(
-            f"{i.device}:{i.port} {i.state} {f'{i.rate_gbps:g}G' if i.rate_gbps else '?'} {i.link_layer or ''}".rstrip()
-            for i in p.value) or "none"),
+            f"{i.device}:{i.port} {i.state} {f'{i.rate_gbps:g}G' if i.rate_gbps else '?'} "
+            f"{i.link_layer or ''}".rstrip() for i in p.value) or "none"),
         cell(r.disk, lambda p: f"{p.value / 2**30:.1f} GiB"),
         cell(r.clock, lambda p: f"{p.value:+.3f} s" if abs(p.value) >= 1 else f"{p.value * 1000:+.1f} ms"),
     ]

@@ -137,7 +137,8 @@ def known_hosts_files(ssh_config: dict[str, Any]) -> tuple[list[Path], Path]:
 
 
 class Unknown(paramiko.SSHException):
-    def __init__(self, hostname: str, key: paramiko.PKey, checked: list[Path], why: str | None = None) -> None:
+    def __init__(self, hostname: str, key: paramiko.PKey, checked: list[Path],
+                 why: str | None = None) -> None:
         super().__init__(why or (f"it is in none of {', '.join(map(str, checked))}" if checked
                                  else "no known_hosts file exists"))
         self.hostname, self.key, self.why = hostname, key, why
@@ -189,14 +190,16 @@ def _matches(hostname: str, patterns: Sequence[str]) -> bool:
         if pat.startswith("|1|"):
             ok = paramiko.HostKeys.hash_host(hostname, pat) == pat
         else:
-            ok = re.fullmatch(re.escape(pat.lower()).replace(r"\*", ".*").replace(r"\?", "."), name) is not None
+            ok = re.fullmatch(re.escape(pat.lower()).replace(r"\*", ".*").replace(r"\?", "."),
+                              name) is not None
         if ok and neg:
             return False
         hit = hit or ok
     return hit
 
 
-def host_certificate_problem(key: paramiko.PKey, hostname: str, known: KnownHosts, now: float | None = None) -> str | None:
+def host_certificate_problem(key: paramiko.PKey, hostname: str, known: KnownHosts,
+                             now: float | None = None) -> str | None:
     """None when ``key`` carries a host certificate that a trusted ``@cert-authority`` for
     ``hostname`` signed, naming it, valid now; otherwise what is wrong (or that it has none)."""
     blob = getattr(key, "public_blob", None)
@@ -206,7 +209,8 @@ def host_certificate_problem(key: paramiko.PKey, hostname: str, known: KnownHost
     ktype = m.get_text()
     m.get_string()  # nonce
     for _ in range({"ssh-ed25519": 1, "ecdsa-sha2": 2, "ssh-rsa": 2, "rsa-sha2": 2}.get(
-            next((k for k in ("ssh-ed25519", "ecdsa-sha2", "ssh-rsa", "rsa-sha2") if ktype.startswith(k)), ""), 0)):
+            next((k for k in ("ssh-ed25519", "ecdsa-sha2", "ssh-rsa", "rsa-sha2")
+                  if ktype.startswith(k)), ""), 0)):
         m.get_string()
     m.get_int64()  # serial
     cert_type, key_id = m.get_int(), m.get_text()
@@ -227,7 +231,8 @@ def host_certificate_problem(key: paramiko.PKey, hostname: str, known: KnownHost
         return f"certificate {key_id!r} names {', '.join(principals)}, not {host}"
     if not valid_after <= when < valid_before:
         return f"certificate {key_id!r} is not valid now (expired or not yet valid)"
-    cas = [ca for patterns, ca in known.authorities if _matches(hostname, patterns) or _matches(host, patterns)]
+    cas = [ca for patterns, ca in known.authorities
+           if _matches(hostname, patterns) or _matches(host, patterns)]
     signer = next((ca for ca in cas if ca.asbytes() == ca_blob), None)
     if signer is None:
         return (f"certificate {key_id!r} is signed by a CA that no @cert-authority line trusts for {hostname}"
@@ -244,7 +249,8 @@ def preferring_certificates(sock: Any, **kwargs: Any) -> paramiko.Transport:
     it); a host without one answers with its plain key, checked against known_hosts as before."""
     t = paramiko.Transport(sock, **kwargs)
     opts = t.get_security_options()
-    certs = [f"{k}-cert-v01@openssh.com" for k in opts.key_types if f"{k}-cert-v01@openssh.com" in t._key_info]  # noqa: SLF001
+    certs = [f"{k}-cert-v01@openssh.com" for k in opts.key_types
+             if f"{k}-cert-v01@openssh.com" in t._key_info]  # noqa: SLF001
     opts.key_types = [*certs, *opts.key_types]
     return t
 
@@ -253,7 +259,8 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys unless a trusted CA signed the host's certificate, or accept and
     record them; changed keys never reach a policy."""
 
-    def __init__(self, accept_new: bool, record_to: Path, checked: list[Path], known: KnownHosts | None = None) -> None:
+    def __init__(self, accept_new: bool, record_to: Path, checked: list[Path],
+                 known: KnownHosts | None = None) -> None:
         self.accept_new, self.record_to, self.checked = accept_new, record_to, checked
         self.known = known or KnownHosts([], [])
 
@@ -332,8 +339,8 @@ def translate(node: Node, exc: BaseException, *, port: int | None = None,
             where += f" via {host}"
     if isinstance(exc, Unknown) and exc.why:
         return HostKeyUnknown(node.name, f"{where} presents a host key no known_hosts line trusts: {exc.why}",
-                              hint="check the CA's @cert-authority line in known_hosts (its host pattern and key) "
-                                   "and the node's HostCertificate (ssh-keygen -L -f on it)")
+                              hint="check the CA's @cert-authority line in known_hosts (its host pattern and "
+                                   "key) and the node's HostCertificate (ssh-keygen -L -f on it)")
     if isinstance(exc, Unknown):
         known = record_to or Path("~/.ssh/known_hosts")
         return HostKeyUnknown(
@@ -377,7 +384,8 @@ def run_on_all(nodes: Sequence[Node], fn: Callable[[Session], T], *, timeout: fl
     def one(node: Node) -> T:
         started[node.name] = t0 = time.monotonic()
         remote: Remote = (LocalMachine() if node.local else
-                          connect(node, accept_new_host_keys=accept_new_host_keys, timeout=timeout, config=config))
+                          connect(node, accept_new_host_keys=accept_new_host_keys, timeout=timeout,
+                                  config=config))
         live[node.name] = remote
         try:
             return fn(Session(node, remote, None if node.local else time.monotonic() - t0))
@@ -387,7 +395,8 @@ def run_on_all(nodes: Sequence[Node], fn: Callable[[Session], T], *, timeout: fl
             remote.close()
 
     out: dict[str, T | ReproError] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, min(len(nodes), MAX_THREADS)), thread_name_prefix="repro-node")
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(nodes), MAX_THREADS)),
+                              thread_name_prefix="repro-node")
     futures: dict[Future[T], Node] = {pool.submit(one, n): n for n in nodes}
     pending = set(futures)
     try:
@@ -407,8 +416,9 @@ def run_on_all(nodes: Sequence[Node], fn: Callable[[Session], T], *, timeout: fl
                 node = futures[f]
                 if node.name in started and now - started[node.name] >= timeout:
                     pending.discard(f)
-                    out[node.name] = NodeTimedOut(node.name, f"node {node.name} ({node.address}) did not finish "
-                                                             f"within {timeout:g} s")
+                    out[node.name] = NodeTimedOut(node.name,
+                                                  f"node {node.name} ({node.address}) did not finish "
+                                                  f"within {timeout:g} s")
                     if node.name in live:
                         live[node.name].close()
     finally:

@@ -1,1 +1,2 @@
-"""What a reproduction is: the manifest and its schema, the hosts inventory and its scheduler settings, datasets."""
+"""What a reproduction is: the manifest and its schema, the hosts inventory and its scheduler settings,
+datasets."""

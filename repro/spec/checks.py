@@ -32,8 +32,8 @@ PLACEHOLDERS = {
     "ps_hosts": "comma-separated address:master_port+1 of the nodes that run a parameter server "
                 "(launch.parameter_servers; by default every node)",
     "job_name": "ps or worker (launch kind tf-ps renders the command once as each); worker elsewhere",
-    "task_index": "the task's index in its job: a worker's is the node's rank, a parameter server's its place "
-                  "in ps_hosts",
+    "task_index": "the task's index in its job: a worker's is the node's rank, a parameter server's its "
+                  "place in ps_hosts",
     "precision": "the cell's precision name",
     "precision_args": "the tokens of launch.precision_args[precision], spliced in place",
     "cell_args": "the tokens of every launch.cell_args entry matching the cell, spliced in place",
@@ -68,11 +68,14 @@ def check_tokens(doc: YamlDoc, where: list[str | int], tokens: list[str], *,
         for name in names:
             used.add(name)
             if name not in PLACEHOLDERS and name.split("!")[0].split(":")[0] in PLACEHOLDERS:
-                out.append(doc.problem([*where, i], f"placeholder {{{name}}} in {tok!r} has a format spec or conversion",
-                                       "placeholders are plain {name}; write the value as you want it around it"))
+                out.append(doc.problem([*where, i],
+                                       f"placeholder {{{name}}} in {tok!r} has a format spec or conversion",
+                                       "placeholders are plain {name}; "
+                                       "write the value as you want it around it"))
             elif name not in PLACEHOLDERS:
                 out.append(doc.problem([*where, i], f"unknown placeholder {{{name}}} in {tok!r}",
-                                       f"known placeholders: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
+                                       "known placeholders: "
+                                       f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
                                        "a literal brace is written {{ or }}"))
             elif name in SPLICED and not spliced_ok:
                 out.append(doc.problem([*where, i], f"{{{name}}} cannot be used inside {where[-1]}"))
@@ -89,29 +92,35 @@ def check_launch(doc: YamlDoc) -> list[Problem]:
     for prec, toks in launch.get("precision_args", {}).items():
         out += check_tokens(doc, ["launch", "precision_args", prec], toks, spliced_ok=False)[1]
     for ci, entry in enumerate(launch.get("cell_args", [])):
-        out += check_tokens(doc, ["launch", "cell_args", ci, "args"], entry.get("args", []), spliced_ok=False)[1]
+        out += check_tokens(doc, ["launch", "cell_args", ci, "args"], entry.get("args", []),
+                            spliced_ok=False)[1]
     if "precision_args" in used:
         out += [doc.problem(["launch", "precision_args"], f"no tokens for matrix precision {p!r}",
                             f"add `{p}: [...]` (an empty list is fine)")
                 for p in matrix["precision"] if p not in launch.get("precision_args", {})]
     needs = {"torch": ("node_rank", "master_addr"), "paddle": ("hosts",)}.get(launch["kind"], ())
     if max(matrix["nodes"]) > 1:
-        out += [doc.problem(["launch", "command"], f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
+        out += [doc.problem(["launch", "command"],
+                            f"launcher {launch['kind']!r} on several nodes needs {{{name}}}",
                             f"pass {{{name}}} to the framework's launcher so each node knows its place")
                 for name in needs if name not in used]
     return out
 
 
 def check_rdma(doc: YamlDoc) -> list[Problem]:
-    """An RDMA strategy that installs into the image needs an image the kit builds, for mlnx-ofed of a known OS."""
+    """An RDMA strategy that installs into the image needs an image the kit builds, for mlnx-ofed of a known
+    OS."""
     d = doc.data
     strategy = d.get("rdma", {}).get("strategy")
     if strategy in ("mlnx-ofed", "inbox") and "registry" in d["image"]:
-        return [doc.problem(["rdma", "strategy"], f"strategy {strategy} installs into an image the kit builds, "
-                            "but image.registry is used as pulled", "use strategy image, or build it (image.build)")]
+        return [doc.problem(["rdma", "strategy"],
+                            f"strategy {strategy} installs into an image the kit builds, "
+                            "but image.registry is used as pulled",
+                            "use strategy image, or build it (image.build)")]
     if strategy == "mlnx-ofed" and not d["image"]["build"]["base"].get("os"):
         return [doc.problem(["rdma", "strategy"], "strategy mlnx-ofed needs the base image's OS",
-                            "declare it as image.build.base.os, e.g. ubuntu18.04 (the bundle is built for it)")]
+                            "declare it as image.build.base.os, e.g. ubuntu18.04 "
+                            "(the bundle is built for it)")]
     return []
 
 
@@ -173,7 +182,8 @@ def _check_published_cell(doc: YamlDoc, where: list[str | int], cell: Mapping[st
                           matrix_cells: set[tuple[Any, ...]]) -> list[Problem]:
     if cell["gpus"] % cell["nodes"]:
         return [doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes")]
-    if (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"], cell["batch_size"]) not in matrix_cells:
+    if (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"],
+        cell["batch_size"]) not in matrix_cells:
         return [doc.problem(where, f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), "
                             f"{cell['precision']}, batch {cell['batch_size']} is not a cell of the matrix",
                             "a published cell must be one the matrix can run; extend matrix or fix the cell")]
@@ -218,13 +228,16 @@ def check_dataset(doc: YamlDoc) -> list[Problem]:
                                "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
                                "imagenet-tfrecord, imagenet-recordio"))
     if "dataset" in d and not mounted:
-        out.append(doc.problem(["dataset"], "a dataset format is named but no launch.container.mounts entry has "
-                               "source {data}", "mount it: {source: \"{data}\", target: /where/the/workload/reads}"))
+        out.append(doc.problem(["dataset"],
+                               "a dataset format is named but no launch.container.mounts entry has "
+                               "source {data}",
+                               "mount it: {source: \"{data}\", target: /where/the/workload/reads}"))
     command = list(d["launch"]["command"])
     for i, r in enumerate(d.get("dataset", {}).get("synthetic", {}).get("replace", [])):
         found = len(find_run(command, r["old"]))
         if found != 1:
             out.append(doc.problem(["dataset", "synthetic", "replace", i, "old"],
-                                   f"{r['old']} occurs {found} times in launch.command; it must occur exactly once",
+                                   f"{r['old']} occurs {found} times in launch.command; it must occur "
+                                   "exactly once",
                                    "give a run of launch.command tokens that appears once"))
     return out

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 class Format:
     layout: str  # one line, for messages and the README
     fix: str  # how to make a directory of this format
-    check: str  # POSIX sh with $P the directory: a summary (exit 0), what is wrong (exit 1), no directory (exit 2)
+    # POSIX sh with $P the directory: a summary (exit 0), what is wrong (exit 1), no directory (exit 2)
+    check: str
 
 
 _JPEG_LIST = r"""
@@ -68,19 +69,20 @@ echo "train.rec, train.idx, val.rec, val.idx"
 
 FORMATS: dict[str, Format] = {
     "imagenet-jpeg-list": Format(
-        "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' line per image",
-        "PaddleClas reads dataset/ILSVRC2012: put train/ (and val/) there with train_list.txt (and val_list.txt) "
-        "whose lines are 'train/n01440764/n01440764_10026.JPEG 0'",
+        "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' "
+        "line per image",
+        "PaddleClas reads dataset/ILSVRC2012: put train/ (and val/) there with train_list.txt "
+        "(and val_list.txt) whose lines are 'train/n01440764/n01440764_10026.JPEG 0'",
         _JPEG_LIST),
     "imagenet-jpeg": Format(
         "train/ and val/, each with one folder per class holding JPEG files",
-        "unpack ILSVRC2012 train and val into train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (the validation tarball "
-        "is flat: move its images into class folders, e.g. with the valprep.sh script)",
+        "unpack ILSVRC2012 train and val into train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (the validation "
+        "tarball is flat: move its images into class folders, e.g. with the valprep.sh script)",
         _JPEG),
     "imagenet-tfrecord": Format(
         "TFRecord shards named train-00000-of-01024 ... (and validation-00000-of-00128 ...)",
-        "convert ImageNet with the TensorFlow models' imagenet_to_gcs.py or build_imagenet_data.py, which write "
-        "train-NNNNN-of-01024 and validation-NNNNN-of-00128",
+        "convert ImageNet with the TensorFlow models' imagenet_to_gcs.py or build_imagenet_data.py, which "
+        "write train-NNNNN-of-01024 and validation-NNNNN-of-00128",
         _TFRECORD),
     "imagenet-recordio": Format(
         "MXNet RecordIO: train.rec, train.idx, val.rec and val.idx",
@@ -91,7 +93,8 @@ FORMATS: dict[str, Format] = {
 
 
 #: The fix when the directory is not there at all.
-MISSING_FIX = "copy the dataset to that path on every node, or name where it is: `data: {{{fmt}: /path}}` in the hosts file"
+MISSING_FIX = ("copy the dataset to that path on every node, or name where it is: `data: {{{fmt}: /path}}` "
+               "in the hosts file")
 
 
 def check_script(fmt: str, path: str) -> str:

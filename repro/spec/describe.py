@@ -29,7 +29,8 @@ def _flow(obj: object) -> str:
 
     if isinstance(obj, str) and (obj != obj.strip() or "\n" in obj or "\t" in obj):
         return json.dumps(obj, ensure_ascii=False)  # a YAML double-quoted scalar, one line
-    text = yaml.safe_dump(obj, default_flow_style=True, sort_keys=False, width=10**6, allow_unicode=True).strip()
+    text = yaml.safe_dump(obj, default_flow_style=True, sort_keys=False, width=10**6,
+                          allow_unicode=True).strip()
     return text.removesuffix("\n...").strip()  # a lone scalar ends with YAML's document-end marker
 
 
@@ -47,7 +48,8 @@ def describe_manifest(m: Manifest) -> str:
             lines.append(f"    base OS {b['base'].get('os', '(not declared)')}, tag published "
                          f"{b['base'].get('published', '(not recorded)')}")
         if b.get("env"):
-            lines.append("    image env (the upstream Dockerfile's): " + " ".join(f"{k}={v}" for k, v in redact_env(b["env"]).items()))
+            lines.append("    image env (the upstream Dockerfile's): "
+                         + " ".join(f"{k}={v}" for k, v in redact_env(b["env"]).items()))
     if m.source:
         lines.append(f"  source: {m.source['repository']} @ {m.source['commit']} -> {m.source['path']}")
         for p in m.source.get("patches", []):
@@ -59,7 +61,8 @@ def describe_manifest(m: Manifest) -> str:
     for when, toks in m.launch.cell_args:
         lines.append(f"    {{cell_args}} when {_flow(dict(when))}: {shlex.join(redact_argv(toks))}")
     for when, env in m.launch.cell_env:
-        lines.append(f"    env when {_flow(dict(when))}: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
+        lines.append(f"    env when {_flow(dict(when))}: "
+                     + " ".join(f"{k}={v}" for k, v in sorted(redact_env(env).items())))
     if m.launch.env:
         lines.append("    env: " + " ".join(f"{k}={v}" for k, v in sorted(redact_env(m.launch.env).items())))
     cells = m.cells()
@@ -75,9 +78,11 @@ def describe_manifest(m: Manifest) -> str:
         lines.append(f"  published {t.id}: {c['title']}")
         lines.append(f"    {c['repository']} @ {c['commit']} {c['path']} (tolerance {t.tolerance_pct}%)")
         for cell in t.cells:
-            log = f"  log: {cell.logs[0].name}" + (f" (+{len(cell.logs) - 1})" if len(cell.logs) > 1 else "") if cell.logs else ""
+            log = (f"  log: {cell.logs[0].name}" + (f" (+{len(cell.logs) - 1})" if len(cell.logs) > 1 else "")
+                   if cell.logs else "")
             sp = f", speedup {cell.speedup}" if cell.speedup else ""
-            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: {cell.value} {t.unit}{sp}{log}")
+            lines.append(f"    {cell.nodes}n {cell.gpus} GPU {cell.precision} bs{cell.batch_size}: "
+                         f"{cell.value} {t.unit}{sp}{log}")
     if m.expect:
         lines.append("  expect: " + ", ".join(f"{k}={v}" for k, v in m.expect.items()))
     lines += [f"  note: {n}" for n in m.notes]

@@ -31,7 +31,8 @@ class Node:
 
     @property
     def rendezvous(self) -> str:
-        """Where the other ranks reach this node (master address, host lists): ``rendezvous_address`` or the SSH address."""
+        """Where the other ranks reach this node (master address, host lists): ``rendezvous_address`` or the
+        SSH address."""
         return self.rendezvous_address or self.address
 
 
@@ -45,7 +46,8 @@ class Hosts:
     scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.schedulers)
 
     def data_dir(self, fmt: str) -> str | None:
-        """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any format."""
+        """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any
+        format."""
         if isinstance(self.data, str):
             return self.data
         return (self.data or {}).get(fmt)
@@ -90,8 +92,10 @@ def load_hosts(path: Path | None) -> Hosts:
         return local_hosts()
     doc = read_yaml(path)
     problems = validate(doc, "hosts.v1")
-    if not problems and not doc.data.get("nodes") and (doc.data.get("scheduler") or {}).get("kind") != "slurm":
-        problems.append(doc.problem(["nodes"], "no nodes: only a Slurm inventory may leave them to the scheduler",
+    if (not problems and not doc.data.get("nodes")
+            and (doc.data.get("scheduler") or {}).get("kind") != "slurm"):
+        problems.append(doc.problem(["nodes"],
+                                    "no nodes: only a Slurm inventory may leave them to the scheduler",
                                     "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"))
     if not problems:
         problems += [doc.problem(["scheduler", key], why, fix)
@@ -107,5 +111,7 @@ def load_hosts(path: Path | None) -> Hosts:
     if problems:
         raise InputError(problems)
     defaults = doc.data.get("defaults", {})
-    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n}) for n in doc.data.get("nodes", []))
-    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})), scheduler=doc.data.get("scheduler"))
+    nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n})
+                  for n in doc.data.get("nodes", []))
+    return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})),
+                 scheduler=doc.data.get("scheduler"))

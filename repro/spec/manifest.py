@@ -120,7 +120,8 @@ class Launch:
     def ps_ranks(self, cell: Cell) -> tuple[int, ...]:
         """The ranks of the nodes that run a TensorFlow parameter server in this cell, in ps task order:
         the matching launch.parameter_servers entry's, else every node."""
-        return next((ranks for when, ranks in self.parameter_servers if cell.matches(when)), tuple(range(cell.nodes)))
+        return next((ranks for when, ranks in self.parameter_servers if cell.matches(when)),
+                    tuple(range(cell.nodes)))
 
     def env_for(self, cell: Cell, site: Mapping[str, str] | None = None) -> dict[str, str]:
         """One cell's env: the manifest's, every matching cell_args entry's, then the site's (hosts file)."""
@@ -219,7 +220,8 @@ class Manifest:
         for t in self.published:
             if t.id == table_id:
                 return t
-        raise UsageError(f"{self.id}: no published table {table_id!r}; it has: {', '.join(t.id for t in self.published)}")
+        raise UsageError(f"{self.id}: no published table {table_id!r}; it has: "
+                         f"{', '.join(t.id for t in self.published)}")
 
 
 def expand_matrix(m: Mapping[str, Any]) -> list[Cell]:
@@ -264,12 +266,15 @@ def _check_parser(doc: YamlDoc) -> list[Problem]:
 
 
 def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
-    """launch.parameter_servers: tf-ps only; each entry places the ps of some cells, each cell at most once."""
+    """launch.parameter_servers: tf-ps only; each entry places the ps of some cells, each cell at most
+    once."""
     launch = doc.data["launch"]
     entries = launch.get("parameter_servers", [])
     if entries and launch["kind"] != "tf-ps":
-        return [doc.problem(["launch", "parameter_servers"], f"launch kind {launch['kind']!r} runs no parameter servers",
-                            "only launch kind tf-ps places parameter servers; remove the field or use kind tf-ps")]
+        return [doc.problem(["launch", "parameter_servers"],
+                            f"launch kind {launch['kind']!r} runs no parameter servers",
+                            "only launch kind tf-ps places parameter servers; "
+                            "remove the field or use kind tf-ps")]
     out: list[Problem] = []
     cells = expand_matrix(doc.data["matrix"])
     placed: dict[Cell, int] = {}
@@ -279,17 +284,20 @@ def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
         if not matched:
             when = ", ".join(f"{k}: {v}" for k, v in entry["when"].items())
             out.append(doc.problem([*where, "when"], f"{{{when}}} matches no cell of the matrix",
-                                   "name the cells whose parameter servers this entry places, e.g. when: {nodes: 8}"))
+                                   "name the cells whose parameter servers this entry places, e.g. when: "
+                                   "{nodes: 8}"))
         for c in matched:
             if c in placed:
-                out.append(doc.problem([*where, "when"], f"cell {c.key} is placed by entry {placed[c]} as well",
+                out.append(doc.problem([*where, "when"],
+                                       f"cell {c.key} is placed by entry {placed[c]} as well",
                                        "a cell has one placement: make the entries' 'when' match apart"))
                 break
             placed[c] = i
         for j, rank in enumerate(entry["ranks"]):
             small = next((c for c in matched if rank >= c.nodes), None)
             if small is not None:
-                out.append(doc.problem([*where, "ranks", j], f"rank {rank}, but cell {small.key} has {small.nodes} "
+                out.append(doc.problem([*where, "ranks", j],
+                                       f"rank {rank}, but cell {small.key} has {small.nodes} "
                                        f"node(s): its highest rank is {small.nodes - 1}",
                                        "a parameter server runs on one of the cell's nodes, by rank"))
     return out
@@ -304,7 +312,8 @@ def _build(doc: YamlDoc) -> Manifest:
         cell_args=tuple((dict(c["when"]), tuple(c["args"])) for c in L.get("cell_args", []) if "args" in c),
         cell_env=tuple((dict(c["when"]), dict(c["env"])) for c in L.get("cell_args", []) if "env" in c),
         env=dict(L.get("env", {})), workdir=L.get("workdir"), master_port=L.get("master_port", 29500),
-        timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})), container=dict(L.get("container", {})),
+        timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})),
+        container=dict(L.get("container", {})),
         parameter_servers=tuple((dict(e["when"]), tuple(e["ranks"])) for e in L.get("parameter_servers", [])),
     )
     M = d["measure"]
@@ -320,12 +329,15 @@ def _build(doc: YamlDoc) -> Manifest:
             PublishedCell(
                 nodes=c["nodes"], gpus=c["gpus"], precision=c["precision"], batch_size=c["batch_size"],
                 value=c["value"], tolerance_pct=c.get("tolerance_pct", t["tolerance_pct"]),
-                logs=tuple(logs_dir / p for p in c.get("logs", [c["log"]] if "log" in c else [])) if logs_dir else (),
-                repeats=tuple(c.get("repeats", ())), speedup=c.get("speedup"), label=c.get("label"), note=c.get("note"),
+                logs=(tuple(logs_dir / p for p in c.get("logs", [c["log"]] if "log" in c else []))
+                      if logs_dir else ()),
+                repeats=tuple(c.get("repeats", ())), speedup=c.get("speedup"), label=c.get("label"),
+                note=c.get("note"),
             )
             for c in t["cells"]
         )
-        tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"], tolerance_pct=t["tolerance_pct"],
+        tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"],
+                                     tolerance_pct=t["tolerance_pct"],
                                      cells=cells, column=t.get("column"), logs_dir=logs_dir,
                                      run_tolerance=t.get("run_tolerance")))
     return Manifest(
@@ -405,9 +417,11 @@ def find_target(name: str, dirs: Iterable[Path] | None = None) -> Manifest:
     if name in catalog:
         return catalog[name]
     prefixed = [t for t in sorted(catalog) if t.startswith(name)]
-    close = list(dict.fromkeys(prefixed + difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.5)))[:3]
+    close = list(dict.fromkeys(prefixed
+                               + difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.5)))[:3]
     raise UsageError(f"unknown target {name!r}",
-                     hint="`repro list` shows the targets" + (f"; did you mean {', '.join(close)}?" if close else ""))
+                     hint="`repro list` shows the targets" + (f"; did you mean {', '.join(close)}?"
+                                                              if close else ""))
 
 
 def _is_hosts_file(doc: YamlDoc) -> bool:
@@ -426,11 +440,13 @@ def validate_files(inputs: list[Path]) -> list[tuple[Path, str]]:
     """Validate manifests and hosts files (directories: their *.yaml); every problem of every file at once."""
     from repro.spec.hosts import load_hosts
 
-    files = [f for p in (inputs or [paths.manifests_dir()]) for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
+    files = [f for p in (inputs or [paths.manifests_dir()])
+             for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
     empty = [p for p in (inputs or [paths.manifests_dir()]) if p.is_dir() and not any(p.glob("*.yaml"))]
     if empty:
         raise InputError([Problem(str(p), None, "", "no *.yaml file in this directory",
-                                  "give manifest or hosts files, or a directory holding them") for p in empty])
+                                  "give manifest or hosts files, or a directory holding them")
+                          for p in empty])
     problems: list[Problem] = []
     manifests: list[Path] = []
     ok: list[tuple[Path, str]] = []

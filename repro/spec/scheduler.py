@@ -17,7 +17,8 @@ _NAME = r"[A-Za-z0-9_.-]+"
 WORD = re.compile(rf"^{_NAME}$")
 WORDS = re.compile(rf"^{_NAME}(,{_NAME})*$")
 HOSTLIST = re.compile(rf"^{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*$")
-TIME = re.compile(r"^(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)$")
+TIME = re.compile(r"^(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?"
+                  r"|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)$")
 _FEATURE = re.compile(rf"{_NAME}(\*[0-9]{{1,5}})?")
 
 
@@ -96,13 +97,15 @@ _ONE = "one word of letters, digits, '_', '.' or '-'"
 #: Every key a ``scheduler:`` section or ``--scheduler`` may set, in the order the batch script lists them.
 SETTINGS: dict[str, Setting] = {
     "kind": Setting(_choice("ssh", "slurm"), "slurm"),
-    "partition": Setting(_pattern(WORDS, f"{_ONE} (or a comma-separated list of them)"), "gpu", "--partition"),
+    "partition": Setting(_pattern(WORDS, f"{_ONE} (or a comma-separated list of them)"), "gpu",
+                         "--partition"),
     "account": Setting(_pattern(WORD, _ONE), "bench", "--account"),
     "qos": Setting(_pattern(WORD, _ONE), "normal", "--qos"),
     "reservation": Setting(_pattern(WORD, _ONE), "maint", "--reservation"),
     "time": Setting(_time, "2:00:00", "--time"),
     "constraint": Setting(_constraint, "v100&ib", "--constraint"),
-    "exclude": Setting(_pattern(HOSTLIST, "a Slurm host list (e.g. node[3-4],node7)"), "node[3-4]", "--exclude"),
+    "exclude": Setting(_pattern(HOSTLIST, "a Slurm host list (e.g. node[3-4],node7)"), "node[3-4]",
+                       "--exclude"),
     "container": Setting(_choice("docker", "pyxis"), "docker"),
 }
 

@@ -102,7 +102,8 @@ class YamlDoc:
     def problem(self, field_path: Sequence[str | int], message: str, hint: str | None = None) -> Problem:
         return Problem(str(self.path), self.line(field_path), dotted(field_path), message, hint)
 
-    def problem_at_key(self, field_path: Sequence[str | int], message: str, hint: str | None = None) -> Problem:
+    def problem_at_key(self, field_path: Sequence[str | int], message: str,
+                       hint: str | None = None) -> Problem:
         return Problem(str(self.path), self.line(field_path, key=True), dotted(field_path), message, hint)
 
 
@@ -126,7 +127,8 @@ def dotted(field_path: Sequence[str | int]) -> str:
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
-def _key_problems(node: yaml.Node | None, path: list[str | int]) -> Iterator[tuple[list[str | int], int, str, str]]:
+def _key_problems(node: yaml.Node | None,
+                  path: list[str | int]) -> Iterator[tuple[list[str | int], int, str, str]]:
     """Duplicate keys, and keys YAML reads as something other than text (``OFF:`` is a boolean)."""
     stack = [(node, path)]
     while stack:
@@ -135,11 +137,14 @@ def _key_problems(node: yaml.Node | None, path: list[str | int]) -> Iterator[tup
             seen: set[Any] = set()
             for k, v in node.value:
                 if k.value in seen:
-                    yield [*path, k.value], k.start_mark.line + 1, "duplicate key", "each key may appear once in a mapping"
+                    yield ([*path, k.value], k.start_mark.line + 1, "duplicate key",
+                           "each key may appear once in a mapping")
                 elif not isinstance(k, yaml.ScalarNode) or k.tag != _STR_TAG:
-                    yield ([*path, str(k.value) if isinstance(k, yaml.ScalarNode) else "?"], k.start_mark.line + 1,
-                           f"key {k.value if isinstance(k, yaml.ScalarNode) else '(a collection)'!s} is not text "
-                           f"(YAML reads it as {k.tag.rsplit(':', 1)[-1]})", "quote the key, e.g. \"OFF\":")
+                    yield ([*path, str(k.value) if isinstance(k, yaml.ScalarNode) else "?"],
+                           k.start_mark.line + 1,
+                           f"key {k.value if isinstance(k, yaml.ScalarNode) else '(a collection)'!s} "
+                           f"is not text (YAML reads it as {k.tag.rsplit(':', 1)[-1]})",
+                           "quote the key, e.g. \"OFF\":")
                 seen.add(k.value)
                 stack.append((v, [*path, k.value]))
         elif isinstance(node, yaml.SequenceNode):
@@ -175,7 +180,8 @@ def read_bounded(path: Path, limit: int) -> bytes:
         raise InputError([Problem(str(path), None, "", what, "give a file")])
     with os.fdopen(fd, "rb") as f:
         if st.st_size > limit:
-            raise InputError([Problem(str(path), None, "", f"{st.st_size} bytes, over the {limit}-byte limit for "
+            raise InputError([Problem(str(path), None, "",
+                                      f"{st.st_size} bytes, over the {limit}-byte limit for "
                                       "an input file", "a manifest or hosts file is a few KiB")])
         data = f.read(limit + 1)
     if len(data) > limit:
@@ -222,12 +228,14 @@ def read_yaml(path: Path) -> YamlDoc:
     try:
         text = read_bounded(path, MAX_YAML_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError([Problem(str(path), None, "", f"cannot read: not UTF-8 text ({e.reason} at byte {e.start})")]) from None
+        raise InputError([Problem(str(path), None, "",
+                                  f"cannot read: not UTF-8 text ({e.reason} at byte {e.start})")]) from None
     try:
         node, data = _compose_kept(text)
         data = copy.deepcopy(data)  # a copy: what a caller does to it stays its own
     except RecursionError:
-        raise InputError([Problem(str(path), None, "", "nested too deeply to read", "flatten the document")]) from None
+        raise InputError([Problem(str(path), None, "", "nested too deeply to read",
+                                  "flatten the document")]) from None
     except yaml.YAMLError as e:
         # an unclosed quote or bracket is reported where parsing gave up; the context
         # mark is where it opened, which is the line a person has to fix
@@ -239,7 +247,8 @@ def read_yaml(path: Path) -> YamlDoc:
         raise InputError([Problem(str(path), mark.line + 1 if mark else None, "",
                                   f"invalid YAML: {what}", "fix the YAML syntax at that line")]) from None
     doc = YamlDoc(path, node, data)
-    dups = [Problem(str(path), line, dotted(p), what, hint) for p, line, what, hint in _key_problems(node, [])]
+    dups = [Problem(str(path), line, dotted(p), what, hint)
+            for p, line, what, hint in _key_problems(node, [])]
     if dups:
         raise InputError(dups)
     return doc
@@ -250,7 +259,8 @@ def validate(doc: YamlDoc, schema_name: str) -> list[Problem]:
     if not isinstance(doc.data, dict):
         return [Problem(str(doc.path), doc.line([]), "", "expected a mapping at the top level",
                         f"see an example in the shipped files; schema {schema_name}")]
-    errors = sorted(_validator(schema_name).iter_errors(doc.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(_validator(schema_name).iter_errors(doc.data),
+                    key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [_explain(doc, e, schema_name) for e in errors if not _echo_of_failed_branch(e, schema_name)]
 
 
@@ -272,7 +282,8 @@ def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) ->
         extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
         key = extra[0] if extra else ""
         if key == "ofed" and not path:
-            return doc.problem_at_key([key], "unknown key 'ofed'", "it is now `rdma: {strategy: image | mlnx-ofed | "
+            return doc.problem_at_key([key], "unknown key 'ofed'",
+                                      "it is now `rdma: {strategy: image | mlnx-ofed | "
                                       "inbox}`; leave it out for a target without RDMA (was kind: none)")
         return doc.problem_at_key([*path, key], f"unknown key {key!r}",
                                   f"allowed keys here: {', '.join(allowed)}" if allowed else None)
@@ -280,20 +291,28 @@ def _explain(doc: YamlDoc, err: jsonschema.ValidationError, schema_name: str) ->
         missing = err.message.split("'")[1] if "'" in err.message else err.message
         return doc.problem(path, f"missing required key {missing!r}", _required_hint(schema, missing))
     if v == "const" and path == ["schema_version"]:
-        return doc.problem(path, f"unsupported version: required {err.validator_value}, found {err.instance!r}",
+        return doc.problem(path,
+                           f"unsupported version: required {err.validator_value}, found {err.instance!r}",
                            "this kit reads schema_version 1")
     if v == "enum":
-        return doc.problem(path, f"{err.instance!r} is not one of: {', '.join(map(str, err.validator_value))}", hint)
+        return doc.problem(path,
+                           f"{err.instance!r} is not one of: {', '.join(map(str, err.validator_value))}",
+                           hint)
     if v == "type":
         want = err.validator_value
         extra = ""
         if want == "string" and isinstance(err.instance, (int, float)):
-            extra = (" (quote published figures so their printed precision is kept)" if path[-1:] in (["value"], ["speedup"])
+            extra = (" (quote published figures so their printed precision is kept)"
+                     if path[-1:] in (["value"], ["speedup"])
                      or (len(path) > 1 and path[-2] == "repeats") else " (quote it to keep it as text)")
-        return doc.problem(path, f"expected {want}, found {type(err.instance).__name__} {err.instance!r}{extra}", hint)
+        return doc.problem(path,
+                           f"expected {want}, found {type(err.instance).__name__} {err.instance!r}{extra}",
+                           hint)
     if v == "pattern":
-        return doc.problem(path, f"{err.instance!r} does not match the required form {err.validator_value}", hint)
-    if v in ("minProperties", "maxProperties") and set(schema.get("properties", {})) and schema.get("maxProperties") == 1:
+        return doc.problem(path, f"{err.instance!r} does not match the required form {err.validator_value}",
+                           hint)
+    if (v in ("minProperties", "maxProperties") and set(schema.get("properties", {}))
+            and schema.get("maxProperties") == 1):
         return doc.problem(path, f"give exactly one of: {', '.join(schema['properties'])}", None)
     if v == "not" and path and path[-1:] and isinstance(err.instance, dict):
         return doc.problem(path, "contradictory keys: " + _not_message(err), None)
@@ -322,8 +341,9 @@ def _resolve(schema_name: str, ref: str) -> dict[str, Any]:
 
 def _required_hint(schema: dict[str, Any], key: str) -> str | None:
     if key in ("version", "sha256", "flags") and "if" in schema:
-        return ("rdma strategy mlnx-ofed pins version, sha256 (\"\" until verified: `repro lock` records it) and the "
-                "publisher's installer flags, e.g. version: 5.0-2.1.8.0, sha256: \"\", flags: [--user-space-only]")
+        return ("rdma strategy mlnx-ofed pins version, sha256 (\"\" until verified: `repro lock` records it) "
+                "and the publisher's installer flags, e.g. version: 5.0-2.1.8.0, sha256: \"\", "
+                "flags: [--user-space-only]")
     sub = schema.get("properties", {}).get(key, {})
     if isinstance(sub, dict) and "$ref" in sub and sub["$ref"].endswith("/digest"):
         return "write digest: \"\" and run `repro lock TARGET` to fill it"
@@ -334,5 +354,6 @@ def _not_message(err: jsonschema.ValidationError) -> str:
     keys = [k for k in ("log", "logs", "version", "sha256", "flags", "url") if k in err.instance]
     if {"log", "logs"} <= set(keys):
         return "give either 'log' or 'logs', not both"
-    return f"{' and '.join(repr(k) for k in keys)} {'is' if len(keys) == 1 else 'are'} only for rdma strategy 'mlnx-ofed'"
+    return (f"{' and '.join(repr(k) for k in keys)} {'is' if len(keys) == 1 else 'are'} "
+            "only for rdma strategy 'mlnx-ofed'")
 
