@@ -15,7 +15,8 @@ RANK = "repro.rank"
 
 
 def probe_labels(kind: str, run_id: str | None) -> dict[str, str]:
-    """The labels of a container the kit starts to probe something (``kind``), within run ``run_id`` if any."""
+    """The labels of a container the kit starts to probe something (``kind``), within run ``run_id`` if
+    any."""
     return {PROBE: kind, **({RUN: run_id} if run_id else {})}
 
 

@@ -47,8 +47,8 @@ class PlainProgress:
     def __call__(self, ev: Event) -> None:
         ev = redacted(ev)
         if self.json_lines:
-            rec: dict[str, Any] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "kind": ev.kind,
-                                   "message": ev.message}
+            rec: dict[str, Any] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                                   "kind": ev.kind, "message": ev.message}
             if ev.node:
                 rec["node"] = ev.node
             rec.update({k: v for k, v in ev.data.items() if k not in rec})
@@ -84,7 +84,8 @@ class LiveProgress:
         eta = ""
         if self.durations and self.total:
             eta = f" · about {_clock(sum(self.durations) / len(self.durations) * (self.total - done))} left"
-        head = Text(f"{done}/{self.total} repeats done · {self.current} · {_clock(elapsed)} elapsed{eta}", style="bold")
+        head = Text(f"{done}/{self.total} repeats done · {self.current} · {_clock(elapsed)} elapsed{eta}",
+                    style="bold")
         table = Table(show_header=True, header_style="dim", box=None, padding=(0, 2))
         table.add_column("node")
         table.add_column("latest throughput (images/s)", justify="right")
@@ -106,7 +107,8 @@ class LiveProgress:
         elif ev.kind == "throughput" and ev.node:
             self.nodes[ev.node] = ev.message
         elif ev.kind in ("warn", "error"):
-            self.console.print(Text(f"{ev.kind}: {ev.message}", style="yellow" if ev.kind == "warn" else "red"))
+            self.console.print(Text(f"{ev.kind}: {ev.message}",
+                                    style="yellow" if ev.kind == "warn" else "red"))
         elif ev.kind in ("step", "info", "done") and ev.kind != "log":
             self.console.print(Text(ev.message, style="dim" if ev.kind == "info" else ""))
         self.live.update(self._render())

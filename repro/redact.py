@@ -203,7 +203,8 @@ class Redactor:
 
     @classmethod
     def from_envs(cls, *envs: Mapping[str, str] | None) -> Redactor:
-        return cls(v for env in envs if env for k, v in env.items() if is_secret_name(k) and isinstance(v, str))
+        return cls(v for env in envs if env
+                   for k, v in env.items() if is_secret_name(k) and isinstance(v, str))
 
     def text(self, s: str) -> str:
         for v in self.values:

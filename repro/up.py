@@ -30,6 +30,7 @@ from repro.events import Event, Progress, ignore
 from repro.run.launch import CellFailed, NodeResult, launch_cell
 from repro.spec.manifest import Cell, Manifest, find_target, synthetic
 from repro.measure.parsers import PARSERS
+from repro.measure.transport import transport_findings
 from repro.run.plan import select_cells
 from repro.run.schedulers import make_scheduler
 from repro.run.schedulers.base import Scheduler
@@ -86,7 +87,8 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
     state = run.read_state()
     if state.get("redacted"):  # the recorded copy has <redacted> for its secrets: run the original again
         if not target:
-            raise UsageError(f"{run.file('manifest.yaml')} has its secret values redacted, so it cannot be run again",
+            raise UsageError(f"{run.file('manifest.yaml')} has its secret values redacted, "
+                             "so it cannot be run again",
                              hint="give the original manifest: repro up TARGET --resume RUN_DIR")
         original = find_target(target)
         if original.sha256 != state.get("manifest_sha256"):
@@ -106,12 +108,13 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
 
 def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: UpOptions,
                progress: Progress, sched: Scheduler) -> list[Any]:
-    """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports also
-    carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the target.
-    Returns the nodes' reports."""
+    """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports
+    also carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the
+    target. Returns the nodes' reports."""
     from repro.nodes.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
 
-    progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} {len(hosts.nodes)} node(s)"))
+    progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} "
+                           f"{len(hosts.nodes)} node(s)"))
     reports = sched.preflight(hosts.nodes, accept_new_host_keys=opts.accept_new_host_keys,
                               dataset=None if opts.skip_preflight else dataset_to_check(manifest, hosts))
     if opts.skip_preflight:
@@ -124,20 +127,21 @@ def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: Up
     return reports
 
 
-def _image_mofed(manifest: Manifest, cells: Sequence[Cell], reports: Sequence[Any], client: docker.DockerClient,
-                 image: str, opts: UpOptions, progress: Progress) -> None:
+def _image_mofed(manifest: Manifest, cells: Sequence[Cell], reports: Sequence[Any],
+                 client: docker.DockerClient, image: str, opts: UpOptions, progress: Progress) -> None:
     """For a target that uses its image's MOFED user space: every node's MOFED at least as new as it."""
     from repro.nodes.preflight import PreflightFailed, compare_rdma, image_env
 
     if not reports or manifest.rdma_strategy != "image":
         return
     env = image_env(client.images.get(image).attrs)
-    found = [d for d in compare_rdma(reports, manifest, multi_node=any(c.nodes > 1 for c in cells), image_env=env)
-             if d.what == "mofed"]
+    found = [d for d in compare_rdma(reports, manifest, multi_node=any(c.nodes > 1 for c in cells),
+                                     image_env=env) if d.what == "mofed"]
     for d in found:
         progress(Event("warn", str(d)))
     if found and opts.strict:
-        raise PreflightFailed(f"{len(found)} node(s) with a MOFED older than the image's user space (--strict)",
+        raise PreflightFailed(f"{len(found)} node(s) with a MOFED older than the image's user space "
+                              "(--strict)",
                               hint="update the host's MLNX_OFED, or run without --strict to go on")
 
 
@@ -157,13 +161,15 @@ def _clients(hosts: Hosts) -> dict[str, docker.DockerClient]:
 
 
 def _remove_stale(clients: Mapping[str, docker.DockerClient], run_id: str, progress: Progress) -> None:
-    """Containers of this run still on a node (a killed earlier attempt of a resumed run) hold GPUs: remove them."""
+    """Containers of this run still on a node (a killed earlier attempt of a resumed run) hold GPUs: remove
+    them."""
     for r in clean_clients(clients, run_id):
         if r.removed:
-            progress(Event("warn", f"removed {len(r.removed)} stale container(s) of this run: {', '.join(r.removed)}",
-                           node=r.node))
+            progress(Event("warn", f"removed {len(r.removed)} stale container(s) of this run: "
+                           f"{', '.join(r.removed)}", node=r.node))
         elif r.error:
-            progress(Event("warn", f"could not look for stale containers of this run: {r.error}", node=r.node))
+            progress(Event("warn", f"could not look for stale containers of this run: {r.error}",
+                           node=r.node))
 
 
 class _Throughput:
@@ -214,20 +220,23 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         sched.close()
 
 
-def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Scheduler, opts: UpOptions,
-        progress: Progress, started: float, record: Hosts) -> UpResult:
+def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | None, sched: Scheduler,
+        opts: UpOptions, progress: Progress, started: float, record: Hosts) -> UpResult:
     """``record``: the inventory the run directory keeps for --resume (under Slurm, the allocated nodes)."""
     recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
-    reports = [] if opts.skip_preflight and recorded else _preflight(used, manifest, cells, opts, progress, sched)
+    reports = ([] if opts.skip_preflight and recorded
+               else _preflight(used, manifest, cells, opts, progress, sched))
     if sched.engines:
         progress(Event("step", f"images on {len(used.nodes)} node(s)"))
-    run_id = run.run_id if run is not None else make_run_id(manifest.id)  # the build's check containers carry it
+    # the build's check containers carry it
+    run_id = run.run_id if run is not None else make_run_id(manifest.id)
     images = prepare(manifest, used if sched.engines else Hosts((), used.path, used.data, used.env),
                      replace(opts.images, build=replace(opts.images.build, run_id=run_id)), progress=progress)
     image = images.reference if sched.engines else (images.pushed or images.pins.images["image"]).pinned
     if run is None:
         run = RunDir.create(opts.out, manifest, record, run_id=run_id)
-        lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)  # what --resume runs again
+        # what --resume runs again
+        lock.write_lock(lock.lock_path(run.load_manifest()), manifest, images.pins)
         progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     else:
         progress(Event("info", f"resuming {run.path}", data={"run_dir": str(run.path)}))
@@ -236,7 +245,8 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     if clients:
         _image_mofed(manifest, cells, [] if opts.skip_preflight else reports, clients[used.nodes[0].name],
                      images.reference, opts, progress)
-    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress), cells=cells)
+    result = UpResult(run, manifest, _record(run, manifest, used, images, clients, reports, progress),
+                      cells=cells)
     try:
         _run_matrix(manifest, cells, used, run, clients, image, opts, progress, result, sched.launch_cell)
     except KeyboardInterrupt as e:
@@ -251,8 +261,9 @@ def _up(manifest: Manifest, cells: Sequence[Cell], used: Hosts, run: RunDir | No
     return result
 
 
-def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients: Mapping[str, docker.DockerClient],
-            reports: Sequence[Any], progress: Progress) -> dict[str, Any]:
+def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any,
+            clients: Mapping[str, docker.DockerClient], reports: Sequence[Any],
+            progress: Progress) -> dict[str, Any]:
     """The provenance record: resumed from the run directory, or new with every node's host facts (from the
     node script preflight ran) and image facts."""
     from concurrent.futures import ThreadPoolExecutor
@@ -270,11 +281,13 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
     # no engine of the node's (pyxis): the image's facts from the engine that built or pulled it, same digest
     local = None if all(n.name in clients for n in hosts.nodes) else connect()
     engine = {n.name: clients.get(n.name) or local for n in hosts.nodes}
-    host_facts = {n: r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}") for n, r in by_node.items()}
+    host_facts = {n: r.host or probes.not_run(f"host probe did not run: {r.ssh.reason}")
+                  for n, r in by_node.items()}
     sources = [manifest.source["path"]] if manifest.source else []
     with ThreadPoolExecutor(max(1, len(hosts.nodes))) as pool:
         containers = dict(zip([n.name for n in hosts.nodes], pool.map(
-            lambda n: probes.probe_container(engine[n.name], images.reference, sources=sources, run_id=run.run_id),
+            lambda n: probes.probe_container(engine[n.name], images.reference, sources=sources,
+                                             run_id=run.run_id),
             hosts.nodes)))
     for node in hosts.nodes:
         img = engine[node.name].images.get(images.reference)
@@ -287,7 +300,8 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: Any, clients:
 
 
 def _scheduler_facts(result: UpResult, sched: Scheduler) -> None:
-    """The allocation this invocation ran in (job id, partition, nodes, batch script, steps), one entry per allocation."""
+    """The allocation this invocation ran in (job id, partition, nodes, batch script, steps), one entry per
+    allocation."""
     facts = sched.facts()
     if facts:
         kept = [a for a in result.record.get("scheduler", []) if a.get("job_id") != facts["job_id"]]
@@ -309,7 +323,8 @@ def _seal(result: UpResult, progress: Progress) -> None:
 def _todo(run: RunDir, cells: Sequence[Cell], repeats: int | None) -> list[tuple[Cell, int]]:
     pending = set(run.pending())
     wanted = {c.key for c in cells}
-    out = [(c, k) for c in cells for k in range(1, (repeats or 10**6) + 1) if (c.key, k) in pending and c.key in wanted]
+    out = [(c, k) for c in cells for k in range(1, (repeats or 10**6) + 1)
+           if (c.key, k) in pending and c.key in wanted]
     return sorted(out, key=lambda ck: (ck[0].nodes, cells.index(ck[0]), ck[1]))
 
 
@@ -321,8 +336,8 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
     throughput = _Throughput(manifest.measure.parser)
     progress(Event("step", f"{total} repeat(s) to run", data={"total": total}))
     for i, (cell, repeat) in enumerate(todo, start=1):
-        progress(Event("cell", f"{cell.key} repeat {repeat}", data={"cell": cell.key, "repeat": repeat, "index": i,
-                                                                      "total": total}))
+        progress(Event("cell", f"{cell.key} repeat {repeat}",
+                       data={"cell": cell.key, "repeat": repeat, "index": i, "total": total}))
         ok = _run_repeat(manifest, cell, repeat, hosts, run, clients, image, progress, throughput, result,
                          strict=opts.strict, launch=launch)
         if ok:
@@ -336,7 +351,8 @@ def _run_matrix(manifest: Manifest, cells: Sequence[Cell], hosts: Hosts, run: Ru
 
 def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: RunDir,
                 clients: Mapping[str, docker.DockerClient], image: str, progress: Progress,
-                throughput: _Throughput, result: UpResult, *, strict: bool = False, launch: Any = None) -> bool:
+                throughput: _Throughput, result: UpResult, *, strict: bool = False,
+                launch: Any = None) -> bool:
     """One repeat, retried up to the manifest's limit; its status is in the state file on every path.
     ``launch``: the scheduler's cell launcher (default: over SSH, :func:`repro.launch.launch_cell`)."""
     launch = launch or launch_cell
@@ -359,8 +375,8 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
         t0 = time.monotonic()
         env = manifest.launch.env_for(cell, hosts.env)
         try:
-            nodes_ran = launch(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients, image=image,
-                               on_event=on_event,
+            nodes_ran = launch(manifest, cell, hosts, log_dir, run_id=run.run_id, clients=clients,
+                               image=image, on_event=on_event,
                                log_writer=lambda rank, node: run.open_log(cell, repeat, rank, node))
             _commands(result, cell, repeat, nodes_ran, env, image)
         except CellFailed as e:
@@ -374,19 +390,20 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
                 return False
             continue
         except BaseException as e:  # Ctrl-C, or the environment failing under the run: resumable
-            run.set_status(cell, repeat, PENDING, "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {e}")
+            run.set_status(cell, repeat, PENDING,
+                           "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {e}")
             raise
         finally:
             result.cell_seconds += time.monotonic() - t0
         found = transport_findings(manifest, cell, nodes_ran)
         if found:
             from repro.record import provenance
-
             for text in found:
                 provenance.add_finding(result.record, cell, repeat, "nccl-transport", text)
                 progress(Event("warn", f"{cell.key} repeat {repeat}: {text}"))
             if strict:
-                run.set_status(cell, repeat, FAILED, f"NCCL did not use InfiniBand between nodes (--strict): {found[0]}")
+                run.set_status(cell, repeat, FAILED,
+                               f"NCCL did not use InfiniBand between nodes (--strict): {found[0]}")
                 return False
         run.set_status(cell, repeat, DONE)
         progress(Event("done", f"{cell.key} repeat {repeat} done", data={"cell": cell.key, "repeat": repeat}))
@@ -394,33 +411,16 @@ def _run_repeat(manifest: Manifest, cell: Cell, repeat: int, hosts: Hosts, run: 
     return False
 
 
-def transport_findings(manifest: Manifest, cell: Cell, nodes: Sequence[NodeResult]) -> list[str]:
-    """What the NCCL lines of a finished cell's logs say against its expected interconnect: one line per node
-    whose ranks did not use InfiniBand (or whose log cannot tell), for a multi-node cell expected on IB."""
-    from repro.measure import nccl
-
-    if cell.nodes < 2 or manifest.expect.get("interconnect") not in ("infiniband", "roce"):
-        return []
-    logs = {r.node: Path(r.log) for r in nodes if r.role != "mpi-sshd"}  # mpirun's head log holds every rank's
-    opened = {node: path.open("r", encoding="utf-8", errors="replace") for node, path in logs.items()
-              if path.is_file()}
-    try:
-        return nccl.check_cell(opened, cell.nodes, expect_ib=True) + \
-            [f"{node}: no log to read the NCCL transport from" for node in logs if node not in opened]
-    finally:
-        for f in opened.values():
-            f.close()
-
-
-def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeResult], env: Mapping[str, str],
-              image: str) -> None:
+def _commands(result: UpResult, cell: Cell, repeat: int, nodes: Sequence[NodeResult],
+              env: Mapping[str, str], image: str) -> None:
     from repro.record import provenance
 
     for r in nodes:
         if r.started:
-            provenance.add_command(result.record, result.run, cell, repeat, rank=r.rank, node=r.node, role=r.role,
-                                   argv=r.command, env=env, image=image, started=r.started, ended=r.ended,
-                                   exit_code=r.exit_code, workdir=result.manifest.launch.workdir, log=r.log)
+            provenance.add_command(result.record, result.run, cell, repeat, rank=r.rank, node=r.node,
+                                   role=r.role, argv=r.command, env=env, image=image, started=r.started,
+                                   ended=r.ended, exit_code=r.exit_code,
+                                   workdir=result.manifest.launch.workdir, log=r.log)
 
 
 def finish(result: UpResult, *, colour: bool = False) -> str:

@@ -1,4 +1,5 @@
-"""What every verb shares: printing (the one place), errors and exit codes, and the options several verbs take."""
+"""What every verb shares: printing (the one place), errors and exit codes, and the options several verbs
+take."""
 
 from __future__ import annotations
 
@@ -132,8 +133,8 @@ git_mirror_option = click.option(
     multiple=True,
     metavar="PREFIX=URL",
     callback=_mirror,
-    help="read source repositories starting with PREFIX from URL instead (a local mirror directory or an internal "
-    "server), e.g. https://github.com/=/srv/git/; repeatable",
+    help="read source repositories starting with PREFIX from URL instead (a local mirror directory "
+    "or an internal server), e.g. https://github.com/=/srv/git/; repeatable",
 )
 
 

@@ -162,7 +162,8 @@ def plan(
     scheduler: str | None,
 ) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
-    placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up` submits."""
+    placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up`
+    submits."""
     from repro.spec.manifest import find_target
     from repro.spec.manifest import synthetic as synthetic_variant
     from repro.run.plan import plan_chunks, select_cells
@@ -382,7 +383,8 @@ def _run_environment(run: Any, manifest: Any) -> list[Any]:
 @format_option("json")
 @reports_errors
 def audit(run: Path, target: str | None, fmt: str) -> None:
-    """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on drift/tampering)."""
+    """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on
+    drift/tampering)."""
     import dataclasses
 
     from repro.record.audit import audit as audit_run, failing, render

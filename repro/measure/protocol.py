@@ -138,7 +138,8 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
         if used < protocol.min_records:
             issues.append(f"insufficient records: found {t.count}, need {need}")
         elif used < floor:
-            issues.append(f"too few records for a figure: {used} used, a log of this format needs at least {floor}")
+            issues.append(f"too few records for a figure: {used} used, "
+                          f"a log of this format needs at least {floor}")
         else:
             raw = t.result(issues)
     value = None
@@ -158,7 +159,8 @@ class Tally:
     has one). Figures are those of the whole list of values: the same ``math.fsum``, the same
     median."""
 
-    __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "sums", "used")
+    __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "sums",
+                 "used")
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
@@ -206,7 +208,8 @@ class Tally:
         elif p.aggregate == "mean" or (p.aggregate == "harmonic" and not self.nonpositive):
             for i in range(0, len(used), _PIECE):
                 piece = used[i : i + _PIECE]
-                self.sums = _exact([*self.sums, *(piece if p.aggregate == "mean" else (1.0 / v for v in piece))])
+                self.sums = _exact([*self.sums,
+                                    *(piece if p.aggregate == "mean" else (1.0 / v for v in piece))])
 
     def result(self, issues: list[str]) -> float | None:
         """The aggregate of the used values (``used`` > 0)."""

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 #: GPU families by CUDA compute capability (what a log may print instead of a GPU's name)
 _CAPABILITY = {"6.0": "P100", "7.0": "V100", "7.5": "T4", "8.0": "A100", "9.0": "H100"}
 _FAMILY = re.compile(r"(?<![A-Za-z0-9])([AHLPTV]\d{2,3})(?![0-9])", re.I)
-_NOT_LOGS = {".json", ".md", ".yaml", ".yml", ".png", ".jpg", ".gz", ".tar", ".zip", ".py", ".sh", ".csv", ".lock"}
+_NOT_LOGS = {".json", ".md", ".yaml", ".yml", ".png", ".jpg", ".gz", ".tar", ".zip", ".py", ".sh", ".csv",
+             ".lock"}
 
 
 @dataclass
@@ -124,7 +125,8 @@ def _sha256(path: Path) -> str:
 
 @functools.lru_cache(maxsize=1)
 def published_logs() -> dict[int, dict[str, Path]]:
-    """The publication logs the kit bundles: size -> {sha256: path} (a tree's copies of them are told by these)."""
+    """The publication logs the kit bundles: size -> {sha256: path} (a tree's copies of them are told by
+    these)."""
     out: dict[int, dict[str, Path]] = {}
     root = data_root() / "logs" / "published"
     for p in sorted(root.rglob("*")) if root.is_dir() else ():
@@ -211,7 +213,8 @@ def cell_logs(tree: LogTree, manifest: Manifest, cell: PublishedCell, mapped: Se
     copies = _copies(mine, cell)
     if copies:
         have = len(copies)
-        note = f"{have} of {len(cell.logs)} publication logs of this cell found" if have < len(cell.logs) else ""
+        note = (f"{have} of {len(cell.logs)} publication logs of this cell found"
+                if have < len(cell.logs) else "")
         return CellLogs(copies, note, "re-derivation")
     return CellLogs([], _why_none(tree, manifest, cell, mine, own))
 
@@ -224,7 +227,8 @@ def _repeats(tree: LogTree, manifest: Manifest, cell: PublishedCell,
     fewer = [log for log, said in fits if len(said) < top]
     note = ""
     if fewer:
-        names = ", ".join(_rel(log, tree) for log in fewer[:3]) + (f" and {len(fewer) - 3} more" if len(fewer) > 3 else "")
+        names = (", ".join(_rel(log, tree) for log in fewer[:3])
+                 + (f" and {len(fewer) - 3} more" if len(fewer) > 3 else ""))
         note = f"passed over {names}: stating fewer of this cell's facts than the {len(best)} used"
     groups: dict[frozenset[str], list[LogFacts]] = {}
     for log in best:
@@ -233,7 +237,8 @@ def _repeats(tree: LogTree, manifest: Manifest, cell: PublishedCell,
         named = [log for log in best if log.path.name in {p.name for p in cell.logs}]
         if named and len({_fit_set(log, manifest, cells) for log in named}) == 1:
             return CellLogs([log.path for log in named], "; ".join(filter(None, [
-                "told apart from logs that state other facts by the publisher's file name", note])), "new run")
+                "told apart from logs that state other facts by the publisher's file name", note])),
+                "new run")
         return CellLogs([], _ambiguous(tree, manifest, cell, best))
     return CellLogs([log.path for log in best], note, "new run")
 
@@ -264,7 +269,8 @@ def _rel(log: LogFacts, tree: LogTree) -> str:
 def _ambiguous(tree: LogTree, manifest: Manifest, cell: PublishedCell, logs: Sequence[LogFacts]) -> str:
     """Logs that fit one cell but state different facts: which facts each leaves unstated."""
     key = f"--map {cell_key(manifest, cell)}=FILE"
-    said = [f"{_rel(log, tree)} states no {', no '.join(FACTS[f] for f in FACTS if f not in stated(log, manifest))}"
+    said = [f"{_rel(log, tree)} states no "
+            f"{', no '.join(FACTS[f] for f in FACTS if f not in stated(log, manifest))}"
             for log in logs[:4]]
     more = f" (and {len(logs) - 4} more)" if len(logs) > 4 else ""
     return (f"ambiguous: {len(logs)} logs fit this cell but state different facts, so they may be runs of "
@@ -276,8 +282,10 @@ def _why_none(tree: LogTree, manifest: Manifest, cell: PublishedCell, mine: Sequ
     """Why no log of the tree is this cell's: the nearest misses, or logs that state none of its facts."""
     if not mine:
         return f"no {manifest.measure.parser} log under {tree.root}"
-    silent = [log for log in own if not stated(log, manifest) and not misfits(log, manifest, cell, defaults=False)]
-    near = [(log, misfits(log, manifest, cell)) for log in mine if cell.gpus in log.gpus and log not in silent]
+    silent = [log for log in own
+              if not stated(log, manifest) and not misfits(log, manifest, cell, defaults=False)]
+    near = [(log, misfits(log, manifest, cell)) for log in mine
+            if cell.gpus in log.gpus and log not in silent]
     near = [(log, why if log in own else [*why, "a copy of another publication log"]) for log, why in near]
     near = [(log, why) for log, why in near if why]
     parts = [f"{_rel(log, tree)} says {', '.join(why)}" for log, why in near[:3]]
@@ -291,7 +299,8 @@ def _why_none(tree: LogTree, manifest: Manifest, cell: PublishedCell, mine: Sequ
 
 def cell_key(manifest: Manifest, cell: PublishedCell) -> str:
     """How ``--map`` names a cell: ``TARGET/NnMg-PRECISION-bsB``."""
-    return f"{manifest.id}/{cell.nodes}n{cell.gpus // max(cell.nodes, 1)}g-{cell.precision}-bs{cell.batch_size}"
+    return (f"{manifest.id}/{cell.nodes}n{cell.gpus // max(cell.nodes, 1)}g-"
+            f"{cell.precision}-bs{cell.batch_size}")
 
 
 def parse_maps(items: Sequence[str]) -> dict[str, list[Path]]:
@@ -300,7 +309,8 @@ def parse_maps(items: Sequence[str]) -> dict[str, list[Path]]:
     for item in items:
         key, sep, file = item.partition("=")
         if not sep or not key or not file:
-            raise UsageError(f"--map {item!r}: expected CELL=FILE, e.g. paddle-rn50-v100/1n8g-fp32-bs256=run.log")
+            raise UsageError(f"--map {item!r}: expected CELL=FILE, "
+                             "e.g. paddle-rn50-v100/1n8g-fp32-bs256=run.log")
         path = Path(file)
         if not path.is_file():
             raise UsageError(f"--map {item!r}: {file}: no such file")

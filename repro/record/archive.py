@@ -128,13 +128,15 @@ def _check_member(m: tarfile.TarInfo, top: str | None, limits: Limits) -> str:
     if ".." in parts or any(p in ("", ".") for p in name.rstrip("/").split("/")[1:]):
         raise ProvenanceError(f"archive member {name!r} leaves its directory ('..' or an odd path)")
     if m.issym() or m.islnk():
-        raise ProvenanceError(f"archive member {name!r} is a link (to {m.linkname!r}); run archives hold none")
+        raise ProvenanceError(f"archive member {name!r} is a link (to {m.linkname!r}); "
+                              "run archives hold none")
     if not (m.isfile() or m.isdir()):
         raise ProvenanceError(f"archive member {name!r} is a device, fifo or other special file")
     if len(parts) > MAX_DEPTH:
         raise ProvenanceError(f"archive member {name[:200]!r}... is nested deeper than {MAX_DEPTH} levels")
     if m.size > limits.max_file_bytes:
-        raise ProvenanceError(f"archive member {name!r} is {m.size} bytes, over the {limits.max_file_bytes} limit")
+        raise ProvenanceError(f"archive member {name!r} is {m.size} bytes, "
+                              f"over the {limits.max_file_bytes} limit")
     if top is not None and parts[0] != top:
         raise ProvenanceError(f"archive member {name!r} is outside the run directory {top!r}")
     return parts[0]
@@ -200,7 +202,8 @@ def _check_stream(archive: Path, cap: int) -> None:
                     raise ProvenanceError(f"{archive.name} unpacks to more than {cap} bytes",
                                           hint="a run archive holds logs and metadata; this one is not one")
     except (OSError, EOFError, zlib.error) as e:
-        raise ProvenanceError(f"{archive.name} is not a readable .tar.gz (damaged or cut short): {e}") from None
+        raise ProvenanceError(f"{archive.name} is not a readable .tar.gz (damaged or cut short): "
+                              f"{e}") from None
 
 
 def _check_json(archive: Path, member: str, path: Path, limits: Limits) -> None:

@@ -37,7 +37,8 @@ from repro.tree import walk
 OK, DRIFT, MISSING, TAMPERED, NOT_SEALED = "ok", "drift", "missing", "tampered", "not sealed"
 FAILING = (DRIFT, TAMPERED, NOT_SEALED)
 #: manifest ``framework`` -> the container probe's key
-PROBE_KEY = {"pytorch": "torch", "paddle": "paddle", "tensorflow": "tensorflow", "mxnet": "mxnet", "oneflow": "oneflow"}
+PROBE_KEY = {"pytorch": "torch", "paddle": "paddle", "tensorflow": "tensorflow", "mxnet": "mxnet",
+             "oneflow": "oneflow"}
 GPU_MEMORY_TOLERANCE = 0.07
 
 
@@ -53,8 +54,8 @@ def render(checks: list[Check]) -> str:
     counts = {s: sum(c.status == s for c in checks) for s in (OK, DRIFT, MISSING, TAMPERED)}
     if any(c.status == NOT_SEALED for c in checks):
         counts[NOT_SEALED] = sum(c.status == NOT_SEALED for c in checks)
-    table = tabulate(rows, headers=["area", "check", "status", "expected", "observed", "detail"], tablefmt="github",
-                     disable_numparse=True)
+    table = tabulate(rows, headers=["area", "check", "status", "expected", "observed", "detail"],
+                     tablefmt="github", disable_numparse=True)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(checks)} checks"
     return f"{table}\n\n{summary}\n"
 
@@ -68,13 +69,15 @@ def _safe_rel(rel: str) -> bool:
 def verify_sums(run: RunDir) -> list[Check]:
     sums = run.file(SUMS)
     if not sums.is_file():
-        return [Check("integrity", SUMS, TAMPERED, detail="missing: nothing in the run directory can be verified")]
+        return [Check("integrity", SUMS, TAMPERED,
+                      detail="missing: nothing in the run directory can be verified")]
     listed: dict[str, str] = {}
     out: list[Check] = []
     for i, line in enumerate(sums.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         m = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line)
         if not m or not _safe_rel(m.group(2)):
-            out.append(Check("integrity", f"{SUMS} line {i}", TAMPERED, detail=f"not a checksum line: {line[:80]!r}"))
+            out.append(Check("integrity", f"{SUMS} line {i}", TAMPERED,
+                             detail=f"not a checksum line: {line[:80]!r}"))
             continue
         listed[m.group(2)] = m.group(1)
     present = set()
@@ -86,7 +89,8 @@ def verify_sums(run: RunDir) -> list[Check]:
             present.add(rel)
     for rel in sorted(listed):
         if rel not in present:
-            out.append(Check("integrity", rel, TAMPERED, listed[rel][:12], "absent", "listed in SHA256SUMS, not there"))
+            out.append(Check("integrity", rel, TAMPERED, listed[rel][:12], "absent",
+                             "listed in SHA256SUMS, not there"))
         elif (digest := sha256_file(run.path / rel)) != listed[rel]:
             out.append(Check("integrity", rel, TAMPERED, listed[rel][:12], digest[:12], "content changed"))
     for rel in sorted(present - set(listed)):
@@ -102,16 +106,18 @@ def _record_checks(run: RunDir) -> tuple[dict[str, Any] | None, list[Check]]:
         return None, [Check("integrity", PROVENANCE, TAMPERED, detail=str(e).replace("\n", " "))]
     out = [Check("integrity", f"{PROVENANCE} schema", OK, "provenance.v1", f"v{record['schema_version']}")]
     if record["run_id"] != run.run_id:
-        out.append(Check("integrity", "run id", TAMPERED, record["run_id"], run.run_id, "directory renamed or swapped"))
+        out.append(Check("integrity", "run id", TAMPERED, record["run_id"], run.run_id,
+                         "directory renamed or swapped"))
     on_disk = {rel: sha256_file(run.path / rel) for rel in run.files() if rel.startswith("cells/")}
     bad = sorted(k for k in set(on_disk) | set(record["logs"]) if on_disk.get(k) != record["logs"].get(k))
     out.append(Check("integrity", "log digests", TAMPERED if bad else OK, f"{len(record['logs'])} logs",
-                     f"{len(on_disk)} logs", ("differ: " + ", ".join(bad[:3])) if bad else "match provenance.json"))
+                     f"{len(on_disk)} logs",
+                     ("differ: " + ", ".join(bad[:3])) if bad else "match provenance.json"))
     for name, digest in record["results"].items():
         path = run.path / name
         if not path.is_file() or sha256_file(path) != digest:
-            out.append(Check("integrity", name, TAMPERED, digest[:12], "absent" if not path.is_file() else "changed",
-                             "does not match provenance.json"))
+            out.append(Check("integrity", name, TAMPERED, digest[:12],
+                             "absent" if not path.is_file() else "changed", "does not match provenance.json"))
     out += _statement_checks(run, record)
     out.append(_manifest_check(run, record))
     return record, out
@@ -131,9 +137,11 @@ def _statement_checks(run: RunDir, record: Mapping[str, Any]) -> list[Check]:
     byproducts = statement["predicate"]["runDetails"].get("byproducts", [])
     products = {b.get("name"): b.get("digest", {}).get("sha256") for b in byproducts}
     if have != want or meta.get("invocationId") != record["run_id"]:
-        return [Check("integrity", INTOTO, TAMPERED, detail="subjects or invocation differ from provenance.json")]
+        return [Check("integrity", INTOTO, TAMPERED,
+                      detail="subjects or invocation differ from provenance.json")]
     if products.get(PROVENANCE) != sha256_file(run.file(PROVENANCE)):
-        return [Check("integrity", INTOTO, TAMPERED, detail="names another provenance.json than the one present")]
+        return [Check("integrity", INTOTO, TAMPERED,
+                      detail="names another provenance.json than the one present")]
     return [Check("integrity", INTOTO, OK, observed=f"{len(have)} subjects", detail="in-toto v1 / SLSA v1")]
 
 
@@ -141,7 +149,8 @@ def _manifest_check(run: RunDir, record: Mapping[str, Any]) -> Check:
     try:
         loaded = run.load_manifest()
     except ReproError as e:
-        return Check("integrity", "manifest.yaml", TAMPERED, detail=f"does not load: {str(e).splitlines()[0]}")
+        return Check("integrity", "manifest.yaml", TAMPERED,
+                     detail=f"does not load: {str(e).splitlines()[0]}")
     want = record["manifest"]["sha256"]
     if record["manifest"]["redacted"]:
         redacted = record["manifest"].get("redacted_sha256")
@@ -150,8 +159,9 @@ def _manifest_check(run: RunDir, record: Mapping[str, Any]) -> Check:
             return Check("integrity", "manifest.yaml", MISSING, want[:12], have[:12],
                          "secret values were redacted, so its digest cannot be recomputed")
         n = len(record["manifest"]["redacted"])
-        return Check("integrity", "manifest.yaml (redacted)", OK if have == redacted else TAMPERED, redacted[:12],
-                     have[:12], f"the recorded redacted copy ({n} secret value(s) blanked)" if have == redacted
+        return Check("integrity", "manifest.yaml (redacted)", OK if have == redacted else TAMPERED,
+                     redacted[:12], have[:12],
+                     f"the recorded redacted copy ({n} secret value(s) blanked)" if have == redacted
                      else "differs from the redacted copy the run recorded")
     status = OK if loaded.sha256 == want else TAMPERED
     return Check("integrity", "manifest.yaml", status, want[:12], loaded.sha256[:12],
@@ -183,7 +193,8 @@ def interconnect(node: Mapping[str, Any]) -> str | None:
 
 def ib_rate(node: Mapping[str, Any]) -> float | None:
     ports = value(node["host"].get("hcas")) or []
-    rates = [p["rate_gbps"] for p in ports if str(p.get("state", "")).upper().endswith("ACTIVE") and p.get("rate_gbps")]
+    rates = [p["rate_gbps"] for p in ports
+             if str(p.get("state", "")).upper().endswith("ACTIVE") and p.get("rate_gbps")]
     return max(rates) if rates else None
 
 
@@ -211,7 +222,8 @@ def _words(s: str) -> list[str]:
 
 
 def words_match(expected: str, observed: str) -> bool:
-    """Every word of ``expected`` begins a word of ``observed`` ('CentOS 7.5' ~ 'CentOS Linux release 7.5.1804')."""
+    """Every word of ``expected`` begins a word of ``observed``
+    ('CentOS 7.5' ~ 'CentOS Linux release 7.5.1804')."""
     have = _words(observed)
     return all(any(h.startswith(w) for h in have) for w in _words(expected))
 
@@ -263,8 +275,8 @@ def per_node_text(per_node: Mapping[str, Any]) -> str:
     return "; ".join(f"{k}: {v}" for k, v in per_node.items())
 
 
-def _compare(area: str, item: str, expected: Any, per_node: Mapping[str, Any], same: Callable[[Any, Any], bool],
-             unpinned: str = "not in expect") -> Check:
+def _compare(area: str, item: str, expected: Any, per_node: Mapping[str, Any],
+             same: Callable[[Any, Any], bool], unpinned: str = "not in expect") -> Check:
     if not per_node:
         return Check(area, item, MISSING, str(expected), "—", "not observed on any node")
     if expected in (None, ""):
@@ -286,7 +298,8 @@ def pin_checks(record: Mapping[str, Any], ref: Manifest, against: bool) -> list[
     out = []
     if against:
         same = ref.sha256 == record["manifest"]["sha256"]
-        out.append(Check("pins", "manifest", OK if same else DRIFT, ref.sha256[:12], record["manifest"]["sha256"][:12],
+        out.append(Check("pins", "manifest", OK if same else DRIFT, ref.sha256[:12],
+                         record["manifest"]["sha256"][:12],
                          "" if same else f"the run used another version of {ref.id}'s manifest"))
     nodes = record["nodes"]
     if "registry" in ref.image:
@@ -309,7 +322,8 @@ def pin_checks(record: Mapping[str, Any], ref: Manifest, against: bool) -> list[
     if ref.source:
         path = ref.source["path"]
         lock_src = ((record.get("lock") or {}).get("sources", {}).get("source") or {}).get("commit")
-        commits = {n["name"]: (value(container(n).get("sources", {}).get(path)) or {}).get("commit") for n in nodes}
+        commits = {n["name"]: (value(container(n).get("sources", {}).get(path)) or {}).get("commit")
+                   for n in nodes}
         out.append(_compare("pins", "source commit", lock_src or ref.source["commit"],
                             {k: v for k, v in commits.items() if v}, lambda e, o: e == o))
     return out
@@ -320,7 +334,8 @@ def environment_checks(record: Mapping[str, Any], ref: Manifest) -> list[Check]:
     expect = ref.expect
     if "nodes" in expect:
         n = len(record["nodes"])
-        out.append(Check("environment", "nodes", OK if n == expect["nodes"] else DRIFT, str(expect["nodes"]), str(n)))
+        out.append(Check("environment", "nodes", OK if n == expect["nodes"] else DRIFT,
+                         str(expect["nodes"]), str(n)))
     for key, (_, same) in ENVIRONMENT.items():
         if key in expect:
             out.append(_compare("environment", key, expect[key], observe(record, key, ref.framework), same))
@@ -357,7 +372,8 @@ def _cell_id(c: Mapping[str, Any]) -> str:
 
 
 def _close(a: float | None, b: float | None) -> bool:
-    return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(a)))
+    return (a is None and b is None) or (a is not None and b is not None
+                                         and abs(a - b) <= 1e-9 * max(1.0, abs(a)))
 
 
 def audit_run(run: RunDir, against: Manifest | None = None) -> list[Check]:

@@ -25,8 +25,8 @@ from repro.nodes.facts import value
 from repro.record.provenance import load_record
 from repro.run.rundir import RunDir
 
-ENV_KEYS = ("nodes", "gpu_model", "gpu_memory_gb", "gpus_per_node", "driver", "interconnect", "ib_rate_gbps", "cpu",
-            "os", "cuda", "cudnn", "nccl", "kernel", "docker", "python")
+ENV_KEYS = ("nodes", "gpu_model", "gpu_memory_gb", "gpus_per_node", "driver", "interconnect", "ib_rate_gbps",
+            "cpu", "os", "cuda", "cudnn", "nccl", "kernel", "docker", "python")
 
 
 @dataclass
@@ -42,7 +42,8 @@ class Side:
 
 
 def _cell(c: Mapping[str, Any]) -> str:
-    return f"{c['gpus']} GPU ({c['nodes']} node{'s' if c['nodes'] > 1 else ''}) {c['precision']} bs{c['batch_size']}"
+    return (f"{c['gpus']} GPU ({c['nodes']} node{'s' if c['nodes'] > 1 else ''}) "
+            f"{c['precision']} bs{c['batch_size']}")
 
 
 def _node_fact(record: Mapping[str, Any], probe: str, key: str) -> str | None:
@@ -58,7 +59,8 @@ def side_from_run(run: RunDir) -> Side:
     env: dict[str, str | None] = {"nodes": str(len(record["nodes"]))}
     observed = {key: observe(record, key, fw) for key in ENVIRONMENT}
     for key, per in observed.items():
-        env[key] = per_node_text({k: round(v, 1) if isinstance(v, float) else v for k, v in per.items()}) if per else None
+        env[key] = (per_node_text({k: round(v, 1) if isinstance(v, float) else v for k, v in per.items()})
+                    if per else None)
     env["kernel"] = _node_fact(record, "kernel", "release")
     env["docker"] = _node_fact(record, "docker", "version")
     pys = {n["name"]: (value(container(n).get("python")) or {}).get("version") for n in record["nodes"]}
@@ -69,8 +71,8 @@ def side_from_run(run: RunDir) -> Side:
         images = {n["name"]: n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")
                   for n in record["nodes"]}
     versions = {n["name"]: framework_build(n, fw).get("version") for n in record["nodes"]}
-    commits = {n["name"]: (value(container(n).get("sources", {}).get((manifest.source or {}).get("path", ""))) or {})
-               .get("commit") for n in record["nodes"]}
+    commits = {n["name"]: (value(container(n).get("sources", {}).get((manifest.source or {}).get("path", "")))
+                           or {}).get("commit") for n in record["nodes"]}
     pins = {"target": manifest.id, "manifest sha256": record["manifest"]["sha256"][:16],
             "image" if "registry" in manifest.image else "base image":
                 per_node_text({k: v for k, v in images.items() if v}) or None,
@@ -81,7 +83,8 @@ def side_from_run(run: RunDir) -> Side:
     unit = manifest.published[0].unit if manifest.published else ""
     try:
         report = json.loads(run.file("report.json").read_text(encoding="utf-8"))
-        results = {_cell(c): c.get("reproduced") for c in (report["cells"] if isinstance(report, dict) else report)}
+        results = {_cell(c): c.get("reproduced")
+                   for c in (report["cells"] if isinstance(report, dict) else report)}
     except (OSError, ValueError, KeyError):
         if manifest.published:
             from repro.verdict.reproduce import reproduce_run
@@ -140,14 +143,16 @@ def _rows(a: Side, b: Side, section: str, keys: tuple[str, ...] | list[str]) -> 
     for k in keys:
         x, y = getattr(a, section).get(k), getattr(b, section).get(k)
         rows.append([k, x or "—", y or "—", _note(k, a, b, x, y) if section == "env" else
-                     ("" if x == y else "only in A" if y is None else "only in B" if x is None else "DIFFERS")])
+                     ("" if x == y else "only in A" if y is None
+                      else "only in B" if x is None else "DIFFERS")])
     return rows
 
 
 def diff_sides(a: Side, b: Side) -> str:
     heads = ["", f"A: {a.label}", f"B: {b.label}"]
     out = [f"# repro diff\n\nA: {a.label} ({a.kind})  \nB: {b.label} ({b.kind})\n", "## Environment\n",
-           tabulate(_rows(a, b, "env", ENV_KEYS), headers=[*heads, ""], tablefmt="github", disable_numparse=True),
+           tabulate(_rows(a, b, "env", ENV_KEYS), headers=[*heads, ""], tablefmt="github",
+                    disable_numparse=True),
            "\n## Pins\n",
            tabulate(_rows(a, b, "pins", list(dict.fromkeys([*a.pins, *b.pins]))), headers=[*heads, ""],
                     tablefmt="github", disable_numparse=True),

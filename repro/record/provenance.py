@@ -45,10 +45,10 @@ def kit_identity() -> dict[str, Any]:
     commit = None
     if (root / ".git").exists():
         try:
-            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                  timeout=10)
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "repro"],
-                                   capture_output=True, text=True, timeout=30)
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                                  capture_output=True, text=True, timeout=10)
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
+                                    "repro"], capture_output=True, text=True, timeout=30)
             if head.returncode == 0:
                 commit = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
         except (OSError, subprocess.TimeoutExpired):
@@ -56,7 +56,8 @@ def kit_identity() -> dict[str, Any]:
     return {"name": "repro", "version": __version__, "commit": commit, "python": platform.python_version()}
 
 
-def dataset_identity(manifest: Manifest, hosts: Hosts, digest: Mapping[str, str] | None = None) -> dict[str, Any]:
+def dataset_identity(manifest: Manifest, hosts: Hosts,
+                     digest: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What data the run read: the hosts file's data directory when the manifest mounts it."""
     mounts = manifest.launch.container.get("mounts", [])
     if not any("{data}" in str(m.get("source", "")) for m in mounts):
@@ -78,15 +79,17 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
         "run_id": run.run_id,
         "target": manifest.id,
         "kit": kit_identity(),
-        "manifest": {"id": manifest.id, "path": str(manifest.path), "sha256": manifest.sha256, "file": "manifest.yaml",
-                     "redacted": list(state.get("redacted", [])),
-                     **({"redacted_sha256": state["redacted_sha256"]} if state.get("redacted_sha256") else {})},
+        "manifest": {"id": manifest.id, "path": str(manifest.path), "sha256": manifest.sha256,
+                     "file": "manifest.yaml", "redacted": list(state.get("redacted", [])),
+                     **({"redacted_sha256": state["redacted_sha256"]}
+                        if state.get("redacted_sha256") else {})},
         "lock": dict(lock) if lock else None,
         "hosts": {"file": "hosts.yaml", "source": str(hosts.path) if hosts.path else None,
                   "nodes": [{"name": n.name, "address": n.address} for n in hosts.nodes]},
         "dataset": dict(dataset) if dataset else dataset_identity(manifest, hosts),
         "protocol": {"parser": manifest.measure.parser, "protocol": dict(manifest.measure.protocol),
-                     "overrides": [{"when": dict(w), "protocol": dict(p)} for w, p in manifest.measure.overrides],
+                     "overrides": [{"when": dict(w), "protocol": dict(p)}
+                                   for w, p in manifest.measure.overrides],
                      "repeats": manifest.repeats, "aggregate_repeats": dict(manifest.measure.repeats),
                      "retries": manifest.retries, "timeout_s": manifest.launch.timeout_s},
         "started": started or now(),
@@ -104,29 +107,34 @@ def add_node(record: dict[str, Any], node: Node, *, host: Mapping[str, Probe], i
              container: Probe) -> None:
     """One node's facts: host probes, the image it ran (ref, id, digest, labels), the container probe."""
     record["nodes"].append({"name": node.name, "address": node.address, "host": dict(host),
-                            "image": {"ref": image.get("ref"), "id": image.get("id"), "digest": image.get("digest"),
+                            "image": {"ref": image.get("ref"), "id": image.get("id"),
+                                      "digest": image.get("digest"),
                                       "repo_digests": list(image.get("repo_digests", [])),
                                       "labels": dict(image.get("labels") or {})},
                             "container": dict(container)})
 
 
-def add_command(record: dict[str, Any], run: RunDir, cell: Cell, repeat: int, *, rank: int, node: str, role: str,
-                argv: Sequence[str], env: Mapping[str, str], image: str, started: str, ended: str | None,
-                exit_code: int | None, workdir: str | None = None, log: Path | str | None = None) -> None:
+def add_command(record: dict[str, Any], run: RunDir, cell: Cell, repeat: int, *, rank: int, node: str,
+                role: str, argv: Sequence[str], env: Mapping[str, str], image: str, started: str,
+                ended: str | None, exit_code: int | None, workdir: str | None = None,
+                log: Path | str | None = None) -> None:
     """One container a cell ran on one node: the exact argv, its (redacted) env, times, exit status.
 
     ``log`` is where its output went (default: ``RunDir.log_path``); it must lie in the run directory.
     """
     path = Path(log) if log is not None else run.log_path(cell, repeat, rank, node)
-    log = (path if path.is_absolute() else run.path / path).resolve().relative_to(run.path.resolve()).as_posix()
+    log = ((path if path.is_absolute() else run.path / path).resolve()
+           .relative_to(run.path.resolve()).as_posix())
     record["commands"].append({"cell": cell.key, "repeat": repeat, "rank": rank, "node": node, "role": role,
-                               "argv": redact_argv(argv), "env": redact_env(env), "image": image, "workdir": workdir,
+                               "argv": redact_argv(argv), "env": redact_env(env), "image": image,
+                               "workdir": workdir,
                                "started": started, "ended": ended, "exit_code": exit_code, "log": log,
                                "log_sha256": None, "nccl_transport": None})
 
 
 def add_finding(record: dict[str, Any], cell: Cell, repeat: int, kind: str, text: str) -> None:
-    """Something a finished cell's logs show against the target (``nccl-transport``: sockets where IB was expected)."""
+    """Something a finished cell's logs show against the target (``nccl-transport``: sockets where IB was
+    expected)."""
     record.setdefault("findings", []).append({"cell": cell.key, "repeat": repeat, "kind": kind, "text": text})
 
 
@@ -147,7 +155,8 @@ def nccl_transport(path: Path) -> Probe:
 
 
 def finalize(run: RunDir, record: dict[str, Any], *, finished: str | None = None) -> dict[str, Any]:
-    """Seal the run directory: digests of its reports and logs, provenance.json, the in-toto export, SHA256SUMS.
+    """Seal the run directory: digests of its reports and logs, provenance.json, the in-toto export,
+    SHA256SUMS.
 
     Files other code wrote (logs streamed by the launcher) are scrubbed of known secrets first;
     the reports are ``repro up``'s (:func:`repro.up.write_reports`), taken as they are.
@@ -188,7 +197,8 @@ def _problems(instance: Any, schema: Mapping[str, Any]) -> list[str]:
 
 def record_problems(record: Any) -> list[str]:
     if isinstance(record, Mapping) and record.get("schema_version") not in (None, SCHEMA_VERSION):
-        return [f"schema_version {record.get('schema_version')!r} is not supported; this kit reads {SCHEMA_VERSION}"]
+        return [f"schema_version {record.get('schema_version')!r} is not supported; "
+                f"this kit reads {SCHEMA_VERSION}"]
     return _problems(record, load_schema(SCHEMA))
 
 
@@ -232,10 +242,12 @@ def resolved_dependencies(run: RunDir, record: Mapping[str, Any]) -> list[dict[s
     for n in record["nodes"]:
         img = n["image"]
         key = img.get("digest") or img.get("id") or "unknown"
-        entry = images.setdefault(key, {"name": f"image:{img.get('ref')}", "uri": _image_uri(img.get("ref"), key)
+        entry = images.setdefault(key, {"name": f"image:{img.get('ref')}",
+                                        "uri": _image_uri(img.get("ref"), key)
                                         if key.startswith("sha256:") else f"docker://{img.get('ref')}",
-                                        "digest": {"sha256": key.removeprefix("sha256:")} if key.startswith("sha256:")
-                                        else {}, "annotations": {"nodes": [], "imageId": img.get("id")}})
+                                        "digest": {"sha256": key.removeprefix("sha256:")}
+                                        if key.startswith("sha256:") else {},
+                                        "annotations": {"nodes": [], "imageId": img.get("id")}})
         entry["annotations"]["nodes"].append(n["name"])
     deps += images.values()
     data = run.load_manifest().data
@@ -254,8 +266,10 @@ def resolved_dependencies(run: RunDir, record: Mapping[str, Any]) -> list[dict[s
 
 def to_intoto(run: RunDir, record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as an in-toto Statement v1 with a SLSA Provenance v1 predicate."""
-    subjects = [{"name": name, "digest": {"sha256": digest}} for name, digest in sorted(record["results"].items())]
-    subjects += [{"name": name, "digest": {"sha256": digest}} for name, digest in sorted(record["logs"].items())]
+    subjects = [{"name": name, "digest": {"sha256": digest}}
+                for name, digest in sorted(record["results"].items())]
+    subjects += [{"name": name, "digest": {"sha256": digest}}
+                 for name, digest in sorted(record["logs"].items())]
     state = run.read_state()
     engines = sorted({str(n["host"].get("docker", {}).get("value", {}).get("version"))
                       for n in record["nodes"] if n["host"].get("docker", {}).get("value")})
@@ -269,14 +283,16 @@ def to_intoto(run: RunDir, record: Mapping[str, Any]) -> dict[str, Any]:
                 "externalParameters": {"target": record["target"],
                                        "manifest": {"path": record["manifest"]["path"],
                                                     "sha256": record["manifest"]["sha256"]},
-                                       "cells": sorted(state["cells"]), "repeats": record["protocol"]["repeats"],
+                                       "cells": sorted(state["cells"]),
+                                       "repeats": record["protocol"]["repeats"],
                                        "hosts": [n["name"] for n in record["hosts"]["nodes"]]},
                 "internalParameters": {"measurement": record["protocol"], "lock": record["lock"]},
                 "resolvedDependencies": resolved_dependencies(run, record),
             },
             "runDetails": {
                 "builder": {"id": f"https://repro.invalid/kit@{record['kit']['version']}",
-                            "version": {"repro": record["kit"]["version"], "commit": str(record["kit"]["commit"]),
+                            "version": {"repro": record["kit"]["version"],
+                                        "commit": str(record["kit"]["commit"]),
                                         "python": record["kit"]["python"], "docker": ", ".join(engines)}},
                 "metadata": {"invocationId": record["run_id"], "startedOn": record["started"],
                              "finishedOn": record["finished"]},

@@ -67,7 +67,8 @@ class NodeResult:
     @property
     def ok(self) -> bool:
         # an MPI worker only serves sshd; it is stopped once the head is done
-        return self.error is None and (self.exit_code == 0 or (self.role == "mpi-sshd" and self.exit_code is not None))
+        return self.error is None and (self.exit_code == 0
+                                       or (self.role == "mpi-sshd" and self.exit_code is not None))
 
 
 class CellFailed(RunFailed):
@@ -97,5 +98,6 @@ def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes
     client, client_pub = keypair()
     host, host_pub = keypair()
     known = b"".join(f"[{p.command.node.rendezvous}]:{ssh_port} ".encode() + host_pub + b"\n" for p in plans)
-    return {f"{MPI_DIR}/id_ed25519": (client, 0o600), f"{MPI_DIR}/authorized_keys": (client_pub + b"\n", 0o600),
+    return {f"{MPI_DIR}/id_ed25519": (client, 0o600),
+            f"{MPI_DIR}/authorized_keys": (client_pub + b"\n", 0o600),
             f"{MPI_DIR}/host_ed25519": (host, 0o600), f"{MPI_DIR}/known_hosts": (known, 0o644)}

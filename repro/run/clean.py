@@ -86,8 +86,8 @@ def resolve(run: str | None, all_runs: bool, hosts_file: Path | None) -> tuple[s
     ``run`` is a run directory (its recorded hosts.yaml is the default inventory) or a run id.
     """
     if all_runs == (run is not None):
-        raise UsageError("give a run directory (or run id), or --all", hint="repro clean logs/<run-id> | repro clean "
-                                                                              "--all --hosts FILE")
+        raise UsageError("give a run directory (or run id), or --all",
+                         hint="repro clean logs/<run-id> | repro clean --all --hosts FILE")
     if run is None:
         return None, load_hosts(hosts_file)
     path = Path(run)
@@ -98,7 +98,8 @@ def resolve(run: str | None, all_runs: bool, hosts_file: Path | None) -> tuple[s
         recorded = rundir.file(HOSTS)
         if hosts_file is None and not recorded.is_file():
             raise UsageError(f"{path} records no inventory ({HOSTS})", hint="give --hosts FILE")
-        if hosts_file is None and "no --hosts file" in recorded.read_text(encoding="utf-8").partition("\n")[0]:
+        if (hosts_file is None
+                and "no --hosts file" in recorded.read_text(encoding="utf-8").partition("\n")[0]):
             return rundir.run_id, local_hosts()  # the run ran on this machine alone
         return rundir.run_id, load_hosts(hosts_file or recorded)
     from repro.run.rundir import RUN_ID

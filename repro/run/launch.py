@@ -51,7 +51,8 @@ def _sdk_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     out["ulimits"] = [Ulimit(**u) for u in opts.get("ulimits", [])]
     if "device_requests" in opts:
         out["device_requests"] = [DeviceRequest(driver=d["Driver"], device_ids=d["DeviceIDs"],
-                                                capabilities=d["Capabilities"]) for d in opts["device_requests"]]
+                                                capabilities=d["Capabilities"])
+                                  for d in opts["device_requests"]]
     return out
 
 
@@ -75,15 +76,18 @@ RDMA_CHECK_TIMEOUT_S = 120
 
 
 def rdma_check_problem(exit_code: int, output: str) -> str | None:
-    """What ``ibv_devinfo`` run in a cell's container says about RDMA there; None when it sees an active port."""
+    """What ``ibv_devinfo`` run in a cell's container says about RDMA there; None when it sees an active
+    port."""
     from repro.nodes.facts import parse_ibv_devinfo
 
     ports = parse_ibv_devinfo(output)
     if any(p.active for p in ports):
         return None
     if ports:
-        return "ibv_devinfo sees no active port: " + ", ".join(f"{p.device}:{p.port} {p.state}" for p in ports)
-    last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), f"exit status {exit_code}")
+        return ("ibv_devinfo sees no active port: "
+                + ", ".join(f"{p.device}:{p.port} {p.state}" for p in ports))
+    last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()),
+                f"exit status {exit_code}")
     if exit_code == 127:
         return f"ibv_devinfo is not in the image ({last[:200]})"
     return f"ibv_devinfo sees no RDMA device ({last[:200]})"
@@ -92,7 +96,8 @@ def rdma_check_problem(exit_code: int, output: str) -> str | None:
 def _rdma_hint(strategy: str | None) -> str:
     fixes = {"image": "the image's own MOFED user space must not be newer than the host's MOFED "
                       "(`repro preflight TARGET --hosts FILE` compares them)",
-             "mlnx-ofed": "the image needs the pinned MLNX_OFED user space and the host a MOFED at least as new",
+             "mlnx-ofed": "the image needs the pinned MLNX_OFED user space "
+                          "and the host a MOFED at least as new",
              "inbox": "the image needs rdma-core's providers (ibverbs-providers) for the host's HCA"}
     return (f"ports must be Active on the host (ibstat) and {IB_DEVICE_DIR} present; "
             + fixes.get(strategy or "", "see the target's RDMA settings"))
@@ -102,8 +107,9 @@ def _start_hint(error: str) -> str:
     if IB_DEVICE_DIR in error:
         return f" (the node has no {IB_DEVICE_DIR}: no InfiniBand/RoCE device or driver there)"
     if "rlimit type 8" in error:
-        return (" (this engine may not raise the locked-memory limit: set launch.container.ulimits.memlock to "
-                "what the node allows, `ulimit -Hl`, in the manifest)")
+        return (" (this engine may not raise the locked-memory limit: "
+                "set launch.container.ulimits.memlock to what the node allows, "
+                "`ulimit -Hl`, in the manifest)")
     if "could not select device driver" in error:
         return " (no NVIDIA container runtime on the node: a CPU node needs `gpus: 0` in the hosts file)"
     return ""
@@ -150,11 +156,12 @@ class CellRun:
         name = f"repro-{self.run_id}-{self.cell.key}-rank{plan.command.rank}"
         client = self.clients[node.name]
         try:
-            container = client.containers.create(self.image, list(plan.command.command), name=name, detach=True,
-                                                 **opts)
+            container = client.containers.create(self.image, list(plan.command.command), name=name,
+                                                 detach=True, **opts)
         except docker.errors.ImageNotFound as e:
-            raise EnvironmentUnavailable(f"image {self.image} is not on node {node.name}",
-                                         hint="`repro images TARGET --hosts FILE` puts it on every node") from e
+            raise EnvironmentUnavailable(
+                f"image {self.image} is not on node {node.name}",
+                hint="`repro images TARGET --hosts FILE` puts it on every node") from e
         self.containers[node.name] = container
         self.results[node.name].container = container.id[:12]
         extra = {path: (text.encode(), 0o644) for path, text in plan.command.files.items()}
@@ -181,8 +188,9 @@ class CellRun:
             raise CellFailed(self.cell, list(self.results.values()))
 
     def check_rdma(self) -> None:
-        """A multi-node RDMA cell: ``ibv_devinfo`` in a container like rank 0's (the same image, entrypoint and
-        options, devices included) must see an active port before training starts on any node."""
+        """A multi-node RDMA cell: ``ibv_devinfo`` in a container like rank 0's (the same image,
+        entrypoint and options, devices included) must see an active port before training starts on any
+        node."""
         if not rdma_container_options(self.manifest, self.cell):
             return
         plan = self.plans[0]
@@ -201,8 +209,9 @@ class CellRun:
         except Exception as e:  # noqa: BLE001 - a timeout or a dropped node: the check did not pass
             problem = f"the RDMA check did not finish: {type(e).__name__}: {e}"
         if problem:
-            raise EnvironmentUnavailable(f"cell {self.cell.key}: RDMA is not usable in the container on {node}: "
-                                         f"{problem}", hint=_rdma_hint(self.manifest.rdma_strategy))
+            raise EnvironmentUnavailable(f"cell {self.cell.key}: RDMA is not usable in the container "
+                                         f"on {node}: {problem}",
+                                         hint=_rdma_hint(self.manifest.rdma_strategy))
         log.info("cell %s: ibv_devinfo in the container on %s sees an active port", self.cell.key, node)
 
     # -- running --------------------------------------------------------------------------
@@ -246,7 +255,8 @@ class CellRun:
             try:
                 self.containers[name].start()
             except docker.errors.APIError as e:
-                self.results[name].error = f"the container did not start: {e.explanation or e}" + _start_hint(str(e))
+                self.results[name].error = (f"the container did not start: {e.explanation or e}"
+                                            + _start_hint(str(e)))
                 return
             self.results[name].started = now()
             self.events.put(("started", name, self.results[name].started or ""))
@@ -265,8 +275,9 @@ class CellRun:
             try:
                 kind, name, text = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                raise EnvironmentUnavailable(f"sshd did not come up in the MPI containers on {', '.join(sorted(waiting))}",
-                                             hint="the image needs openssh-server at /usr/sbin/sshd") from None
+                raise EnvironmentUnavailable(
+                    f"sshd did not come up in the MPI containers on {', '.join(sorted(waiting))}",
+                    hint="the image needs openssh-server at /usr/sbin/sshd") from None
             self.on_event((kind, name, text))
             if kind == "line" and "Server listening" in text:
                 waiting.discard(name)

@@ -31,7 +31,8 @@ class NodePlan:
     container: Mapping[str, Any]  # Docker SDK ``containers.run`` keyword arguments
 
 
-def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir: str | None) -> dict[str, Any]:
+def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand,
+                      data_dir: str | None) -> dict[str, Any]:
     c = manifest.launch.container
     rdma = rdma_container_options(manifest, cell)
     ulimits = {"memlock": -1, **c.get("ulimits", {}), **rdma.get("ulimits", {})}
@@ -47,7 +48,8 @@ def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir
     if manifest.launch.workdir:
         opts["working_dir"] = manifest.launch.workdir
     if cmd.node.gpus != 0:
-        opts["device_requests"] = [{"Driver": "nvidia", "DeviceIDs": [str(i) for i in range(cell.gpus_per_node)],
+        opts["device_requests"] = [{"Driver": "nvidia",
+                                    "DeviceIDs": [str(i) for i in range(cell.gpus_per_node)],
                                     "Capabilities": [["gpu"]]}]
     devices = [f"{d}:{d}" for d in c.get("devices", [])] + rdma.get("devices", [])
     if devices:
@@ -60,7 +62,8 @@ def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand, data_dir
               for m in c.get("mounts", [])]
     if any(src is None for src, _, _ in mounts):
         raise UsageError(f"{manifest.id} mounts the dataset ({{data}}) but no data directory is known",
-                         hint="give a hosts file with `data: /path/to/dataset` (repro plan TARGET --hosts FILE)")
+                         hint="give a hosts file with `data: /path/to/dataset` "
+                              "(repro plan TARGET --hosts FILE)")
     if mounts:
         opts["volumes"] = {src: {"bind": dst, "mode": "ro" if ro else "rw"} for src, dst, ro in mounts}
     return opts
@@ -73,12 +76,14 @@ def plan_cell(manifest: Manifest, cell: Cell, hosts: Hosts) -> list[NodePlan]:
     fmt = manifest.dataset_format
     data_dir = hosts.need_data_dir(fmt, manifest.id) if fmt else None
     return [NodePlan(cell, cmd, image, container_options(manifest, cell, cmd, data_dir))
-            for cmd in launcher.render(manifest.launch, cell, nodes, manifest.launch.env_for(cell, hosts.env))]
+            for cmd in launcher.render(manifest.launch, cell, nodes,
+                                       manifest.launch.env_for(cell, hosts.env))]
 
 
 def plan_hosts(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None) -> Hosts:
     """The inventory a dry run shows: the hosts file's; without one, this machine when every cell fits
-    on one node (as ``repro up`` would run it), else placeholder nodes; a placeholder dataset path either way."""
+    on one node (as ``repro up`` would run it), else placeholder nodes; a placeholder dataset path either
+    way."""
     if hosts_file is not None:
         return load_hosts(hosts_file)
     formats = [manifest.dataset_format] if manifest.dataset_format else []
@@ -170,7 +175,8 @@ def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
 def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -> list[str]:
     plans = plan_cell(manifest, cell, hosts)
     unit = manifest.device
-    lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} {unit}(s) = {cell.gpus} {unit}(s), "
+    lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} {unit}(s) = "
+             f"{cell.gpus} {unit}(s), "
              f"{cell.precision}, batch {cell.batch_size}/{unit}",
              f"  image: {plans[0].image}"]
     if manifest.launch.kind == "tf-ps":

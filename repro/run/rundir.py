@@ -62,11 +62,14 @@ def _state_problem(state: Any) -> str | None:
     if not isinstance(state, dict) or not isinstance(state.get("cells"), dict):
         return "not a run state (an object with 'cells')"
     for key, cell in state["cells"].items():
-        if not _CELL_KEY.match(key) or not isinstance(cell, dict) or not isinstance(cell.get("repeats"), dict):
+        if (not _CELL_KEY.match(key) or not isinstance(cell, dict)
+                or not isinstance(cell.get("repeats"), dict)):
             return f"cells.{key}: not a cell (a key like 1n8g-fp32-bs256 with 'repeats')"
         for k, r in cell["repeats"].items():
-            if not (k.isascii() and k.isdigit()) or not isinstance(r, dict) or r.get("status") not in STATUSES:
-                return f"cells.{key}.repeats.{k}: not a repeat (a number with a status: {', '.join(STATUSES)})"
+            if (not (k.isascii() and k.isdigit()) or not isinstance(r, dict)
+                    or r.get("status") not in STATUSES):
+                return (f"cells.{key}.repeats.{k}: not a repeat "
+                        f"(a number with a status: {', '.join(STATUSES)})")
     return None
 
 
@@ -175,7 +178,8 @@ class RunDir:
         written_sha256 = canonical_sha256(yaml.safe_load(written.read_text(encoding="utf-8")))
         if written_sha256 != manifest.sha256 and not redacted:
             redacted = ["(free text)"]
-        where = str(hosts.path) if hosts.path else f"the local machine ({socket.gethostname()}), no --hosts file"
+        where = (str(hosts.path) if hosts.path
+                 else f"the local machine ({socket.gethostname()}), no --hosts file")
         run.write_text(HOSTS, f"# inventory: {where}\n" + yaml.safe_dump(_hosts_doc(hosts), sort_keys=False))
         cells = {c.key: {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "precision": c.precision,
                          "batch_size": c.batch_size,
@@ -252,7 +256,8 @@ class RunDir:
     def write_state(self, state: Mapping[str, Any]) -> None:
         self.write_json(STATE, state)
 
-    def set_status(self, cell: Cell | str, repeat: int, status: str, why: str | None = None) -> dict[str, Any]:
+    def set_status(self, cell: Cell | str, repeat: int, status: str,
+                   why: str | None = None) -> dict[str, Any]:
         """Record one repeat's status (with the time, and an attempt when it starts running)."""
         if status not in STATUSES:
             raise UsageError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
@@ -290,7 +295,8 @@ class RunDir:
         d = self.log_dir(cell, repeat)
         if not d.is_dir():
             return []
-        return sorted((int(m.group(1)), p) for p in d.iterdir() if p.is_file() and (m := _LOG_NAME.match(p.name)))
+        return sorted((int(m.group(1)), p) for p in d.iterdir()
+                      if p.is_file() and (m := _LOG_NAME.match(p.name)))
 
     def files(self) -> list[str]:
         """Every regular file, as a sorted relative POSIX path, except SHA256SUMS and partial writes."""

@@ -27,8 +27,8 @@ from repro.measure.parsers.text import BLOCK_BYTES, MPI_PREFIX, clean_text
 if TYPE_CHECKING:
     from repro.measure.protocol import Tally
 
-__all__ = ["MPI_PREFIX", "NUM", "BLOCK_BYTES", "Builder", "LogParser", "ParseResult", "PatternParser", "Record",
-           "Rule", "Series", "clean_text", "params_of", "to_bool", "to_int"]
+__all__ = ["MPI_PREFIX", "NUM", "BLOCK_BYTES", "Builder", "LogParser", "ParseResult", "PatternParser",
+           "Record", "Rule", "Series", "clean_text", "params_of", "to_bool", "to_int"]
 
 #: A decimal number as training scripts print it (``394.81086``, ``1e-05``, ``12671.899230200308``),
 #: and the words Python's ``float`` reads as infinity or not-a-number (an impossible figure to report).
@@ -108,7 +108,8 @@ class Builder:
 
     def __init__(self, per_gpu: bool, new_tally: Callable[[], Tally] | None = None) -> None:
         self.per_gpu = per_gpu
-        self.new_tally = new_tally  # makes each series' tally (records folded as they come), or None: keep them
+        # makes each series' tally (records folded as they come), or None: keep them
+        self.new_tally = new_tally
         self.series: list[Series] = []
         self.facts: dict[str, object] = {}
         self.issues: list[str] = []
@@ -175,8 +176,8 @@ class Builder:
             self.facts[key] = value
             self._fact_line[key] = line
         elif old != value:
-            self.issue(f"contradicting {key}: {old!r} (line {self._fact_line[key]}) and {value!r} (line {line}); "
-                       f"keeping the first")
+            self.issue(f"contradicting {key}: {old!r} (line {self._fact_line[key]}) "
+                       f"and {value!r} (line {line}); keeping the first")
 
     def facts_at(self, items: Iterable[tuple[str, object]], line: int) -> None:
         """:meth:`fact` for each ``(key, value)`` of one line (a run's parameters)."""
@@ -196,7 +197,7 @@ class Builder:
         if self._bad:
             (line, value), n = self._first_bad, self._bad
             refused = (f"impossible throughput: {n} value(s) that are zero, negative, infinite or "
-                                  f"not a number (first {value} on line {line}); the log cannot give a figure")
+                       f"not a number (first {value} on line {line}); the log cannot give a figure")
             self.issues.insert(0, refused)
         if self._summaries:
             self.issue(f"{self._summaries + 1} printed summaries for one run; the last one is used")
@@ -233,7 +234,8 @@ class PatternParser(LogParser):
     def parse(self, lines: Iterable[str]) -> ParseResult:
         return self.parse_blocks(_blocks_of_lines(lines))
 
-    def parse_blocks(self, blocks: Iterable[str], new_tally: Callable[[], Tally] | None = None) -> ParseResult:
+    def parse_blocks(self, blocks: Iterable[str],
+                     new_tally: Callable[[], Tally] | None = None) -> ParseResult:
         """Run the rules over blocks of whole lines of clean text (the last one may end without a
         newline: a cut-off line). With ``new_tally``, each run's records are folded block by block
         into a tally it makes (see :class:`Series`)."""
@@ -251,7 +253,8 @@ class PatternParser(LogParser):
         if tail:  # the last line, cut off (it has no newline)
             base += 1
             if any(h in tail for h in self.record_hints) and b.last_record_line != base:
-                b.issue(f"line {base} is cut off (file ends without a newline) and was not used: {tail[:120]!r}")
+                b.issue(f"line {base} is cut off (file ends without a newline) and was not used: "
+                        f"{tail[:120]!r}")
         self.finish(b)
         return b.finish(self.name, base)
 

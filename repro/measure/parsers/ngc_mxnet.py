@@ -47,8 +47,8 @@ class NgcMxnet(PatternParser):
     )
     rules = (
         Rule(rf"Epoch: (?P<epoch>\d+) +train\.loss : \S+ +train\.ips : (?P<value>{NUM})(?=\s)", "record"),
-        Rule(rf"Epoch\[(?P<epoch>\d+)\] Batch \[\d+-(?P<iteration>\d+)\]\s+Speed: (?P<value>{NUM}) samples/sec",
-             "record"),
+        Rule(rf"Epoch\[(?P<epoch>\d+)\] Batch \[\d+-(?P<iteration>\d+)\]\s+"
+             rf"Speed: (?P<value>{NUM}) samples/sec", "record"),
         Rule(r"PARAMETER (arch : [^\n]*)", "on_params"),
         Rule(r"Start with arguments Namespace\(([^\n]*)\)[ \t]*\n", "on_namespace"),
         Rule(r"(?m)^train\.(\w+)[ \t]*\n", "on_table"),
@@ -103,7 +103,8 @@ class NgcMxnet(PatternParser):
         # log of many runs would otherwise cost runs x cells
         fits = [s for s, per_gpu in reversed(runs) if bs is None or per_gpu in (None, bs)]
         # a horovod run does not know its GPU count: the table's row says it
-        match = next((s for s in fits if s.gpus == gpus), None) or next((s for s in fits if s.gpus is None), None)
+        match = (next((s for s in fits if s.gpus == gpus), None)
+                 or next((s for s in fits if s.gpus is None), None))
         if match is not None and match.gpus is None:
             match.gpus = gpus
         where = f"{gpus} GPU(s)" + (f", batch {bs}" if bs is not None else "")

@@ -83,10 +83,11 @@ def check_file(p: Path) -> None:
         probe = f.read(PROBE_BYTES)
     if not probe.strip():
         raise ParseError(f"{p}: the file is empty", hint="the run may have failed before it logged anything")
-    bad = len(probe) - len(probe.translate(None, _CONTROL)) + _invalid(probe, probe.decode("utf-8", "replace"))
+    bad = (len(probe) - len(probe.translate(None, _CONTROL))
+           + _invalid(probe, probe.decode("utf-8", "replace")))
     if bad > BINARY_SHARE * len(probe):
-        raise ParseError(f"{p}: looks like a binary file ({bad} of its first {len(probe)} bytes are not text), "
-                         "not a text log")
+        raise ParseError(f"{p}: looks like a binary file "
+                         f"({bad} of its first {len(probe)} bytes are not text), not a text log")
 
 
 def _open(p: Path):  # type: ignore[no-untyped-def]

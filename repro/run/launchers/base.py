@@ -74,7 +74,8 @@ def fill(tokens: Sequence[str], launch: Launch, cell: Cell, nodes: Sequence[Node
         if tok == "{precision_args}":
             out.extend(t.format_map(values) for t in launch.precision_args.get(cell.precision, ()))
         elif tok == "{cell_args}":
-            out.extend(a.format_map(values) for when, args in launch.cell_args if cell.matches(when) for a in args)
+            out.extend(a.format_map(values)
+                       for when, args in launch.cell_args if cell.matches(when) for a in args)
         else:
             out.append(tok.format_map(values))
     return tuple(out)
@@ -85,7 +86,8 @@ def rdma_container_options(manifest: Manifest, cell: Cell) -> dict[str, Any]:
     right to pin memory for them and no limit on how much (verbs registers every buffer it sends)."""
     if cell.nodes < 2 or manifest.rdma_strategy is None:
         return {}
-    return {"devices": [f"{IB_DEVICE_DIR}:{IB_DEVICE_DIR}"], "cap_add": ["IPC_LOCK"], "ulimits": {"memlock": -1}}
+    return {"devices": [f"{IB_DEVICE_DIR}:{IB_DEVICE_DIR}"], "cap_add": ["IPC_LOCK"],
+            "ulimits": {"memlock": -1}}
 
 
 class Launcher(abc.ABC):
@@ -94,13 +96,15 @@ class Launcher(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node],
+               env: Mapping[str, str]) -> list[NodeCommand]:
         """One NodeCommand per node, in rank order; ``env`` is the cell's resolved environment."""
 
 
 class SameCommandOnEveryNode(Launcher):
     """The framework's own launcher runs on every node and finds its peers from the arguments."""
 
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node],
+               env: Mapping[str, str]) -> list[NodeCommand]:
         return [NodeCommand(node, rank, "worker", fill(launch.command, launch, cell, nodes, rank), dict(env))
                 for rank, node in enumerate(nodes)]

@@ -72,7 +72,8 @@ def session_environment(env: Sequence[str]) -> str:
 
 @LAUNCHERS.register("mpi")
 class MpiLauncher(Launcher):
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node],
+               env: Mapping[str, str]) -> list[NodeCommand]:
         port = int(launch.mpi.get("ssh_port", DEFAULT_SSH_PORT))
         slots = launch.mpi.get("slots", "gpus_per_node")
         np_ = cell.gpus if slots == "gpus_per_node" else cell.nodes
@@ -83,7 +84,8 @@ class MpiLauncher(Launcher):
             "--bind-to", "none", "--map-by", "slot", "-mca", "plm_rsh_agent", ssh_command(port),
             *forwarded, *launch.mpi.get("args", ()), *fill(launch.command, launch, cell, nodes, 0),
         )
-        out = [NodeCommand(nodes[0], 0, "mpi-head", head, env, {f"{MPI_DIR}/hostfile": hostfile(cell, nodes, slots)})]
+        out = [NodeCommand(nodes[0], 0, "mpi-head", head, env,
+                           {f"{MPI_DIR}/hostfile": hostfile(cell, nodes, slots)})]
         sshd = ("/usr/sbin/sshd", "-D", "-e", "-f", f"{MPI_DIR}/sshd_config")
         for rank, node in enumerate(nodes[1:], start=1):
             out.append(NodeCommand(node, rank, "mpi-sshd", sshd, env,

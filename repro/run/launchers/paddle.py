@@ -17,6 +17,8 @@ class PaddleLauncher(SameCommandOnEveryNode):
     node's address, so it hands it over in ``POD_IP``, which the launcher prefers.
     """
 
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
-        return [NodeCommand(c.node, c.rank, c.role, c.command, {**c.env, "POD_IP": c.node.rendezvous}, c.files)
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node],
+               env: Mapping[str, str]) -> list[NodeCommand]:
+        return [NodeCommand(c.node, c.rank, c.role, c.command, {**c.env, "POD_IP": c.node.rendezvous},
+                            c.files)
                 for c in super().render(launch, cell, nodes, env)]

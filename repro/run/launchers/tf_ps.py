@@ -36,7 +36,8 @@ class TfParameterServerLauncher(Launcher):
     with a ps runs it as ``ps`` and as ``worker`` through a small runner the kit writes into its
     container, a node without one runs the worker alone. The ps task sees no GPU (``PS_NO_GPU``)."""
 
-    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node], env: Mapping[str, str]) -> list[NodeCommand]:
+    def render(self, launch: Launch, cell: Cell, nodes: Sequence[Node],
+               env: Mapping[str, str]) -> list[NodeCommand]:
         runner = Path(__file__).with_name("tf_ps_pair.py").read_text(encoding="utf-8")
         ps_ranks = launch.ps_ranks(cell)
         out = []
@@ -46,6 +47,7 @@ class TfParameterServerLauncher(Launcher):
                 out.append(NodeCommand(node, rank, "worker", worker, dict(env)))
                 continue
             ps = (*PS_NO_GPU, *fill(launch.command, launch, cell, nodes, rank, job_name="ps"))
-            out.append(NodeCommand(node, rank, "ps+worker", (launch.command[0], PAIR_PATH, str(len(ps)), *ps, *worker),
+            out.append(NodeCommand(node, rank, "ps+worker",
+                                   (launch.command[0], PAIR_PATH, str(len(ps)), *ps, *worker),
                                    dict(env), {PAIR_PATH: runner}))
         return out
