@@ -111,7 +111,8 @@ def _preflight(hosts: Hosts, manifest: Manifest, cells: Sequence[Cell], opts: Up
     """Probe every node once, where the scheduler runs things (over SSH, or a Slurm job step); the reports
     also carry the host facts the provenance records. Unless ``--skip-preflight``, check them against the
     target. Returns the nodes' reports."""
-    from repro.nodes.preflight import assess, compare, dataset_to_check, render_preflight, site_checks
+    from repro.nodes.preflight import assess, compare, dataset_to_check, site_checks
+    from repro.nodes.table import render_preflight
 
     progress(Event("step", f"{'probing' if opts.skip_preflight else 'preflight of'} "
                            f"{len(hosts.nodes)} node(s)"))

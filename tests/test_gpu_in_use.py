@@ -14,7 +14,8 @@ import pytest
 
 from repro.spec.hosts import Node
 from repro.nodes.ssh import Session
-from repro.nodes.preflight import NodeReport, PreflightFailed, Probe, _from_sections, assess, compare, probe_node, probe_script, render_preflight
+from repro.nodes.preflight import NodeReport, PreflightFailed, Probe, _from_sections, assess, compare, probe_node, probe_script
+from repro.nodes.table import render_preflight
 from repro.nodes.facts import Gpu, GpuProcess, parse_compute_apps, parse_sections
 from repro.nodes.facts import host_facts
 

@@ -15,7 +15,8 @@ import pytest
 from repro.errors import EnvironmentUnavailable
 from repro.spec.hosts import Node
 from repro.nodes.ssh import Session
-from repro.nodes.preflight import Deviation, NodeReport, PreflightFailed, Probe, assess, compare, probe_node, probe_script, render_preflight, to_json
+from repro.nodes.preflight import Deviation, NodeReport, PreflightFailed, Probe, assess, compare, probe_node, probe_script
+from repro.nodes.table import render_preflight, to_json
 from repro.nodes.facts import Gpu, IbPort, parse_df, parse_docker_info, parse_ib, parse_ibstat, parse_ibv_devinfo, parse_nvidia_smi, parse_sections
 from repro.nodes.facts import DockerInfo
 

@@ -340,7 +340,8 @@ def test_ib_on_every_node_is_no_finding(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_missing_interfaces_stop_preflight_whatever_the_flags() -> None:
     from repro.errors import EnvironmentUnavailable
-    from repro.nodes.preflight import assess, render_preflight
+    from repro.nodes.preflight import assess
+    from repro.nodes.table import render_preflight
 
     reports = [node("a", ("ens1", "lo")), node("b", ("eth0", "lo"))]
     blocking = interface_problems(reports, [{"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "eth0"}])

@@ -203,14 +203,8 @@ def preflight(
     probe as a job step on the nodes of an allocation (the one it runs in, else a short one)."""
     from repro.spec.hosts import load_hosts
     from repro.spec.manifest import find_target
-    from repro.nodes.preflight import (
-        assess,
-        compare,
-        dataset_to_check,
-        render_preflight,
-        site_checks,
-        to_json,
-    )
+    from repro.nodes.preflight import assess, compare, dataset_to_check, site_checks
+    from repro.nodes.table import render_preflight, to_json
     from repro.run.schedulers import scheduled_preflight
 
     manifest = find_target(target) if target else None
@@ -284,26 +278,11 @@ def preflight(
 @scheduler_option
 @image_options
 @reports_errors
-def up(
-    target: str | None,
-    hosts_file: Path | None,
-    cell_filters: tuple[str, ...],
-    repeats: int | None,
-    resume: Path | None,
-    fail_fast: bool,
-    out: Path,
-    json_logs: bool,
-    strict: bool,
-    accept_new_host_keys: bool,
-    synthetic: bool,
-    fail_on: str | None,
-    scheduler: str | None,
-    allow_unpinned: bool,
-    update_lock: bool,
-    ca_bundle: Path | None,
-    wheels: Path | None,
-    push: str | None,
-) -> None:
+def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
+       resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool,
+       accept_new_host_keys: bool, synthetic: bool, fail_on: str | None, scheduler: str | None,
+       allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
+       push: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -316,25 +295,12 @@ def up(
 
     failing = parse_fail_on(fail_on)
 
-    images = ImagesOptions(
-        allow_unpinned=allow_unpinned,
-        update_lock=update_lock,
-        push=push,
-        build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels),
-    )
-    opts = UpOptions(
-        hosts_file=hosts_file,
-        cells=[parse_filter(f) for f in cell_filters],
-        repeats=repeats,
-        resume=resume,
-        fail_fast=fail_fast,
-        out=out,
-        strict=strict,
-        accept_new_host_keys=accept_new_host_keys,
-        synthetic=synthetic,
-        images=images,
-        scheduler=scheduler,
-    )
+    images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,
+                           build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
+    opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
+                     resume=resume, fail_fast=fail_fast, out=out, strict=strict,
+                     accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
+                     scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
     stopped_by = stop_as_interrupt()
     try:
@@ -343,10 +309,8 @@ def up(
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)  # stopping already: another signal only brings a traceback
         progress.close()
-        echo(
-            f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
-            err=True,
-        )
+        echo(f"interrupted: no container is left on any node; finish with: repro up --resume {e.run_path}",
+             err=True)
         sys.exit(128 + stopped_by[0])
     finally:
         progress.close()

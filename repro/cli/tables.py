@@ -31,67 +31,14 @@ from repro.cli.common import (
 @reports_errors
 def list_targets(fmt: str, wide: bool) -> None:
     """List the shipped targets and the publication each reproduces."""
+    from repro.spec.describe import render_targets, target_rows
     from repro.spec.manifest import load_catalog, manifest_files
 
     catalog = load_catalog(manifest_files())
-    rows = [
-        {
-            "id": m.id,
-            "framework": m.framework,
-            "cells": len(m.cells()),
-            "tables": ", ".join(t.id for t in m.published) or "-",
-            "published": ", ".join(
-                f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
-                f"{t.cite['path']}"
-                for t in m.published
-            )
-            or "(none: measures only)",
-        }
-        for m in catalog.values()
-    ]
     if fmt == "json":
-        echo(json.dumps(rows, indent=2))
+        echo(json.dumps(target_rows(catalog), indent=2))
     else:
-        from tabulate import tabulate
-
-        if wide:
-            echo(tabulate(rows, headers="keys", tablefmt="simple"))
-        else:  # a target a line, its citations indented under it: 120 columns
-            from repro.fit import fit_line
-
-            w = max(len(r["id"]) for r in rows) + 2
-            echo(f"{'id':<{w}}{'framework':<12}{'cells':>5}  tables (indented: where each is published)")
-            echo(f"{'-' * (w - 2)}  {'-' * 10}  {'-' * 5}  {'-' * 50}")
-            for r in rows:
-                echo(fit_line(f"{r['id']:<{w}}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
-                for cite in r["published"].split(", "):
-                    echo(fit_line(f"    {cite}"))
-        tables: dict[str, list[str]] = {}
-        for m in catalog.values():
-            for t in m.published:
-                tables.setdefault(t.id, []).append(m.id)
-        echo(
-            "\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one "
-            "column):"
-        )
-        import textwrap
-
-        room = 120 - 2 - max(map(len, tables), default=0)
-
-        def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
-            return (
-                ", ".join(ids)
-                if wide
-                else "\n".join(textwrap.wrap(", ".join(ids), room, break_on_hyphens=False))
-            )
-
-        echo(
-            tabulate(
-                [{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
-                headers="keys",
-                tablefmt="simple",
-            )
-        )
+        echo(render_targets(catalog, wide=wide))
 
 
 @click.command()
@@ -314,12 +261,9 @@ def report(
     (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
     """
-    from repro.record.archive import is_run_path, opened_run
-    from repro.verdict.chart import plot_format, plot_report
+    from repro.verdict.chart import plot_format
     from repro.verdict.html import render_html
     from repro.verdict.report import RENDERERS, render_junit, render_text
-    from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
-    from repro.measure.userlogs import check_maps, parse_maps, scan_logs
     from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
@@ -329,18 +273,7 @@ def report(
             f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
             hint="end the file name with .png, .svg or .pdf",
         )
-    mapped = parse_maps(maps)
-    environment: list[Any] = []
-    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
-        with opened_run(Path(targets[0])) as run:
-            results = [reproduce_run(run.path, table_id, source=targets[0])]
-            if fmt == "html":
-                environment = _run_environment(run, results[0].manifest)
-    else:
-        tables = resolve_tables(targets, table_id)
-        check_maps(mapped, tables)
-        tree = scan_logs(from_logs) if from_logs else None  # read once for every table
-        results = [reproduce_table(m, t, tree, mapped) for m, t in tables]
+    results, environment = _report_results(targets, table_id, from_logs, maps, fmt)
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         echo(render_text(results, colour=colour), nl=False, color=colour)
@@ -351,16 +284,40 @@ def report(
     else:
         echo(RENDERERS[fmt](results), nl=False)
     if plot:
-        try:
-            plot_report(results, plot, plot_fmt or "png")
-        except OSError as e:
-            raise UsageError(
-                f"cannot write the plot to {plot}: {e.strerror}", hint="give a writable path"
-            ) from None
-        except (ValueError, RuntimeError) as e:  # what matplotlib raises for what it cannot draw
-            raise UsageError(f"cannot draw the chart: {e}") from None
-        echo(f"plot written to {plot}", err=True)
+        _plot(results, plot, plot_fmt or "png")
     sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
+
+
+def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None,
+                    maps: tuple[str, ...], fmt: str) -> tuple[list[Any], list[Any]]:
+    """The tables a report judges (a run directory's, or the targets' from their logs or yours), and the
+    run's environment checks where the HTML page shows them."""
+    from repro.measure.userlogs import check_maps, parse_maps, scan_logs
+    from repro.record.archive import is_run_path, opened_run
+    from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
+
+    mapped = parse_maps(maps)
+    if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
+        with opened_run(Path(targets[0])) as run:
+            results = [reproduce_run(run.path, table_id, source=targets[0])]
+            return results, _run_environment(run, results[0].manifest) if fmt == "html" else []
+    tables = resolve_tables(targets, table_id)
+    check_maps(mapped, tables)
+    tree = scan_logs(from_logs) if from_logs else None  # read once for every table
+    return [reproduce_table(m, t, tree, mapped) for m, t in tables], []
+
+
+def _plot(results: list[Any], plot: Path, fmt: str) -> None:
+    from repro.verdict.chart import plot_report
+
+    try:
+        plot_report(results, plot, fmt)
+    except OSError as e:
+        raise UsageError(f"cannot write the plot to {plot}: {e.strerror}",
+                         hint="give a writable path") from None
+    except (ValueError, RuntimeError) as e:  # what matplotlib raises for what it cannot draw
+        raise UsageError(f"cannot draw the chart: {e}") from None
+    echo(f"plot written to {plot}", err=True)
 
 
 def _run_environment(run: Any, manifest: Any) -> list[Any]:

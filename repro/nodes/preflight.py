@@ -26,21 +26,20 @@ and still show the user every finding.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from tabulate import tabulate
 
 from repro.errors import EnvironmentUnavailable
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Manifest
 from repro.nodes.ssh import DEFAULT_TIMEOUT_S, Session, run_on_all
 from repro.nodes.facts import (Gpu, GpuProcess, host_facts, node_script, parse_compute_apps, parse_df,
-                                parse_docker_info, parse_ib, parse_nvidia_smi, parse_ofed_info, parse_sections)
+                               parse_docker_info, parse_ib, parse_nvidia_smi, parse_ofed_info,
+                               parse_sections)
 
 GPU_MEMORY_TOLERANCE = 0.05  # nvidia-smi reports usable MiB, a little under the marketed size
 
@@ -144,7 +143,8 @@ class _FirstLine:
         pass
 
 
-def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S, dataset: Dataset | None = None) -> NodeReport:
+def probe_node(session: Session, timeout: float = DEFAULT_TIMEOUT_S,
+               dataset: Dataset | None = None) -> NodeReport:
     """Every probe on one node over one command on its open session; failures land in the reasons.
 
     The clock offset is taken NTP-style: the remote ``date`` is the script's first line, noted on arrival
@@ -240,7 +240,8 @@ def _compare_busy(r: NodeReport) -> list[Deviation]:
     if not procs:
         return []
     found = "; ".join(f"pid {p.pid if p.pid is not None else '?'} {p.name}"
-                      f"{f' ({p.used_mib} MiB)' if p.used_mib is not None else ''} on {p.gpu_uuid}" for p in procs)
+                      f"{f' ({p.used_mib} MiB)' if p.used_mib is not None else ''} on {p.gpu_uuid}"
+                      for p in procs)
     return [Deviation(r.node, "gpus_in_use", "no other process on the GPUs",
                       f"{len(procs)} process(es): {found}")]
 
@@ -258,10 +259,12 @@ def _compare_gpus(r: NodeReport, expect: Mapping[str, Any]) -> list[Deviation]:
     if "gpus_per_node" in expect and len(gpus) < expect["gpus_per_node"]:
         out.append(Deviation(r.node, "gpus_per_node", str(expect["gpus_per_node"]), str(len(gpus))))
     if "gpu_model" in expect and any(_norm(g.name) != _norm(expect["gpu_model"]) for g in gpus):
-        out.append(Deviation(r.node, "gpu_model", expect["gpu_model"], ", ".join(sorted({g.name for g in gpus}))))
+        out.append(Deviation(r.node, "gpu_model", expect["gpu_model"],
+                             ", ".join(sorted({g.name for g in gpus}))))
     if "gpu_memory_gb" in expect:
         want = float(expect["gpu_memory_gb"])
-        off = sorted({g.memory_mib for g in gpus if abs(g.memory_mib / 1024 - want) > want * GPU_MEMORY_TOLERANCE})
+        off = sorted({g.memory_mib for g in gpus
+                      if abs(g.memory_mib / 1024 - want) > want * GPU_MEMORY_TOLERANCE})
         if off:
             out.append(Deviation(r.node, "gpu_memory_gb", f"{want:g}", ", ".join(f"{m} MiB" for m in off)))
     if "driver" in expect:
@@ -405,7 +408,8 @@ def interface_problems(reports: Sequence[NodeReport], envs: Sequence[Mapping[str
             continue
         for var, spec in wanted:
             used = ifname_matches(var, spec, have)
-            missing = [n for n in spec.split(",") if n and n not in have] if var == "GLOO_SOCKET_IFNAME" else []
+            missing = ([n for n in spec.split(",") if n and n not in have] if var == "GLOO_SOCKET_IFNAME"
+                       else [])
             if used and not missing:
                 continue
             what = f"names {', '.join(missing)}, not there" if used else "matches no interface there"
@@ -446,55 +450,3 @@ def assess(reports: Sequence[NodeReport], deviations: Sequence[Deviation], *, st
     if strict and deviations:
         raise PreflightFailed(f"{len(deviations)} deviation(s) from the target's expected hardware "
                               "(--strict)", hint="run without --strict to treat them as warnings")
-
-
-# ---------------------------------------------------------------- output
-
-def _cells(r: NodeReport) -> list[str]:
-    def cell(p: Probe, fmt: Any) -> str:
-        return "?" if p.reason else fmt(p)
-
-    if not r.reachable:
-        return [r.node, "failed", *["-"] * 6]
-    gpus: tuple[Gpu, ...] = r.gpus.value or ()
-    names = sorted({g.name for g in gpus})
-    return [
-        r.node,
-        r.ssh.detail if r.ssh.value is None else f"{r.ssh.value:g} ms",  # "local", "srun": no SSH
-        cell(r.docker, lambda p: p.value),
-        cell(r.gpus, lambda p: f"{len(gpus)} x {', '.join(names)}" if gpus else "none"),
-        cell(r.gpus, lambda p: ", ".join(sorted({g.driver for g in gpus})) or "-"),
-        cell(r.infiniband, lambda p: ", ".join(
-            f"{i.device}:{i.port} {i.state} {f'{i.rate_gbps:g}G' if i.rate_gbps else '?'} "
-            f"{i.link_layer or ''}".rstrip() for i in p.value) or "none"),
-        cell(r.disk, lambda p: f"{p.value / 2**30:.1f} GiB"),
-        cell(r.clock, lambda p: f"{p.value:+.3f} s" if abs(p.value) >= 1 else f"{p.value * 1000:+.1f} ms"),
-    ]
-
-
-HEADERS = ["node", "ssh rtt", "docker", "gpus", "driver", "infiniband", "disk free", "clock offset"]
-
-
-def render_preflight(reports: Sequence[NodeReport], deviations: Sequence[Deviation],
-                     blocking: Sequence[str] = ()) -> str:
-    """The preflight table, one row per node, then problems, probe notes and deviations."""
-    out = [tabulate([_cells(r) for r in reports], headers=HEADERS, tablefmt="simple", disable_numparse=True)]
-    bad = problems(reports) + list(blocking)
-    if bad:
-        out += ["", "problems:", *(f"  {b}" for b in bad)]
-    notes = [f"  {r.node}: {p.reason}" for r in reports if r.reachable
-             for p in (r.gpus, r.infiniband, r.disk, r.clock) if p.reason]
-    if notes:
-        out += ["", "probes that failed:", *notes]
-    checked = [r for r in reports if r.dataset.value is not None]
-    if checked:
-        out += ["", f"dataset {checked[0].dataset.detail}:", *(f"  {r.node}: {r.dataset.value}" for r in checked)]
-    if deviations:
-        out += ["", "deviations from the target's expected hardware:", *(f"  {d}" for d in deviations)]
-    return "\n".join(out) + "\n"
-
-
-def to_json(reports: Sequence[NodeReport], deviations: Sequence[Deviation], blocking: Sequence[str] = ()) -> str:
-    nodes = [{k: v for k, v in asdict(r).items() if k != "host"} for r in reports]  # host: the provenance's
-    return json.dumps({"nodes": nodes, "problems": problems(reports) + list(blocking),
-                       "deviations": [asdict(d) for d in deviations]}, indent=2)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from repro.spec.manifest import Manifest
 from repro.redact import redact_argv, redact_env
@@ -87,3 +90,49 @@ def describe_manifest(m: Manifest) -> str:
         lines.append("  expect: " + ", ".join(f"{k}={v}" for k, v in m.expect.items()))
     lines += [f"  note: {n}" for n in m.notes]
     return "\n".join(lines) + "\n"
+
+
+def target_rows(catalog: Mapping[str, Manifest]) -> list[dict[str, Any]]:
+    """One row per target: id, framework, cells, the tables it reproduces and where each is published."""
+    def cite(t: Any) -> str:
+        return (f"{t.cite['repository'].removeprefix('https://github.com/')}@{t.cite['commit'][:7]} "
+                f"{t.cite['path']}")
+
+    return [{"id": m.id, "framework": m.framework, "cells": len(m.cells()),
+             "tables": ", ".join(t.id for t in m.published) or "-",
+             "published": ", ".join(cite(t) for t in m.published) or "(none: measures only)"}
+            for m in catalog.values()]
+
+
+def render_targets(catalog: Mapping[str, Manifest], *, wide: bool = False) -> str:
+    """``repro list``: the targets (a line each, citations indented under it, 120 columns unless ``wide``),
+    then every published table and the targets that reproduce it."""
+    from tabulate import tabulate
+
+    from repro.fit import fit_line
+
+    rows = target_rows(catalog)
+    if wide:
+        out = [tabulate(rows, headers="keys", tablefmt="simple")]
+    else:
+        w = max(len(r["id"]) for r in rows) + 2
+        out = [f"{'id':<{w}}{'framework':<12}{'cells':>5}  tables (indented: where each is published)",
+               f"{'-' * (w - 2)}  {'-' * 10}  {'-' * 5}  {'-' * 50}"]
+        for r in rows:
+            out.append(fit_line(f"{r['id']:<{w}}{r['framework']:<12}{r['cells']:>5}  {r['tables']}"))
+            out += [fit_line(f"    {c}") for c in r["published"].split(", ")]
+    tables: dict[str, list[str]] = {}
+    for m in catalog.values():
+        for t in m.published:
+            tables.setdefault(t.id, []).append(m.id)
+    room = 120 - 2 - max(map(len, tables), default=0)
+
+    def targets(ids: list[str]) -> str:  # wrapped between ids, never inside one
+        joined = ", ".join(ids)
+        return joined if wide else "\n".join(textwrap.wrap(joined, room, break_on_hyphens=False))
+
+    out += ["\npublished tables (`repro report TABLE` re-derives a whole table; `repro report TARGET` one "
+            "column):",
+            tabulate([{"table": t, "targets": targets(ids)} for t, ids in sorted(tables.items())],
+                     headers="keys", tablefmt="simple")]
+    return "\n".join(out)

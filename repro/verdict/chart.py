@@ -85,7 +85,8 @@ def _draw_cells(ax: Any, dev: Any, cells: Sequence[CellResult], cols: Sequence[C
 
 
 def _cell_bars(ax: Any, c: CellResult, x: float) -> None:
-    """The published bar, the reproduced bar with its interval, the verdict above a cell that does not match."""
+    """The published bar, the reproduced bar with its interval, the verdict above a cell that does not
+    match."""
     figures = [v for v in (float(c.published) if c.published else None, c.reproduced) if v is not None]
     top = max(figures) if (c.published or c.reproduced is not None) else 0
     if c.published:

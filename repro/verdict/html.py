@@ -127,8 +127,8 @@ def _environment_html(environment: Sequence[Check]) -> list[str]:
     for ch in environment:
         colour = {"ok": "#d8f0d8", "drift": "#f8d0d0"}.get(ch.status, "#fbeec2")
         values = (ch.item, ch.status, ch.expected, ch.observed, ch.detail)
-        parts.append(f"<tr style='background:{colour}'>" + "".join(f"<td class=l>{_e(str(v))}</td>" for v in values)
-                     + "</tr>")
+        cells = "".join(f"<td class=l>{_e(str(v))}</td>" for v in values)
+        parts.append(f"<tr style='background:{colour}'>{cells}</tr>")
     parts.append("</table>")
     return parts
 

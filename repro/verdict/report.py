@@ -49,7 +49,8 @@ UNSURE = {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
 COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size",
            "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct", "delta_pct",
-           "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup", "efficiency", "log")
+           "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup",
+           "efficiency", "log")
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -394,7 +395,8 @@ def render_parse_text(out: dict[str, Any]) -> str:
         lines.append("  log says: " + ", ".join(f"{k}={v}" for k, v in out["facts"].items()))
     for r in out["results"]:
         figure = fmt(r["throughput"]) + " images/s" if r["throughput"] is not None else "no figure"
-        lines.append(f"  {r['gpus'] or '?'} GPU(s): {figure} from {r['records_used']} of {r['records']} records"
-                     + (f" (log's own summary: {r['summary']})" if r["summary"] is not None else ""))
+        own = f" (log's own summary: {r['summary']})" if r["summary"] is not None else ""
+        lines.append(f"  {r['gpus'] or '?'} GPU(s): {figure} from {r['records_used']} of {r['records']} "
+                     f"records{own}")
     lines += [f"  issue: {i}" for i in out["issues"]]
     return "\n".join(lines)

@@ -104,7 +104,8 @@ def _contradictions(result: ParseResult, cell: Cell | PublishedCell) -> list[str
     return out
 
 
-def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> tuple[Measurement, ParseResult]:
+def _measure_log(path: Path, manifest: Manifest,
+                 cell: Cell | PublishedCell) -> tuple[Measurement, ParseResult]:
     declared = manifest.measure.protocol_for(cell)
     protocol = Protocol.from_dict(declared)
     try:
@@ -116,7 +117,8 @@ def _measure_log(path: Path, manifest: Manifest, cell: Cell | PublishedCell) -> 
     series = _series_for(result, cell.gpus)
     if series is None:
         found = ", ".join(str(s.gpus) for s in result.series) or "none"
-        return Measurement(cell.gpus, None, 0, None, None, [f"no run with {cell.gpus} GPUs in the log (found: {found})"]), result
+        why = f"no run with {cell.gpus} GPUs in the log (found: {found})"
+        return Measurement(cell.gpus, None, 0, None, None, [why]), result
     # a manifest that states its own minimum (a short CPU check run) is held to that, not the format's default
     floor = protocol.min_records if "min_records" in declared else _floor(result)
     return measure(series, protocol, gpus=cell.gpus, floor=floor), result
@@ -148,7 +150,8 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     (or byte-identical copies), otherwise (or when ``kind`` says so: a run) a new run."""
     if cell.value == "-":  # nothing to compare with; a run's own figure is still shown
         r = CellResult(manifest.id, table.column or manifest.framework, cell.nodes, cell.gpus, cell.precision,
-                       cell.batch_size, None, verdict=NOT_PUBLISHED, label=cell.label, logs=[str(p) for p in logs])
+                       cell.batch_size, None, verdict=NOT_PUBLISHED, label=cell.label,
+                       logs=[str(p) for p in logs])
         if logs:
             _measure_logs(manifest, cell, logs, r)
         r.verdict, r.detail = NOT_PUBLISHED, cell.note or "the table prints '-' here"
@@ -178,8 +181,8 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
 
 def measure_cell(manifest: Manifest, cell: Cell, logs: Sequence[Path]) -> CellResult:
     """A matrix cell of a target that reproduces no publication: the measured figure only."""
-    r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size, None,
-                   logs=[str(p) for p in logs], kind=NEW_RUN)
+    r = CellResult(manifest.id, manifest.framework, cell.nodes, cell.gpus, cell.precision, cell.batch_size,
+                   None, logs=[str(p) for p in logs], kind=NEW_RUN)
     if not logs:
         r.detail = "no log of this cell in the run"
     else:
@@ -228,7 +231,8 @@ def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
     if not cell.repeats:
         return ""
     how = manifest.measure.repeats
-    agg = aggregate_repeats([float(v) for v in cell.repeats], how.get("aggregate", "median"), how.get("round"))
+    agg = aggregate_repeats([float(v) for v in cell.repeats], how.get("aggregate", "median"),
+                            how.get("round"))
     verdict = "consistent with" if is_exact(agg, cell.value) else "INCONSISTENT with"
     return (f"the {len(cell.repeats)} published repeats give {how.get('aggregate', 'median')} {agg}, "
             f"{verdict} the published {cell.value}")
@@ -237,11 +241,13 @@ def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
 def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool) -> None:
     assert r.reproduced is not None
     pub = float(cell.value)
-    r.tolerance_pct, r.tolerance_reason = cell.tolerance_pct, "re-derivation: the published figure from its own log"
+    r.tolerance_pct = cell.tolerance_pct
+    r.tolerance_reason = "re-derivation: the published figure from its own log"
     r.delta_pct = (r.reproduced - pub) / pub * 100
     r.exact = is_exact(r.reproduced, cell.value)
     half_ulp = 0.5 * 10 ** -cell.decimals
-    if not r.exact and not summary and low is not None and high is not None and not (low - half_ulp <= pub <= high + half_ulp):
+    if (not r.exact and not summary and low is not None and high is not None
+            and not (low - half_ulp <= pub <= high + half_ulp)):
         r.verdict = NOT_DERIVABLE
         r.detail = (f"published {cell.value} lies outside every record of the log "
                     f"({low:.3f} .. {high:.3f}), so no window of it can give that figure")
@@ -279,8 +285,9 @@ def _add_scaling(manifest: Manifest, cells: list[CellResult]) -> None:
                 _published_speedup_check(r, base, digits)
             continue
         if base.reproduced is None or base.kind != r.kind:
-            why = ("has no figure" + (f" ({base.verdict})" if base.verdict in (NOT_RUN, NOT_DERIVABLE) else "")
-                   if base.reproduced is None else f"is a {base.kind}, this cell a {r.kind}")
+            unsettled = f" ({base.verdict})" if base.verdict in (NOT_RUN, NOT_DERIVABLE) else ""
+            why = ("has no figure" + unsettled if base.reproduced is None
+                   else f"is a {base.kind}, this cell a {r.kind}")
             r.detail = "; ".join(filter(None, [r.detail, f"no speedup: its base cell "
                                                f"({base.gpus} GPU{'s' if base.gpus > 1 else ''}) {why}"]))
             continue
@@ -375,7 +382,8 @@ def non_monotonic(cells: Iterable[CellResult], devices: str = "GPUs") -> list[st
     return out
 
 
-def resolve_tables(names: Sequence[str], table_id: str | None = None) -> list[tuple[Manifest, PublishedTable]]:
+def resolve_tables(names: Sequence[str],
+                   table_id: str | None = None) -> list[tuple[Manifest, PublishedTable]]:
     """Targets (or a published table id shared by several targets) -> (manifest, table) pairs."""
     from repro.errors import UsageError
     from repro.spec.manifest import find_target, load_catalog, manifest_files
@@ -392,12 +400,14 @@ def resolve_tables(names: Sequence[str], table_id: str | None = None) -> list[tu
         shared = [(m, t) for m in catalog.values() for t in m.published if t.id == name]
         if not shared:
             raise UsageError(f"unknown target or published table {name!r}",
-                             hint="`repro list` shows targets; `repro show TARGET` shows its published tables")
+                             hint="`repro list` shows targets; `repro show TARGET` shows its published "
+                                  "tables")
         out += shared
     return out
 
 
-def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None, **protocol: object) -> dict:
+def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None,
+                      **protocol: object) -> dict:
     """``repro parse``: one protocol applied to every run found in one log. Per-GPU figures
     (PaddleClas rank-0 logs) are multiplied by ``gpus``, or by the GPU count the log states."""
     proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
@@ -407,7 +417,8 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
     several = len(result.series) > 1
     for s in result.series:
         count = gpus if gpus is not None else s.gpus
-        m = measure(s, replace(proto, scale="per_gpu") if s.per_gpu else proto, gpus=count, floor=_floor(result))
+        m = measure(s, replace(proto, scale="per_gpu") if s.per_gpu else proto, gpus=count,
+                    floor=_floor(result))
         value = None if result.refused else m.value
         out["results"].append({"gpus": count, "throughput": value, "records_used": m.records_used,
                                "records": len(s), "summary": s.summary})
@@ -416,7 +427,8 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
     return out
 
 
-def parse_logs(logs: Sequence[Path], parser: str | None = None, *, jobs: int = 1, **options: object) -> Iterator[dict]:
+def parse_logs(logs: Sequence[Path], parser: str | None = None, *, jobs: int = 1,
+               **options: object) -> Iterator[dict]:
     """``repro parse`` over several logs, in their order: :func:`parse_and_measure` of each, or
     ``{"file", "error"}`` for a log that cannot be read as a training log. With ``jobs`` > 1 the
     logs are parsed by that many worker processes (forked: nothing is imported again)."""

@@ -30,7 +30,8 @@ NOT_RUN = "not run"  # no log to judge: none of yours for the cell (a new run), 
 MEASURED = "measured"  # a target that reproduces no publication: its figure only
 NOT_PUBLISHED = "not published"  # the table prints a dash where this cell would be
 #: every verdict a report gives, in the words every output uses
-VERDICTS = (MATCH, NOT_DERIVABLE, DEVIATES, REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_RUN, NOT_PUBLISHED, MEASURED)
+VERDICTS = (MATCH, NOT_DERIVABLE, DEVIATES, REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_RUN, NOT_PUBLISHED,
+            MEASURED)
 
 CONFIDENCE = 0.95
 INTERVAL = "95% Student-t interval of the mean of the repeats"
@@ -123,7 +124,8 @@ def judge_new_run(est: Estimate, published: float, tolerance_pct: float) -> tupl
         return INCONCLUSIVE, f"{where}; the {interval} is wider than the tolerance: {more}"
     if not off:
         return REPRODUCED, f"{where}, {interval}"
-    return INCONCLUSIVE, f"{where}, yet published lies inside the {interval}: the repeats disagree with their median"
+    return INCONCLUSIVE, (f"{where}, yet published lies inside the {interval}: the repeats disagree with "
+                          "their median")
 
 
 def run_tolerance(declared: Mapping[str, object] | None) -> tuple[float, str]:
@@ -148,7 +150,8 @@ def parse_fail_on(text: str | None) -> set[str]:
 
 def exit_code(verdicts: Iterable[str], fail_on: set[str] | None = None) -> int:
     """The gating exit status of a set of cell verdicts."""
-    counted = set(verdicts) & (set(DIFFERS.values()) | set(UNSETTLED.values()) if fail_on is None else fail_on)
+    default = set(DIFFERS.values()) | set(UNSETTLED.values())
+    counted = set(verdicts) & (default if fail_on is None else fail_on)
     if counted & set(DIFFERS.values()):
         return EXIT_DIFFERS
     if counted & set(UNSETTLED.values()):
