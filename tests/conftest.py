@@ -61,22 +61,30 @@ def _ssh_reason() -> str | None:
 
 
 def _slurm_reason() -> str | None:
-    import subprocess
 
     info = _cluster()
     if info is None or not info.get("slurm_conf"):
         return f"no Slurm in the test cluster at {CLUSTER_ENV} (run: scripts/test-cluster up)"
+    failed, out = _slurm_cli(["scontrol", "ping"], info)
+    if failed:
+        return failed
+    return None if "UP" in out else f"slurmctld does not answer: {out.strip()}"
+
+
+def _slurm_cli(argv: list[str], info: dict) -> tuple[str | None, str]:
+    """A Slurm client command against the test cluster's slurm.conf: (why it failed, or None; its stdout)."""
+    import subprocess
+
     try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20,
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20,
                               env={**os.environ, "SLURM_CONF": info["slurm_conf"]})
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"scontrol ping failed: {e}"
-    return None if "UP" in ping.stdout else f"slurmctld does not answer: {ping.stdout.strip()}"
+        return f"{' '.join(argv)} failed: {e}", ""
+    return None, done.stdout
 
 
 def _pyxis_reason() -> str | None:
     """pyxis/enroot as ``scripts/test-cluster up`` installs them: in the description and in srun's options."""
-    import subprocess
 
     reason = _slurm_reason()
     if reason is not None:
@@ -84,12 +92,10 @@ def _pyxis_reason() -> str | None:
     info = _cluster() or {}
     if not info.get("pyxis"):
         return f"the test cluster at {CLUSTER_ENV} has no pyxis (REPRO_CLUSTER_PYXIS=0, or made before pyxis)"
-    try:
-        help_ = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=20,
-                               env={**os.environ, "SLURM_CONF": info["slurm_conf"]})
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"srun --help failed: {e}"
-    if "--container-image" not in help_.stdout:
+    failed, help_ = _slurm_cli(["srun", "--help"], info)
+    if failed:
+        return failed
+    if "--container-image" not in help_:
         return f"`srun --help` shows no --container-image (plugstack: {info['pyxis'].get('plugstack')})"
     return None
 
