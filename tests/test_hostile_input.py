@@ -446,7 +446,7 @@ def bomb_tar() -> bytes:
 
 def sealed(archive: Path) -> Path:
     """The archive with a checksum file that matches it, as `repro up` writes one."""
-    from repro.run.rundir import sha256_file
+    from repro.digest import sha256_file
 
     return with_sum(archive, sha256_file(archive))
 

@@ -29,7 +29,8 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from repro.errors import ProvenanceError, UsageError
-from repro.run.rundir import RunDir, atomic_write, sha256_file
+from repro.digest import sha256_file
+from repro.run.rundir import RunDir, atomic_write
 from repro.tree import MAX_DEPTH, remove, walk
 
 #: Every entry's modification time: 2000-01-01T00:00:00Z (a fixed, obviously synthetic date).

@@ -31,7 +31,8 @@ from repro.spec.manifest import Manifest, canonical_sha256
 from repro.nodes.facts import value
 from repro.record.provenance import load_record, statement_problems
 from repro.verdict.rules import Check
-from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir, sha256_file
+from repro.digest import sha256_file
+from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir
 from repro.tree import walk
 
 OK, DRIFT, MISSING, TAMPERED, NOT_SEALED = "ok", "drift", "missing", "tampered", "not sealed"

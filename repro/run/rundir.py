@@ -34,7 +34,6 @@ from typing import Any
 
 import yaml
 
-from repro.digest import sha256_file as sha256_file  # kept importable from here (record/)
 from repro.errors import ProvenanceError, UsageError
 from repro.redact import Redactor, redact_document, redact_env
 from repro.spec.hosts import Hosts
