@@ -3,6 +3,7 @@ every build context): real processes of this interpreter and its pip, and the pu
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import subprocess
@@ -19,6 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@functools.cache
 def pip_version() -> str:
     out = subprocess.run([sys.executable, "-m", "pip", "list", "--format=json"], capture_output=True,
                          text=True, timeout=120, check=True).stdout

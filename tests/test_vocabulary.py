@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 from parsers_helpers import P_C1AD, PUBLISHED
 
 from repro.verdict.html import render_html
@@ -103,8 +102,7 @@ def test_the_html_title_names_the_table(results: list[TableResult]) -> None:
 @pytest.mark.parametrize(("suffix", "magic"), [(".png", b"\x89PNG\r\n\x1a\n"), (".svg", b"<?xml"), (".pdf", b"%PDF-")])
 def test_the_plot_is_written_in_the_format_its_name_asks_for(suffix: str, magic: bytes, tmp_path: Path) -> None:
     out = tmp_path / f"chart{suffix}"
-    proc = subprocess.run([sys.executable, "-m", "repro", "report", "ngc-mxnet-rn50-v100-19.07", "--plot", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = run_cli("report", "ngc-mxnet-rn50-v100-19.07", "--plot", out, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes().startswith(magic)
     if suffix == ".svg":
@@ -113,7 +111,6 @@ def test_the_plot_is_written_in_the_format_its_name_asks_for(suffix: str, magic:
 
 def test_a_plot_format_the_kit_does_not_write_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "chart.jpg"
-    proc = subprocess.run([sys.executable, "-m", "repro", "report", "ngc-mxnet-rn50-v100-19.07", "--plot", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = run_cli("report", "ngc-mxnet-rn50-v100-19.07", "--plot", out, cwd=REPO)
     assert proc.returncode == 2 and "end the file name with .png, .svg or .pdf" in proc.stderr and not out.exists()
     assert "Traceback" not in proc.stderr
