@@ -55,3 +55,37 @@ def test_what_is_kept_stays_within_its_bound(tmp_path: Path) -> None:
     assert sum(map(len, schema._kept)) <= KEPT_YAML_CHARS
     assert 0 < len(schema._kept) < 40  # the oldest went out first
     assert any(text.startswith("i: 39\n") for text in schema._kept)
+
+
+def _lines(node: object) -> list[tuple[str, int, int]]:
+    """Every node of a tree in document order: its tag and where it starts."""
+    import yaml
+
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append((n.tag, n.start_mark.line, n.start_mark.column))
+        if isinstance(n, yaml.MappingNode):
+            stack.extend(x for kv in reversed(n.value) for x in reversed(kv))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(reversed(n.value))
+    return out
+
+
+def test_libyaml_reads_every_shipped_manifest_as_the_pure_loader_does() -> None:
+    """The fast path gives the data and the line of every node that the pure-Python loader gives."""
+    assert schema._FAST is not None, "PyYAML without libyaml: every manifest is read by the pure loader"
+    files = sorted((Path(__file__).resolve().parents[1] / "manifests").glob("*.yaml"))
+    assert len(files) > 40
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        fast_node, fast = schema._compose_with(schema._FAST(text))
+        pure_node, pure = schema._compose_with(schema.StrictLoader(text))
+        assert (fast, _lines(fast_node)) == (pure, _lines(pure_node)), f.name
+
+
+def test_an_alias_and_a_deep_flow_collection_go_to_the_pure_loader() -> None:
+    with pytest.raises(Exception, match="alias \\*a is not allowed"):
+        schema._compose("a: &a [1]\nb: *a\n")
+    with pytest.raises(RecursionError):  # libyaml would take minutes over this (its time is quadratic)
+        schema._compose("a: " + "[" * 100_000 + "]" * 100_000 + "\n")
