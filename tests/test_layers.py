@@ -9,6 +9,7 @@ import its own stage or a lower one; function-level and type-checking imports co
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "repro"
@@ -30,11 +31,17 @@ def stage(module: str) -> str:
     return part if part in STAGES else "base"
 
 
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(path: Path) -> set[str]:
     """Every repro module ``path`` imports, wherever the import statement stands."""
     found = set()
     me = module_name(path)
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("repro")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("repro"):
@@ -89,7 +96,7 @@ def test_no_import_cycle() -> None:
 def test_no_module_imports_another_modules_private_name() -> None:
     private = []
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("repro"):
                 private += [f"{module_name(path)}: {node.module}.{a.name}" for a in node.names
                             if a.name.startswith("_") and a.name != "__version__"]

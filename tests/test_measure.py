@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 from parsers_helpers import DLPERF, DLPERF_LOGS, PUBLISHED, D
@@ -336,9 +338,10 @@ FOLDED = [
 ]
 
 
-@pytest.mark.parametrize("p", FOLDED, ids=map(repr, range(len(FOLDED))))
-def test_folded_records_give_the_figures_of_the_whole_list(tmp_path, monkeypatch, p: Protocol) -> None:
-    # two runs of 3 MiB each (several 1 MiB blocks each), values of wide range and many digits
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """Two runs of 3 MiB each (several 1 MiB blocks each), values of wide range and many digits, and the
+    whole list of its records, read once for every protocol below."""
     rnd = random.Random(7)
     lines = []
     for _ in range(2):
@@ -348,9 +351,16 @@ def test_folded_records_give_the_figures_of_the_whole_list(tmp_path, monkeypatch
             value = rnd.choice([rnd.uniform(1, 1e5), rnd.uniform(1e-3, 1), 1e9 * rnd.random()])
             lines.append(f"DLL 2023-01-01 00:00:00.0 - Epoch: {k // 1000} Iteration: {k % 1000}  "
                          f"train.loss : 6.9  train.total_ips : {value!r} images/s\n")
-    log = tmp_path / "big.log"
+    log = tmp_path_factory.mktemp("folded") / "big.log"
     log.write_text("".join(lines))
-    whole, folded = parse_file(log, "ngc-pytorch"), parse_file(log, "ngc-pytorch", p)
+    return log, parse_file(log, "ngc-pytorch")
+
+
+@pytest.mark.parametrize("p", FOLDED, ids=map(repr, range(len(FOLDED))))
+def test_folded_records_give_the_figures_of_the_whole_list(big_log: tuple[Path, Any], monkeypatch: Any,
+                                                          p: Protocol) -> None:
+    log, whole = big_log
+    folded = parse_file(log, "ngc-pytorch", p)
     assert len(folded.series) == len(whole.series) == 2
     for a, b in zip(whole.series, folded.series):
         values, iterations = list(a.values), a.iterations
