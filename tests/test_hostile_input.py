@@ -310,7 +310,7 @@ LOG_CASES: list[Any] = [
     ("directory", lambda t: t),
     ("missing", lambda t: t / "missing.log"),
     ("numbers-only-garbage", lambda t: write(t, "g.log", b"ips: nan\nips: inf\nips: -1e400\n" * 1000)),
-    ("huge-number", lambda t: write(t, "h.log", b"[2021-01-01] epoch 0 iter 1 ips: 9" + b"9" * 5000 + b"\n")),
+    ("huge-number", lambda t: write(t, "h.log", b"[2021-01-01] epoch 0 iter 1 ips: 9" + b"9" * 20000 + b"\n")),
 ]
 
 

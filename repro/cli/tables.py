@@ -273,6 +273,8 @@ def report(
             f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
             hint="end the file name with .png, .svg or .pdf",
         )
+    if plot:
+        _writable(plot)
     results, environment = _report_results(targets, table_id, from_logs, maps, fmt)
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -305,6 +307,20 @@ def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: P
     check_maps(mapped, tables)
     tree = scan_logs(from_logs) if from_logs else None  # read once for every table
     return [reproduce_table(m, t, tree, mapped) for m, t in tables], []
+
+
+def _writable(plot: Path) -> None:
+    """Refuse a plot path that cannot be written before the report is made (a chart takes seconds to
+    draw); a file that is there is left as it is."""
+    there = plot.exists()
+    try:
+        with open(plot, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write the plot to {plot}: {e.strerror}",
+                         hint="give a writable path") from None
+    if not there:
+        plot.unlink()
 
 
 def _plot(results: list[Any], plot: Path, fmt: str) -> None:

@@ -32,7 +32,7 @@ __all__ = ["MPI_PREFIX", "NUM", "BLOCK_BYTES", "Builder", "LogParser", "ParseRes
 
 #: A decimal number as training scripts print it (``394.81086``, ``1e-05``, ``12671.899230200308``),
 #: and the words Python's ``float`` reads as infinity or not-a-number (an impossible figure to report).
-NUM = r"(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan|Infinity|NaN)\b)"
+NUM = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan|Infinity|NaN)\b)"
 
 
 def to_bool(text: str) -> bool | None:
