@@ -20,6 +20,7 @@ import pytest
 import yaml
 from cli_helpers import run_cli
 
+from repro.images import deps, vcs
 from repro.images.check import CheckOptions, check_target
 from repro.images.source import mirrored, parse_mirror, prepare_source
 from repro.spec.manifest import load_manifest
@@ -59,7 +60,7 @@ REWRITE = {"file": "bench/requirements.txt", "old": GIT_URL, "new": GIT_URL.repl
 def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict[str, str]] | None = None,
              dockerfile: str = "requirements", rdma: dict[str, Any] | None = None,
              base: str = "paddlepaddle/paddle-benchmark:2.5.0-cuda11.2-cudnn8-runtime-ubuntu16.04",
-             os_: str | None = "ubuntu16.04", published: str | None = None) -> Path:
+             os_: str | None = "ubuntu16.04", published: str | None = None, lock: bool = True) -> Path:
     data = yaml.safe_load((GOOD / "minimal.yaml").read_text(encoding="utf-8"))
     data.pop("published")
     data["id"] = f"test-check-{name}"
@@ -73,9 +74,33 @@ def manifest(tmp_path: Path, commit: str, *, name: str = "t", patches: list[dict
                       "patches": [REWRITE] if patches is None else patches}
     if rdma:
         data["rdma"] = rdma
+    if dockerfile == "requirements":
+        data["image"]["build"]["base"]["python"] = {"version": "3.6", "source": "test"}
+        data["image"]["build"]["deps"] = {"cutoff": "2020-03-31", "why": "test", "requirements": LOCKED}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    if dockerfile == "requirements" and lock:
+        write_lock(path)
     return path
+
+
+#: the requirement lines of bench/requirements.txt with the git:// rewrite applied
+LOCKED = ["pytorch-ignite", REWRITE["new"]]
+
+
+def write_lock(path: Path) -> None:
+    """A sealed dependency lock for the manifest at ``path``, as `repro lock` writes one (pins and the dllogger
+    wheel stand-in made up here: these tests are about the sources, tests/test_deps.py about resolving)."""
+    m = load_manifest(path)
+    wheel = path.parent / "wheels" / ("1" * 40) / "dllogger-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    wheel.write_bytes(b"stand-in")
+    req = vcs.parse(REWRITE["new"])
+    assert req is not None
+    built = vcs.Wheel(req, "1" * 40, wheel, hashlib.sha256(b"stand-in").hexdigest())
+    text = deps.seal([*deps.header(m, "https://pypi.org/simple"), "pytorch-ignite==0.3.0 \\",
+                      f"    --hash=sha256:{'2' * 64}", *vcs.lock_lines(built)])
+    deps.deps_lock_path(m).write_text(text, encoding="utf-8")
 
 
 def run_check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -94,13 +119,17 @@ def failures(path: Path, mirror: Path, cache: Path | None = None,
     return [str(f) for f in r.failures]
 
 
+CLEAN = ("ok   test-check-t: commit {commit:.12} in {mirror}/ConvNets; 1 patch(es) apply once each; "
+         "bench/requirements.txt: no git:// URL; image.build.deps.requirements is bench/requirements.txt at "
+         "{commit:.12}; 5 file(s) dockerfiles/requirements/Dockerfile copies exist; t.requirements.lock: 2 pins as of "
+         "2020-03-31, no second distribution of what the base ships")
+
+
 def test_a_clean_target_passes_through_the_mirror(upstream: tuple[Path, str], tmp_path: Path) -> None:
     mirror, commit = upstream
     proc = run_check(str(manifest(tmp_path, commit)), *mirror_args(mirror))
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout == (f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
-                           "bench/requirements.txt: no git:// URL; 5 file(s) "
-                           "dockerfiles/requirements/Dockerfile copies exist\n")
+    assert proc.stdout == CLEAN.format(commit=commit, mirror=mirror) + "\n"
 
 
 def test_every_failure_is_one_line_and_a_nonzero_exit(upstream: tuple[Path, str], tmp_path: Path) -> None:
@@ -117,8 +146,10 @@ def test_every_failure_is_one_line_and_a_nonzero_exit(upstream: tuple[Path, str]
         "not once",
         f"FAIL test-check-bad: requirements: bench/requirements.txt:2: {GIT_URL} uses git://, which GitHub no longer "
         "serves; add a source.patches entry that rewrites it to git+https://",
-        f"ok   test-check-t: commit {commit[:12]} in {mirror}/ConvNets; 1 patch(es) apply once each; "
-        "bench/requirements.txt: no git:// URL; 5 file(s) dockerfiles/requirements/Dockerfile copies exist",
+        f"FAIL test-check-bad: deps: image.build.deps.requirements {LOCKED} differs from bench/requirements.txt at "
+        f"{commit[:12]} (patches applied): ['pytorch-ignite', '{GIT_URL}']; copy the file's requirement lines into "
+        "the manifest",
+        CLEAN.format(commit=commit, mirror=mirror),
     ]
 
 
@@ -162,8 +193,8 @@ def test_a_copied_file_that_is_not_at_the_commit(upstream: tuple[Path, str], tmp
     data["source"]["subdir"] = "mxnet"          # like DLE 99b1c89 MxNet RN50v1.5: no requirements.txt
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
     assert failures(tmp_path / "t.yaml", mirror) == [
-        f"test-check-t: copy: dockerfiles/requirements/Dockerfile copies source/mxnet/requirements.txt, which is not "
-        f"in {URL} at {commit[:12]}"]
+        f"test-check-t: copy: dockerfiles/requirements installs the requirements of mxnet/requirements.txt, which is "
+        f"not in {URL} at {commit[:12]}"]
     assert failures(manifest(tmp_path, commit, dockerfile="source"), mirror) == []
 
 
@@ -203,7 +234,7 @@ def bundle(cache: Path, top: str = BUNDLE) -> str:
 
 def test_mlnx_ofed_needs_the_base_os(upstream: tuple[Path, str], tmp_path: Path) -> None:
     mirror, commit = upstream
-    proc = run_check(str(manifest(tmp_path, commit, rdma=MLNX, os_=None)), *mirror_args(mirror))
+    proc = run_check(str(manifest(tmp_path, commit, rdma=MLNX, os_=None, lock=False)), *mirror_args(mirror))
     assert proc.returncode == 2 and proc.stdout == ""
     assert "t.yaml:" in proc.stderr and "rdma.strategy: strategy mlnx-ofed needs the base image's OS" in proc.stderr
 
@@ -304,4 +335,15 @@ def test_the_kits_own_layers_read_the_distribution_sources_only(upstream: tuple[
     mirrors = (("https://github.com/example/", f"{mirror}/"),)
     r = check_target(load_manifest(path), CheckOptions(git_mirrors=mirrors))
     assert r.failures == ()
-    assert r.passed[-1] == "apt reads the distribution's sources only (CUDA base published 2020-03)"
+    assert "apt reads the distribution's sources only (CUDA base published 2020-03)" in r.passed
+
+
+def test_a_requirements_build_without_a_declared_lock_fails(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream
+    data = yaml.safe_load(manifest(tmp_path, commit).read_text())
+    del data["image"]["build"]["deps"]
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    assert failures(tmp_path / "t.yaml", mirror) == [
+        "test-check-t: deps: dockerfiles/requirements installs from a dependency lock, but the manifest declares no "
+        "image.build.deps: declare image.build.base.python and ships and image.build.deps (cutoff, why, "
+        "requirements), then run `repro lock test-check-t --deps-only`"]

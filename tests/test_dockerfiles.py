@@ -56,26 +56,22 @@ def test_ngc_pytorch_renders_exactly() -> None:
     assert body == f"""ARG BASE=nvcr.io/nvidia/pytorch@{D}
 
 FROM nvcr.io/nvidia/pytorch@{D} AS deps
-ARG BASE_PYTHON=
-ARG BASE_SHIPS=
+ARG BASE_PYTHON=3.8
+ARG BASE_SHIPS=torch==1.9.0a0+df837d0
 COPY repro-base-check.py /tmp/repro-base-check.py
-RUN "$(command -v python3 || command -v python)" /tmp/repro-base-check.py "" 
-ARG SOURCE_SUBDIR=PyTorch/Classification/ConvNets
-ARG REQUIREMENTS=requirements.txt
+RUN "$(command -v python3 || command -v python)" /tmp/repro-base-check.py "3.8" torch==1.9.0a0+df837d0
 COPY repro-ca.crt /etc/ssl/certs/repro-build-ca.crt
 COPY wheels/ /tmp/wheels/
-COPY source/PyTorch/Classification/ConvNets/requirements.txt /tmp/requirements.txt
-RUN if [ -s /etc/ssl/certs/repro-build-ca.crt ]; then \\
-      export PIP_CERT=/etc/ssl/certs/repro-build-ca.crt GIT_SSL_CAINFO=/etc/ssl/certs/repro-build-ca.crt; fi \\
- && pip wheel --no-cache-dir --find-links /tmp/wheels --wheel-dir /wheelhouse -r /tmp/requirements.txt \\
- && sed -E -e 's/^[^#]*#egg=([A-Za-z0-9_.-]+).*$/\\1/' -e 's/[[:space:]]+#.*$//' /tmp/requirements.txt \\
-      > /wheelhouse/requirements.txt
+COPY requirements.lock /tmp/requirements.lock
+RUN if [ -s /etc/ssl/certs/repro-build-ca.crt ]; then export PIP_CERT=/etc/ssl/certs/repro-build-ca.crt; fi \\
+ && pip wheel --no-cache-dir --no-deps --require-hashes --find-links /tmp/wheels --wheel-dir /wheelhouse \\
+      -r /tmp/requirements.lock
 
 FROM nvcr.io/nvidia/pytorch@{D}
 ARG SOURCE_PATH=/workspace/DeepLearningExamples
 ARG SOURCE_SUBDIR=PyTorch/Classification/ConvNets
 COPY --from=deps /wheelhouse /tmp/wheelhouse
-RUN pip install --no-cache-dir --no-index --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt \\
+RUN pip install --no-cache-dir --no-index --no-deps /tmp/wheelhouse/*.whl \\
  && rm -rf /tmp/wheelhouse
 COPY source/ /workspace/DeepLearningExamples/
 WORKDIR /workspace/DeepLearningExamples/PyTorch/Classification/ConvNets

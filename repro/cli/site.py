@@ -145,8 +145,11 @@ def check_command(
     default=None,
     help="the package index (PEP 691) the dependency lock resolves from [default: https://pypi.org/simple]",
 )
+@git_mirror_option
 @reports_errors
-def lock_command(target: str, update: bool, deps_only: bool, index_url: str | None) -> None:
+def lock_command(
+    target: str, update: bool, deps_only: bool, index_url: str | None, git_mirror: tuple[tuple[str, str], ...]
+) -> None:
     """Resolve TARGET's tags to digests and branches to commits; write or check its lock file. A target that
     declares image.build.deps also gets its Python dependency lock, resolved as of the cutoff."""
     from repro.images import deps, lock_target
@@ -154,11 +157,11 @@ def lock_command(target: str, update: bool, deps_only: bool, index_url: str | No
 
     manifest = find_target(target)
     if deps.declared(manifest) is not None:
-        dpath, changed = deps.write_lock(manifest, index_url or deps.DEFAULT_INDEX)
+        dpath, changed = deps.write_lock(manifest, index_url or deps.DEFAULT_INDEX, git_mirror)
         shown = dpath.relative_to(Path.cwd()) if dpath.is_relative_to(Path.cwd()) else dpath
         click.echo(
             f"dependency lock {'written' if changed else 'unchanged'}: {shown} "
-            f"({len(deps.pins(dpath.read_text(encoding='utf-8')))} pins as of "
+            f"({deps.pin_count(dpath.read_text(encoding='utf-8'))} pins as of "
             f"{manifest.image['build']['deps']['cutoff']})"
         )
     elif deps_only:

@@ -29,7 +29,7 @@ import docker
 from repro import __version__, paths
 from repro.errors import BuildError, ReproError, UsageError
 from repro.events import Event, Progress, ignore
-from repro.images import deps, lock
+from repro.images import deps, lock, vcs
 from repro.images import rdma as rdma_layer
 from repro.images.refs import Ref, parse_ref
 from repro.images.registry import DISK_HINT, classify, local_image
@@ -247,6 +247,10 @@ def _dependency_lock(manifest: Manifest, context: Path) -> None:
         raise BuildError(f"{manifest.id}: " + "; ".join(problems),
                          hint=f"run `repro lock {manifest.id} --deps-only` and commit {path.name}")
     (context / "requirements.lock").write_text(text or "", encoding="utf-8")
+    (context / "wheels").mkdir(exist_ok=True)
+    for _, commit, filename, _ in vcs.locked(text or ""):
+        where = vcs.wheels_dir(manifest.path.parent) / commit
+        shutil.copyfile(where / filename, context / "wheels" / filename)
 
 
 def _context(manifest: Manifest, df_dir: Path, context: Path, opts: BuildOptions, progress: Progress) -> Path:

@@ -146,6 +146,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                 else:
                     passed.append(f"commit {src['commit'][:12]} in {url}")
                     _patches(manifest, tree, passed, fail)
+                    _upstream_requirements(manifest, tree, passed, fail)
                     _copies(manifest, tree, opts, passed, fail)
         except ReproError as e:
             fail("commit", f"cannot read {url}: {e}")
@@ -249,6 +250,36 @@ def _requirements(rel: str, tree: _Tree, passed: list[str], fail: Fail) -> None:
         passed.append(f"{rel}: no git:// URL")
 
 
+def _requirement_lines(text: str) -> list[str]:
+    """A requirements file's requirement lines: comments, blank lines and trailing spaces gone."""
+    return [ln.split(" #", 1)[0].strip() for ln in text.splitlines()
+            if ln.split(" #", 1)[0].strip() and not ln.lstrip().startswith("#")]
+
+
+def _upstream_requirements(manifest: Manifest, tree: _Tree, passed: list[str], fail: Fail) -> None:
+    """The benchmark's requirements.txt at the commit (patches applied) uses no git:// URL, and
+    image.build.deps.requirements, what the dependency lock resolves, is that file's requirement lines."""
+    if "build" not in manifest.image or manifest.image["build"]["dockerfile"] != "requirements":
+        return
+    declared = (deps.declared(manifest) or {}).get("requirements")
+    rel = posixpath.join((manifest.source or {}).get("subdir", ".") or ".", "requirements.txt")
+    rel = posixpath.normpath(rel)
+    text = tree.read(rel)
+    if text is None:
+        fail("copy", f"dockerfiles/requirements installs the requirements of {rel}, which is not in "
+                     f"{(manifest.source or {}).get('repository', '')} at {tree.commit[:12]}")
+        return
+    _requirements(rel, tree, passed, fail)
+    upstream = _requirement_lines(text)
+    if declared is None:
+        return   # _deps names the missing declaration
+    if upstream != [ln.strip() for ln in declared]:
+        fail("deps", f"image.build.deps.requirements {declared} differs from {rel} at {tree.commit[:12]} "
+                     f"(patches applied): {upstream}; copy the file's requirement lines into the manifest")
+    else:
+        passed.append(f"image.build.deps.requirements is {rel} at {tree.commit[:12]}")
+
+
 def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
     rdma = manifest.rdma
     if rdma is None or rdma.strategy == "image":
@@ -333,9 +364,19 @@ def _apt(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) 
         passed.append(f"apt reads the distribution's sources only (CUDA base {when.split(',')[0]})")
 
 
+def _installs_from_lock(manifest: Manifest, opts: CheckOptions) -> bool:
+    directory = dockerfile_dir(manifest, BuildOptions(dockerfiles=opts.dockerfiles))
+    return "requirements.lock" in (directory / "Dockerfile").read_text(encoding="utf-8")
+
+
 def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
     """The Python dependency lock: offline from the file; with --resolve, against the package index too."""
     if deps.declared(manifest) is None:
+        if "build" in manifest.image and _installs_from_lock(manifest, opts):
+            name = manifest.image["build"]["dockerfile"]
+            fail("deps", f"dockerfiles/{name} installs from a dependency lock, but the manifest declares no "
+                         "image.build.deps: declare image.build.base.python and ships and image.build.deps "
+                         f"(cutoff, why, requirements), then run `repro lock {manifest.id} --deps-only`")
         return
     path = deps.deps_lock_path(manifest)
     text = path.read_text(encoding="utf-8") if path.is_file() else None
@@ -346,7 +387,7 @@ def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
         index = opts.index_url or deps.index_of(text)
         problems += deps.upload_problems(manifest, text, index)
         try:
-            fresh = deps.compile_lock(manifest, index)
+            fresh = deps.compile_lock(manifest, index, opts.git_mirrors)
         except ReproError as e:
             problems.append(f"the requirements no longer resolve from {index}: {e}")
         else:
@@ -358,6 +399,6 @@ def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
         fail("deps", p)
     if not problems:
         cutoff = manifest.image["build"]["deps"]["cutoff"]
-        count = len(deps.pins(text or ""))
+        count = deps.pin_count(text or "")
         passed.append(f"{path.name}: {count} pins as of {cutoff}, no second distribution of what the base "
                       "ships" + ("; the index agrees" if opts.resolve else ""))

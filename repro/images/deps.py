@@ -9,7 +9,10 @@ own requirements hold) and left out of the lock, and every name one ``provides``
 no second TensorFlow beside ``tensorflow-gpu`` is ever resolved. The lock's header records the inputs; its
 last line is the sha256 of everything above it, so that a build refuses a lock that is missing, stale (other
 inputs) or edited. Checks of a lock (``lock_problems``) are pure; ``upload_problems`` asks the package index
-(PEP 691).
+(PEP 691). VCS requirements become wheels pinned by commit (repro.images.vcs). A distribution the base
+ships that no index has (NGC's own torch builds: ``index: false``) is not resolved at all: requirements on it,
+and on every name it provides, are taken as met by the base; one that stands for a release the index has
+(``resolve_as``) is pinned at that release for the resolution.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import BuildError, UsageError
+from repro.images import vcs
+from repro.images.source import Mirrors
 from repro.spec.manifest import Manifest
 
 PLATFORM = "x86_64-manylinux_2_17"
 DEFAULT_INDEX = "https://pypi.org/simple"
 NEVER = "sys_platform == 'never'"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
+_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==| @ )")
 _SEAL = re.compile(r"^# sha256 of the lines above: ([0-9a-f]{64})\n?$")
 
 
@@ -75,15 +81,23 @@ def requirements_in(manifest: Manifest) -> list[str]:
 
 def header(manifest: Manifest, index_url: str) -> list[str]:
     deps, base = declared(manifest) or {}, manifest.image["build"]["base"]
-    ships = ", ".join(f"{s['name']}=={s['version']}" + (f" (provides {', '.join(s['provides'])})"
-                                                       if s.get("provides") else "")
-                      for s in base.get("ships", [])) or "nothing declared"
+    ships = ", ".join(f"{s['name']}=={s['version']}" + _ship_note(s) for s in base.get("ships", [])) \
+        or "nothing declared"
     return [f"# repro dependency lock for {manifest.id}: pip install --require-hashes --no-deps -r this file",
             f"# cutoff: {deps.get('cutoff', '')}",
             f"# python: {base.get('python', {}).get('version', '')} {PLATFORM}",
             f"# base ships (not installed again): {ships}",
             f"# requirements: {'; '.join(requirements_in(manifest))}",
-            f"# index: {index_url}"]
+            f"# index: {index_url}",
+            *([f"# constraints: {'; '.join(c['requirement'] for c in deps['constraints'])}"]
+              if deps.get("constraints") else [])]
+
+
+def _ship_note(ship: Mapping[str, Any]) -> str:
+    notes = [f"provides {', '.join(ship['provides'])}"] if ship.get("provides") else []
+    notes += [f"resolved as {ship['resolve_as']}"] if ship.get("resolve_as") else []
+    notes += ["on no index: taken as met"] if not ship.get("index", True) else []
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def seal(lines: Sequence[str]) -> str:
@@ -97,7 +111,7 @@ def drop_blocks(text: str, names: Mapping[str, str]) -> list[str]:
     for line in text.splitlines():
         if line.startswith("#") or line.strip().startswith("# via") or not line.strip():
             continue
-        m = _PIN.match(line)
+        m = _ENTRY.match(line)
         if m:
             skipping = normalize(m.group(1)) in names
         if not skipping and not line.lstrip().startswith("#"):
@@ -117,7 +131,20 @@ def uv_command() -> list[str]:
     return [sys.executable, "-m", "uv"]
 
 
-def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
+def _resolution_inputs(manifest: Manifest, wheels: Sequence[vcs.Wheel]) -> tuple[list[str], list[str]]:
+    """uv's requirement lines (the index requirements, each VCS wheel by path, the base's distributions that
+    an index has, pinned) and its overrides (every name the base provides, and the distributions no index
+    has, taken as met)."""
+    ships = manifest.image["build"]["base"].get("ships", [])
+    plain, _ = vcs.split(requirements_in(manifest))
+    lines = [*plain, *(f"{w.requirement.name} @ {w.path.resolve().as_uri()}" for w in wheels),
+             *(f"{s['name']}=={s.get('resolve_as', s['version'])}" for s in ships if s.get("index", True))]
+    met = [p for s in ships for p in s.get("provides", [])]
+    met += [s["name"] for s in ships if not s.get("index", True)]
+    return lines, [f"{name} ; {NEVER}" for name in met]
+
+
+def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, mirrors: Mirrors = (),
                  run: Callable[..., Any] = subprocess.run) -> str:
     """The lock's text, resolved now with uv for the manifest's Python, platform and cutoff."""
     deps, base = declared(manifest), manifest.image["build"]["base"]
@@ -125,15 +152,17 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
         raise UsageError(f"{manifest.id}: nothing to lock", hint="declare image.build.deps (cutoff, why) and "
                          "image.build.base.python")
     index_url = checked_index(index_url)
-    ships = base.get("ships", [])
-    pins = [f"{s['name']}=={s['version']}" for s in ships]
-    overrides = [f"{p} ; {NEVER}" for s in ships for p in s.get("provides", [])]
+    _, wanted = vcs.split(requirements_in(manifest))
+    wheels = [vcs.wheel_for(r, deps["cutoff"], manifest.path.parent, mirrors, index_url) for r in wanted]
+    inputs, overrides = _resolution_inputs(manifest, wheels)
     with tempfile.TemporaryDirectory(prefix="repro-deps-") as tmp:
-        (Path(tmp) / "in.txt").write_text("".join(r + "\n" for r in [*requirements_in(manifest), *pins]),
-                                          encoding="utf-8")
+        (Path(tmp) / "in.txt").write_text("".join(r + "\n" for r in inputs), encoding="utf-8")
         (Path(tmp) / "over.txt").write_text("".join(o + "\n" for o in overrides), encoding="utf-8")
+        (Path(tmp) / "constraints.txt").write_text("".join(c["requirement"] + "\n" for c in
+                                                           deps.get("constraints", [])), encoding="utf-8")
         argv = [*uv_command(), "pip", "compile", str(Path(tmp) / "in.txt"),
                 "--overrides", str(Path(tmp) / "over.txt"),
+                "--constraints", str(Path(tmp) / "constraints.txt"),
                 "--python-version", base["python"]["version"], "--python-platform", PLATFORM,
                 "--exclude-newer", deps["cutoff"], "--generate-hashes", "--index-url", index_url,
                 "--no-header", "--no-annotate", "--quiet", "--no-cache", "--native-tls"]
@@ -142,8 +171,10 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
     if proc.returncode != 0:
         raise BuildError(f"{manifest.id}: the requirements do not resolve as of {deps['cutoff']}: "
                          f"{_last_lines(proc.stderr)}")
-    names = {normalize(s["name"]): s["version"] for s in ships}
-    return seal([*header(manifest, index_url), *drop_blocks(proc.stdout, names)])
+    names = {normalize(s["name"]): s["version"] for s in base.get("ships", [])}
+    names.update({normalize(w.requirement.name): "" for w in wheels})
+    return seal([*header(manifest, index_url), *drop_blocks(proc.stdout, names),
+                 *(line for w in wheels for line in vcs.lock_lines(w))])
 
 
 def _last_lines(text: str, n: int = 6) -> str:
@@ -153,6 +184,11 @@ def _last_lines(text: str, n: int = 6) -> str:
 def pins(text: str) -> dict[str, str]:
     """Normalized name -> version of every pin in a lock."""
     return {normalize(m.group(1)): m.group(2) for line in text.splitlines() if (m := _PIN.match(line))}
+
+
+def pin_count(text: str) -> int:
+    """How many distributions a lock installs: index pins and VCS wheels."""
+    return len(pins(text)) + len(vcs.direct_pins(text))
 
 
 def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None) -> list[str]:
@@ -173,8 +209,9 @@ def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = 
         if w != h:
             problems.append(f"{path.name} was made for other inputs: it says {h[2:]!r}, "
                             f"the manifest gives {w[2:]!r}")
+    problems += vcs.problems(text, manifest.path.parent)
     base = shipped(manifest)
-    for name, version in pins(text).items():
+    for name, version in {**pins(text), **vcs.direct_pins(text)}.items():
         if name in base:
             problems.append(f"{name}=={version} is a second distribution of {name} {base[name]}, "
                             "which the base ships (image.build.base.ships)")
@@ -224,9 +261,10 @@ def _when(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def write_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX) -> tuple[Path, bool]:
+def write_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX,
+               mirrors: Mirrors = ()) -> tuple[Path, bool]:
     """Resolve and write the target's dependency lock; whether its text changed."""
-    text, path = compile_lock(manifest, index_url), deps_lock_path(manifest)
+    text, path = compile_lock(manifest, index_url, mirrors), deps_lock_path(manifest)
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     if old != text:
         path.write_text(text, encoding="utf-8")
