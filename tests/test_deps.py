@@ -10,21 +10,22 @@ import hashlib
 import http.server
 import io
 import json
+import re
 import shutil
-import subprocess
-import sys
 import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from repro.errors import BuildError
 from repro.images import deps
 from repro.images.build import _dependency_lock
 from repro.images.check import CheckOptions, check_target
-from repro.spec.manifest import load_manifest
+from repro import paths
+from repro.spec.manifest import Manifest, find_target, load_manifest, manifest_files
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "dlperf-tf2-rn50-v100"
@@ -208,21 +209,71 @@ def test_missing_and_edited_locks_fail_the_check_and_the_build(index: Index, tmp
         _dependency_lock(manifest, tmp_path / "ctx")
 
 
-def test_the_shipped_lock_is_current_for_its_manifest() -> None:
-    """The committed seed lock (made against the real index, https://pypi.org/simple) matches its manifest."""
-    from repro.spec.manifest import find_target
+#: CPU check targets: built on the test cluster's own Debian base (127.0.0.1:5000/repro-test/debian), they stand
+#: for no publication, so there is no run date to lock as of; they pin their framework by version (torch from a
+#: local wheel the index does not serve) and install into a venv of their own, not over a base's packages
+CPU_CHECK_BASE = "127.0.0.1:5000/repro-test/"
+_RUNS_PIP = re.compile(r"\bpip3?\s+(install|wheel)\b")
 
-    m = find_target(TARGET)
-    text = deps.deps_lock_path(m).read_text(encoding="utf-8")
-    assert deps.lock_problems(m, text) == []
-    got = deps.pins(text)
-    assert got["pyyaml"] == "5.3.1" and "tensorflow" not in got and "tensorflow-gpu" not in got
+
+def runs_pip(m: Manifest) -> bool:
+    build = m.image.get("build")
+    if build is None:
+        return False
+    return bool(_RUNS_PIP.search((paths.dockerfiles_dir() / build["dockerfile"] / "Dockerfile").read_text()))
+
+
+def base_and_lock_problems(m: Manifest) -> list[str]:
+    """What a seed manifest whose build runs pip lacks: its base declared, its dependency lock current."""
+    build, fix = m.image["build"], f"run `repro lock {m.id} --deps-only` and commit the lock"
+    out = [f"{m.path.name}: image.build.base.{key} is not declared (read it from the image's release notes, "
+           "Dockerfile or the publisher's logs, with its source)" for key in ("python", "ships")
+           if key not in build["base"]]
+    if deps.declared(m) is None:
+        return [*out, f"{m.path.name}: image.build.deps is not declared (cutoff, why, requirements); then {fix}"]
+    path = deps.deps_lock_path(m)
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    return out + [f"{m.path.name}: {p}" + ("" if "repro lock" in p else f"; {fix}")
+                  for p in deps.lock_problems(m, text)]
+
+
+def test_every_seed_whose_build_runs_pip_declares_its_base_and_has_a_current_lock() -> None:
+    """Made against the real index (https://pypi.org/simple) and committed: each lock matches its manifest's
+    requirements, cutoff, Python and base, and every VCS wheel it names is beside the manifests."""
+    seeds = [load_manifest(f) for f in manifest_files()]
+    pip = [m for m in seeds if runs_pip(m)]
+    exempt = {m.id for m in pip if m.image["build"]["base"]["ref"].startswith(CPU_CHECK_BASE)}
+    assert exempt == {"mpi-rn50-cpu", "torch-rn50-cpu", "paddle-rn50-cpu", "tf-cnn-ps-cpu"}
+    locked = [m for m in pip if m.id not in exempt]
+    assert len(locked) == 17
+    assert [p for m in locked for p in base_and_lock_problems(m)] == []
+    tf2 = deps.pins(deps.deps_lock_path(find_target(TARGET)).read_text(encoding="utf-8"))
+    assert tf2["pyyaml"] == "5.3.1" and "tensorflow" not in tf2 and "tensorflow-gpu" not in tf2
+
+
+def test_the_seed_check_names_the_manifest_and_the_fix(tmp_path: Path) -> None:
+    text = (ROOT / "manifests" / "paddle-rn50-a100.yaml").read_text(encoding="utf-8")
+    start = text.index("      python:\n")
+    undeclared = text[:start] + text[text.index("      ships:\n", start):]
+    (tmp_path / "paddle-rn50-a100.yaml").write_text(undeclared, encoding="utf-8")
+    assert base_and_lock_problems(load_manifest(tmp_path / "paddle-rn50-a100.yaml")) == [
+        "paddle-rn50-a100.yaml: image.build.base.python is not declared (read it from the image's release notes, "
+        "Dockerfile or the publisher's logs, with its source)",
+        "paddle-rn50-a100.yaml: paddle-rn50-a100.requirements.lock is missing: run `repro lock paddle-rn50-a100 "
+        "--deps-only`"]
+    (tmp_path / "paddle-rn50-a100.yaml").write_text(text.replace('"faiss-cpu"', '"faiss-gpu"'), encoding="utf-8")
+    shutil.copyfile(ROOT / "manifests" / "paddle-rn50-a100.requirements.lock",
+                    tmp_path / "paddle-rn50-a100.requirements.lock")
+    (stale,) = base_and_lock_problems(load_manifest(tmp_path / "paddle-rn50-a100.yaml"))
+    assert stale.startswith("paddle-rn50-a100.yaml: paddle-rn50-a100.requirements.lock was made for other inputs: "
+                            "it says 'requirements: prettytable; ")
+    assert stale.endswith("easydict'; run `repro lock paddle-rn50-a100 --deps-only` and commit the lock")
+    assert "faiss-cpu; easydict', the manifest gives 'requirements: " in stale and "faiss-gpu" in stale
 
 
 def test_repro_lock_deps_only_through_the_cli(index: Index, tmp_path: Path) -> None:
     path = target_copy(tmp_path)
-    argv = [sys.executable, "-m", "repro", "lock", str(path), "--deps-only", "--index-url", index.url]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_cli("lock", str(path), "--deps-only", "--index-url", index.url, timeout=300)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == (f"dependency lock written: {tmp_path / (TARGET + '.requirements.lock')} "
                            "(4 pins as of 2020-08-26T15:10:08Z)\n")
@@ -230,7 +281,6 @@ def test_repro_lock_deps_only_through_the_cli(index: Index, tmp_path: Path) -> N
 
 def test_an_index_url_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
     path = target_copy(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "repro", "lock", str(path), "--deps-only", "--index-url",
-                           "--find-links=/tmp"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = run_cli("lock", str(path), "--deps-only", "--index-url", "--find-links=/tmp")
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert "index URL '--find-links=/tmp' is not an http://, https:// or file:// URL" in proc.stderr

@@ -165,7 +165,8 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, mirrors: Mi
                 "--constraints", str(Path(tmp) / "constraints.txt"),
                 "--python-version", base["python"]["version"], "--python-platform", PLATFORM,
                 "--exclude-newer", deps["cutoff"], "--generate-hashes", "--index-url", index_url,
-                "--no-header", "--no-annotate", "--quiet", "--no-cache", "--native-tls"]
+                "--no-header", "--no-annotate", "--quiet", "--no-cache", "--native-tls",
+                "--python", sys.executable]   # uv builds with this one; it resolves for --python-version
         env = {**os.environ, "UV_NO_CONFIG": "1"}
         proc = run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
     if proc.returncode != 0:

@@ -127,7 +127,7 @@ def build_wheel(req: Requirement, commit: str, mirrors: Mirrors, index_url: str,
         (Path(tmp) / "constraints.txt").write_text(constraints, encoding="utf-8")
         argv = [sys.executable, "-m", "uv", "build", "--wheel", "--out-dir", str(dist), "--no-config",
                 "--build-constraints", str(Path(tmp) / "constraints.txt"), "--index-url", index_url,
-                "--no-cache", "--quiet", "--native-tls", str(src)]
+                "--no-cache", "--quiet", "--native-tls", "--python", sys.executable, str(src)]
         env = {**os.environ, "SOURCE_DATE_EPOCH": epoch, "UV_NO_CONFIG": "1"}
         proc = run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
         built = sorted(dist.glob("*.whl")) if dist.is_dir() else []
