@@ -50,11 +50,10 @@ def git(cwd: Path, *args: str, when: str | None = None) -> str:
                           capture_output=True, text=True, env=env).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def dllogger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """A dllogger repository: 1.0.0 committed and tagged v1.0.0 before the target's cutoff, 1.1.0 after it."""
-    repo = tmp_path_factory.mktemp("mirror") / "dllogger"
-    repo.mkdir()
+def make_dllogger(repo: Path) -> tuple[Path, str, str]:
+    """A dllogger repository: 1.0.0 committed and tagged v1.0.0 before the target's cutoff, 1.1.0 after it;
+    the repository and the two commits."""
+    repo.mkdir(parents=True)
     (repo / "backend.py").write_text(BACKEND)
     (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
                                          'backend-path = ["."]\n')
@@ -68,6 +67,11 @@ def dllogger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     (repo / "VERSION").write_text("1.1.0\n")
     git(repo, "commit", "-qam", "1.1.0", when="2025-03-31T15:15:39+02:00")
     return repo, before, git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="module")
+def dllogger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    return make_dllogger(tmp_path_factory.mktemp("mirror") / "dllogger")
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +105,7 @@ def test_the_default_branch_is_pinned_as_it_stood_at_the_cutoff(dllogger: tuple[
     assert changed and wheel.is_file()
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert text.splitlines()[6:] == [
+        f"--index-url {index.url}",   # the build's pip reads the index the lock was made from
         "mpi4py==3.1.4 \\", f"    --hash=sha256:{index.projects['mpi4py'][0]['hashes']['sha256']}",
         f"# vcs: dllogger from git+{URL}#egg=dllogger at {before}: wheels/{before}/dllogger-1.0.0-py3-none-any.whl",
         "dllogger @ file:///tmp/wheels/dllogger-1.0.0-py3-none-any.whl \\", f"    --hash=sha256:{digest}",

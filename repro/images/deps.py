@@ -174,7 +174,9 @@ def compile_lock(manifest: Manifest, index_url: str = DEFAULT_INDEX, mirrors: Mi
                          f"{_last_lines(proc.stderr)}")
     names = {normalize(s["name"]): s["version"] for s in base.get("ships", [])}
     names.update({normalize(w.requirement.name): "" for w in wheels})
-    return seal([*header(manifest, index_url), *drop_blocks(proc.stdout, names),
+    # pip in the build reads the same index (any other that serves the same files would pass the hashes too)
+    where = [] if index_url == DEFAULT_INDEX else [f"--index-url {index_url}"]
+    return seal([*header(manifest, index_url), *where, *drop_blocks(proc.stdout, names),
                  *(line for w in wheels for line in vcs.lock_lines(w))])
 
 
