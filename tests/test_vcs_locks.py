@@ -124,7 +124,7 @@ def test_a_tag_or_a_commit_is_taken_as_named(dllogger: tuple[Path, str, str], in
     assert [c for _, c, _, _ in vcs.locked(tagged)] == [before]
     (tmp_path / "commit").mkdir()
     named = deps.compile_lock(load_manifest(target(tmp_path / "commit", f"git+{URL}.git@{after}#egg=dllogger")),
-                              index.url, ((URL + ".git", str(repo)),))
+                              index.url, mirrors(repo))   # ".git" or not, the same repository
     assert [(c, f) for _, c, f, _ in vcs.locked(named)] == [(after, "dllogger-1.1.0-py3-none-any.whl")]
 
 

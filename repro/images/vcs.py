@@ -71,7 +71,8 @@ def parse(line: str) -> Requirement | None:
         raise UsageError(f"requirement {line!r} is a VCS URL the kit cannot lock",
                          hint="write it as git+https://HOST/REPO[@REF]#egg=NAME in "
                               "image.build.deps.requirements")
-    return Requirement(line.strip(), m.group("url"), m.group("ref"), m.group("egg"))
+    # GitHub serves a repository with and without .git; a mirror directory holds it under one name
+    return Requirement(line.strip(), m.group("url").removesuffix(".git"), m.group("ref"), m.group("egg"))
 
 
 def split(lines: Sequence[str]) -> tuple[list[str], list[Requirement]]:
