@@ -90,7 +90,7 @@ LOCKED = ["pytorch-ignite", REWRITE["new"]]
 
 def write_lock(path: Path) -> None:
     """A sealed dependency lock for the manifest at ``path``, as `repro lock` writes one (pins and the dllogger
-    wheel stand-in made up here: these tests are about the sources, tests/test_deps.py about resolving)."""
+    wheel stand-in made up here: these tests are about the sources, tests/integration/test_deps_index.py about resolving)."""
     m = load_manifest(path)
     wheel = path.parent / "wheels" / ("1" * 40) / "dllogger-0.1.0-py3-none-any.whl"
     wheel.parent.mkdir(parents=True, exist_ok=True)

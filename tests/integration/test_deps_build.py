@@ -28,7 +28,7 @@ from repro.images.registry import push
 from repro.spec.manifest import load_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_deps import RELEASES, Index  # noqa: E402
+from test_deps_index import RELEASES, Index  # noqa: E402
 from test_vcs_locks import make_dllogger  # noqa: E402
 
 pytestmark = pytest.mark.docker

@@ -1,6 +1,6 @@
 """VCS requirements in a dependency lock (repro/images/vcs.py): a git repository the test makes stands for
 NVIDIA/dllogger (reached through ``--git-mirror``, as a site without GitHub would), the package index is the
-loopback PEP 691 index of tests/test_deps.py. The requirement is pinned by commit as of the cutoff, built into
+loopback PEP 691 index of tests/integration/test_deps_index.py. The requirement is pinned by commit as of the cutoff, built into
 a wheel kept beside the manifests, and the lock installs that wheel by hash. Never the network."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli
-from test_deps import RELEASES, Index
+from test_deps_index import RELEASES, Index
 
 from repro.errors import BuildError, UsageError
 from repro.images import deps, vcs
@@ -23,7 +23,7 @@ from repro.images.build import _dependency_lock
 from repro.images.check import CheckOptions, check_target
 from repro.spec.manifest import load_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "ngc-tf1-rn50-v100"                      # requirements: dllogger at its default branch, and mpi4py
 URL = "https://github.com/NVIDIA/dllogger"
 #: a PEP 517 backend in the repository itself, so that building the wheel needs nothing from an index
