@@ -36,6 +36,7 @@ from repro.run.launchers.mpi import SESSION_ENV, session_environment
 from repro.spec.manifest import Cell, Manifest
 from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult, mpi_files, now
 from repro.run.plan import NodePlan, plan_cell
+from repro.run.sampling import Samplers
 from repro.throwaway import throwaway
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class CellRun:
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.samplers = Samplers(log_dir, run_id, cell.key)
         self.log_writer = log_writer or (lambda rank, node: FileSink(log_dir / f"{rank}-{node}.log"))
         self.results = {p.command.node.name: NodeResult(
             p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
@@ -186,6 +188,11 @@ class CellRun:
             if isinstance(first, EnvironmentUnavailable) and len(errors) == len(self.plans):
                 raise first
             raise CellFailed(self.cell, list(self.results.values()))
+        for plan in self.plans:  # one telemetry sampler per node, beside its rank
+            node = plan.command.node.name
+            if node not in self.samplers.containers:
+                self.samplers.create(self.clients[node], node, self.image, plan.container,
+                                     [c.id for n, c in self.containers.items() if n == node])
 
     def check_rdma(self) -> None:
         """A multi-node RDMA cell: ``ibv_devinfo`` in a container like rank 0's (the same image,
@@ -287,6 +294,7 @@ class CellRun:
     def run(self, timeout_s: float) -> list[NodeResult]:
         workers = [p.command.node.name for p in self.plans if p.command.role != "mpi-head"]
         heads = [p.command.node.name for p in self.plans if p.command.role == "mpi-head"]
+        self.samplers.start()
         if heads:
             if workers:  # a one-node mpi cell has only its head
                 self._start(workers)
@@ -341,6 +349,7 @@ class CellRun:
 
         with _shielded(), ThreadPoolExecutor(max(1, len(self.containers))) as pool:
             list(pool.map(remove_one, list(self.containers)))
+            self.samplers.stop()
         for r in self.results.values():
             r.ended = r.ended or now()
         return problems

@@ -1,0 +1,105 @@
+"""The telemetry sampler of each node of a cell, as a container beside the cell's (repro.run.launch).
+
+The sampler (repro/nodes/sampler.py) runs in the cell's own image, through the node's own engine, as the
+cell's ranks do: created with them, started just before them, and stopped and removed with them on every way
+out (the end, a failure, the deadline, Ctrl-C). It carries the run's label, so ``repro clean`` finds one a
+killed kit left. It sees the host's processes (``--pid=host``, to tell which container a GPU process belongs
+to) and the GPUs the node's rank uses (the NVIDIA runtime's ``utility`` capability gives it nvidia-smi),
+and nothing else: no network, 256 MiB of memory. Its lines stream to ``telemetry-<node>.txt`` in the
+repeat's directory, bounded; telemetry never fails a cell: a sampler that cannot start is a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro import labels
+from repro.nodes.telemetry import CONTAINERS, MAX_BYTES, node_file, sampler_argv, write_repeat_summary
+
+log = logging.getLogger(__name__)
+PROBE = "telemetry"
+SLACK = 64 << 10  # the file may hold this much beyond the sampler's own cap (the kit's first line)
+
+
+def sampler_options(rank_options: Mapping[str, Any], run_id: str, cell_key: str) -> dict[str, Any]:
+    """Docker SDK options of a node's sampler container, from its rank's (plain data, as the plan's)."""
+    argv = sampler_argv()
+    opts: dict[str, Any] = {
+        "entrypoint": argv[:1], "command": argv[1:], "network_mode": "none", "pid_mode": "host",
+        "mem_limit": "256m", "environment": {"NVIDIA_DRIVER_CAPABILITIES": "utility"},
+        "labels": {**labels.probe_labels(PROBE, run_id), labels.CELL: cell_key},
+    }
+    if "device_requests" in rank_options:
+        opts["device_requests"] = [{**d, "Capabilities": [["gpu", "utility"]]}
+                                   for d in rank_options["device_requests"]]
+    return opts
+
+
+class Samplers:
+    """One sampler container per node of a cell: create, start, stop and remove; never raises."""
+
+    def __init__(self, log_dir: Path, run_id: str, cell_key: str) -> None:
+        self.log_dir, self.run_id, self.cell_key = log_dir, run_id, cell_key
+        self.containers: dict[str, Any] = {}
+        self.threads: list[threading.Thread] = []
+        self.ours: dict[str, list[str]] = {}
+
+    def create(self, client: Any, node: str, image: str, rank_options: Mapping[str, Any],
+               rank_ids: Sequence[str]) -> None:
+        from repro.run.launch import _sdk_options
+
+        opts = _sdk_options(sampler_options(rank_options, self.run_id, self.cell_key))
+        command = opts.pop("command")
+        try:
+            self.containers[node] = client.containers.create(
+                image, command, name=f"repro-{self.run_id}-{self.cell_key}-telemetry-{node}", detach=True,
+                **opts)
+            self.ours[node] = list(rank_ids)
+        except Exception as e:  # noqa: BLE001 - telemetry is evidence, never a reason to stop a cell
+            log.warning("no telemetry on %s: the sampler container was not created: %s", node, e)
+
+    def start(self) -> None:
+        for node, container in self.containers.items():
+            try:
+                container.start()
+            except Exception as e:  # noqa: BLE001
+                log.warning("no telemetry on %s: the sampler did not start: %s", node, e)
+                continue
+            t = threading.Thread(target=self._follow, args=(node, container), daemon=True,
+                                 name=f"telemetry-{node}")
+            t.start()
+            self.threads.append(t)
+
+    def _follow(self, node: str, container: Any) -> None:
+        path = node_file(self.log_dir, node)
+        written = 0
+        try:
+            with path.open("wb") as out:
+                head = f"{CONTAINERS} {' '.join(self.ours.get(node, []))}\n".encode()
+                out.write(head)
+                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    if written + len(chunk) > MAX_BYTES + SLACK:
+                        break
+                    out.write(chunk)
+                    written += len(chunk)
+        except Exception as e:  # noqa: BLE001 - a dropped node: what was written stays
+            log.warning("telemetry of %s ended early: %s", node, e)
+
+    def stop(self) -> None:
+        """Kill and remove every sampler, wait for their files, and write the repeat's summary."""
+        for node, container in self.containers.items():
+            try:
+                container.remove(force=True)
+            except Exception as e:  # noqa: BLE001 - report and go on; `repro clean` finds it by its label
+                log.warning("the telemetry sampler on %s could not be removed: %s", node, e)
+        for t in self.threads:
+            t.join(timeout=10)
+        self.containers, self.threads = {}, []
+        try:
+            write_repeat_summary(self.log_dir)
+        except (OSError, ValueError) as e:
+            log.warning("the telemetry of %s could not be summarised: %s", self.log_dir, e)
