@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from repro import __version__
-from repro.cli import site, tables
+from repro.cli import explain, site, tables
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,6 +29,7 @@ for _command in (
     site.lock_command,
     tables.parse,
     tables.report,
+    explain.explain,
     tables.audit,
     tables.diff,
     site.preflight,

@@ -279,6 +279,7 @@ def report(
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         echo(render_text(results, colour=colour), nl=False, color=colour)
+        _point_to_explain(targets, from_logs, maps, results)
     elif fmt == "junit":
         echo(render_junit(results, failing), nl=False)
     elif fmt == "html":
@@ -288,6 +289,18 @@ def report(
     if plot:
         _plot(results, plot, plot_fmt or "png")
     sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
+
+
+def _point_to_explain(targets: tuple[str, ...], from_logs: Path | None, maps: tuple[str, ...],
+                      results: list[Any]) -> None:
+    """One line after a run's table that has deviating cells: where the evidence is."""
+    from repro.record.archive import is_run_path
+    from repro.verdict.explain import pointer
+
+    if len(targets) == 1 and not from_logs and not maps and is_run_path(targets[0]):
+        line = pointer(targets[0], (c for r in results for c in r.cells))
+        if line:
+            echo(line)
 
 
 def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None,

@@ -362,7 +362,8 @@ def _gpu_overall(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         "utilization_mean_pct": _weighted(parts, "utilization_mean_pct", "samples"),
         "memory_used_max_mib": max((p["memory_used_max_mib"] for p in parts if p.get("memory_used_max_mib")),
                                    default=None),
-        "other_processes": [a for p in parts for a in p.get("other_processes", [])],
+        "other_processes": list({(a["pid"], a["name"], a["gpu_uuid"]): a
+                                 for p in parts for a in p.get("other_processes", [])}.values()),
     }
 
 

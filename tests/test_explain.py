@@ -1,0 +1,178 @@
+"""``repro explain``: on fabricated runs, each with one cause planted, the planted cause ranks first.
+
+The runs are the publications' real logs scaled (as tests/test_verdicts.py makes them), plus: telemetry
+in the sampler's format made of the real H100 capture's rows with the clock and the clock event reasons
+changed (throttling), the real capture's compute processes (other processes on the GPUs), a real NCCL log
+of a socket fallback (tests/data/nccl/socket-channels.log) before the rank-0 log of a 4-node cell, or a
+PaddleClas log whose ``reader_cost`` is raised to a fifth of each step.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import random
+import re
+from pathlib import Path
+
+from cli_helpers import run_cli
+from test_verdicts import scaled_run
+
+from repro.run.rundir import DONE, RunDir
+from repro.spec.hosts import Hosts, Node
+from repro.spec.manifest import Cell, find_target
+from repro.verdict.explain import explain_run, input_share, render_text
+from repro.verdict.reproduce import reproduce_run
+from repro.verdict.rules import Check
+
+DATA = Path(__file__).parent / "data"
+ONE = "1n1g-fp32-bs256"
+FOUR = "4n8g-fp32-bs256"
+
+
+def explained(run: RunDir, key: str, **kw):
+    table = reproduce_run(run.path)
+    found = explain_run(run.path, table, only=key, **kw)
+    assert len(found) == 1, [e.cell for e in found]
+    return found[0]
+
+
+def gpu_rows(n: int, throttled: int) -> list[str]:
+    """``n`` samples from the real H100 load row, the first ``throttled`` of them with the SM clock at 1410
+    MHz, 88 C and sw_thermal_slowdown (0x20) active, as nvidia-smi would print them."""
+    header, row = (DATA / "telemetry" / "h100-590.48.01-query-gpu-load.csv").read_text().splitlines()
+    names = [c.strip() for c in next(csv.reader([header], skipinitialspace=True))]
+    values = next(csv.reader([row], skipinitialspace=True))
+    out = [header]
+    for i in range(n):
+        v = list(values)
+        if i < throttled:
+            v[names.index("clocks.current.sm [MHz]")] = "1410 MHz"
+            v[names.index("temperature.gpu")] = "88"
+            v[names.index("clocks_event_reasons.active")] = "0x0000000000000020"
+        out.append(", ".join(v))
+    return out
+
+
+def plant_telemetry(run: RunDir, key: str, lines: list[str]) -> None:
+    for d in sorted((run.path / "cells" / key).glob("r*")):
+        (d / "telemetry-node0.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_throttling_ranks_first(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    plant_telemetry(run, ONE, ["gpu " + x for x in gpu_rows(50, 30)])
+    e = explained(run, ONE)
+    assert e.verdict == "slower" and e.evidence[0].kind == "throttling"
+    assert e.evidence[0].text.startswith("GPUs throttled in 60% of 250 busy samples (sw_thermal_slowdown 60%)")
+    assert "up to 88 C" in e.evidence[0].text
+    assert "SM clock 1638 MHz on average against a maximum of 1980" in e.evidence[0].text
+
+
+def test_other_processes_on_the_gpus_rank_first(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    apps = (DATA / "telemetry" / "h100-590.48.01-compute-apps-load.csv").read_text().splitlines()
+    ours = "c" * 64
+    lines = [f"containers {ours}"] + ["gpu " + x for x in gpu_rows(20, 0)] + ["apps " + x for x in apps]
+    lines += ["cgroup 11327 -", "cgroup 11328 " + "d" * 64, f"cgroup 11345 {ours}"]
+    plant_telemetry(run, ONE, lines)
+    e = explained(run, ONE)
+    assert e.evidence[0].kind == "other-processes"
+    assert e.evidence[0].text == ("2 process(es) of no container of this cell on its GPUs: "
+                                  "pid 11327 /root/tools/memhog (2566 MiB), pid 11328 /root/tools/memhog (1542 MiB)")
+    assert any(x.startswith("telemetry: clocks at their maximum in 100% of 100 busy samples") for x in e.checked)
+
+
+def test_nccl_over_sockets_where_infiniband_was_published_ranks_first(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    socket = (DATA / "nccl" / "socket-channels.log").read_bytes()
+    for k in range(1, 6):
+        log = run.rank0_log(FOUR, k)
+        assert log is not None
+        log.write_bytes(socket + log.read_bytes())
+    e = explained(run, FOUR)
+    assert e.verdict == "slower" and e.evidence[0].kind == "nccl-socket"
+    assert e.evidence[0].text.startswith("NCCL used Socket, not InfiniBand, in 5 of 5 node logs "
+                                         f"(cells/{FOUR}/r1/0-node0.log: ")
+
+
+def paddle_run(root: Path, reader_share: float, factor: float = 0.8, repeats: int = 3) -> RunDir:
+    """A paddle-rn50-v100 run of the 1-GPU FP32 cell: the publication's log with ips x ``factor`` (1 + N(0,
+    0.3%)) per repeat, batch_cost / the same, and reader_cost set to ``reader_share`` of batch_cost."""
+    m = find_target("paddle-rn50-v100")
+    m = dataclasses.replace(m, matrix={**m.matrix, "repeats": repeats})
+    run = RunDir.create(root, m, Hosts((Node("node0", "10.0.0.1", user="root"),)))
+    pc = next(c for c in m.table().cells if c.gpus == 1 and c.precision == "fp32")
+    text = pc.logs[0].read_text()
+    rng = random.Random(5)
+    pattern = re.compile(r"batch_cost: ([0-9.]+) s, reader_cost: ([0-9.]+) s, ips: ([0-9.]+)")
+    for k in range(1, repeats + 1):
+        f = factor * (1 + rng.gauss(0, 0.003))
+
+        def scale(mt: re.Match[str], f: float = f) -> str:
+            batch = float(mt[1]) / f
+            return f"batch_cost: {batch:.5f} s, reader_cost: {batch * reader_share:.5f} s, ips: {float(mt[3]) * f:.5f}"
+
+        run.write_log(Cell(1, 1, "fp32", 256), k, 0, "node0", pattern.sub(scale, text).encode())
+        run.set_status(Cell(1, 1, "fp32", 256), k, DONE)
+    return run
+
+
+def test_a_paddle_run_with_a_high_reader_cost_is_input_bound(tmp_path: Path) -> None:
+    run = paddle_run(tmp_path, 0.2)
+    published = find_target("paddle-rn50-v100").table().cells[0].logs
+    e = explained(run, ONE, published_logs={ONE: published})
+    assert e.verdict == "slower" and e.evidence[0].kind == "input-bound"
+    with published[0].open() as f:
+        theirs = input_share(f)
+    assert theirs is not None and theirs[1] < 0.01
+    assert e.evidence[0].text.startswith("input-bound: reader_cost of batch_cost is 20.0% over ")
+    assert e.evidence[0].text.endswith(f"3 repeat(s); the publication's log: {theirs[1] * 100:.1f}%")
+
+
+def test_environment_drift_ranks_first_when_nothing_else_is_found(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    drift = [Check("environment", "driver", "drift", "418.67", "470.82.01"),
+             Check("environment", "gpu_model", "ok", "Tesla V100-SXM2-16GB", "Tesla V100-SXM2-16GB")]
+    e = explained(run, ONE, environment=drift)
+    assert [x.kind for x in e.evidence] == ["environment"]
+    assert e.evidence[0].text == "environment differs from the publication's: driver 470.82.01 (published 418.67)"
+
+
+def test_too_few_repeats_for_the_spread_explains_an_inconclusive_cell(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 1.0, 0.0, factors=[0.94, 1.06, 0.97, 1.03, 1.00])
+    e = explained(run, ONE)
+    assert e.verdict == "inconclusive" and e.evidence[0].kind == "repeats"
+    assert e.evidence[0].text.startswith("5 repeats spread 4.")
+
+
+def test_nothing_explains_it_and_says_what_was_looked_at(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    e = explained(run, ONE)
+    assert e.evidence == []
+    text = render_text([e], "RUN")
+    assert "  nothing in the run explains it; looked at:" in text
+    assert "     - telemetry: no GPU samples recorded" in text
+    assert "     - NCCL transport: a one-node cell (no network between ranks)" in text
+
+
+def test_reproduced_cells_are_not_explained(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 1.0, 0.003)
+    assert explain_run(run.path, reproduce_run(run.path)) == []
+
+
+def test_the_cli_ranks_the_evidence_and_report_points_to_it(tmp_path: Path) -> None:
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    plant_telemetry(run, ONE, ["gpu " + x for x in gpu_rows(10, 5)])
+    got = run_cli("explain", str(run.path), ONE)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines()[0].startswith("ngc-pytorch-rn50-v100 1 GPU (1 node) fp32 bs256: slower, ")
+    assert got.stdout.splitlines()[1].startswith("  1. [throttling] GPUs throttled in 50% of 50 busy samples")
+    doc = json.loads(run_cli("explain", str(run.path), "--format", "json").stdout)
+    assert len(doc) == 6 and doc[0]["evidence"][0]["kind"] == "throttling"
+    bad = run_cli("explain", str(run.path), "9n9g-fp32-bs1")
+    assert bad.returncode == 2 and "9n9g-fp32-bs1: no such cell" in bad.stderr and "Traceback" not in bad.stderr
+    report = run_cli("report", str(run.path))
+    assert f"Why: `repro explain {run.path}` ranks the evidence for the 6 slower, faster or inconclusive cells." \
+        in report.stdout
