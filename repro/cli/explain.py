@@ -22,7 +22,7 @@ def explain(run: str, cell: str | None, table_id: str | None, fmt: str) -> None:
     e.g. 1n8g-fp32-bs256): ranked evidence from the run itself - GPU telemetry (throttling, clocks below
     their maximum, other processes on the GPUs), NCCL over sockets where InfiniBand was expected, an
     input-bound run, the environment against the publication's, too few repeats for the spread."""
-    from repro.cli.tables import _run_environment
+    from repro.cli.tables import run_environment
     from repro.errors import UsageError
     from repro.record.archive import is_run_path, opened_run
     from repro.verdict.explain import cell_key, explain_run, render_text
@@ -36,7 +36,7 @@ def explain(run: str, cell: str | None, table_id: str | None, fmt: str) -> None:
         keys = sorted({cell_key(c) for c in table.cells})
         if cell is not None and cell not in keys:
             raise UsageError(f"{cell}: no such cell in {run}", hint="one of " + ", ".join(keys))
-        found = explain_run(opened.path, table, environment=_run_environment(opened, table.manifest),
+        found = explain_run(opened.path, table, environment=run_environment(opened, table.manifest),
                             only=cell, published_logs=_published_logs(table))
     if fmt == "json":
         echo(json.dumps([e.as_dict() for e in found], indent=2, ensure_ascii=False))

@@ -315,7 +315,7 @@ def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: P
     if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
         with opened_run(Path(targets[0])) as run:
             results = [reproduce_run(run.path, table_id, source=targets[0])]
-            return results, _run_environment(run, results[0].manifest) if fmt == "html" else []
+            return results, run_environment(run, results[0].manifest) if fmt == "html" else []
     tables = resolve_tables(targets, table_id)
     check_maps(mapped, tables)
     tree = scan_logs(from_logs) if from_logs else None  # read once for every table
@@ -349,7 +349,7 @@ def _plot(results: list[Any], plot: Path, fmt: str) -> None:
     echo(f"plot written to {plot}", err=True)
 
 
-def _run_environment(run: Any, manifest: Any) -> list[Any]:
+def run_environment(run: Any, manifest: Any) -> list[Any]:
     """A run's environment against its publication's, from its provenance record (none: empty)."""
     from repro.record.audit import environment_checks
     from repro.errors import ProvenanceError

@@ -50,10 +50,14 @@ class Samplers:
 
     def create(self, client: Any, node: str, image: str, rank_options: Mapping[str, Any],
                rank_ids: Sequence[str]) -> None:
-        from repro.run.launch import _sdk_options
+        from docker.types import DeviceRequest
 
-        opts = _sdk_options(sampler_options(rank_options, self.run_id, self.cell_key))
+        opts = sampler_options(rank_options, self.run_id, self.cell_key)
         command = opts.pop("command")
+        if "device_requests" in opts:
+            opts["device_requests"] = [DeviceRequest(driver=d["Driver"], device_ids=d["DeviceIDs"],
+                                                     capabilities=d["Capabilities"])
+                                       for d in opts["device_requests"]]
         try:
             self.containers[node] = client.containers.create(
                 image, command, name=f"repro-{self.run_id}-{self.cell_key}-telemetry-{node}", detach=True,
@@ -103,3 +107,36 @@ class Samplers:
             write_repeat_summary(self.log_dir)
         except (OSError, ValueError) as e:
             log.warning("the telemetry of %s could not be summarised: %s", self.log_dir, e)
+
+
+class TelemetryFiles:
+    """Telemetry lines that arrive marked in a job step's output (the Slurm agent's ``##repro telemetry``),
+    into each node's file of the repeat, bounded as the engine's are; ``close`` writes the summary."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.files: dict[str, Any] = {}
+        self.sizes: dict[str, int] = {}
+        self.closed = False
+
+    def write(self, node: str, line: str) -> None:
+        if self.closed:  # a line after the step's end: its file is written and summarised
+            return
+        if node not in self.files:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.files[node], self.sizes[node] = node_file(self.log_dir, node).open("w", encoding="utf-8"), 0
+        data = line + "\n"
+        if self.sizes[node] + len(data) <= MAX_BYTES + SLACK:
+            self.files[node].write(data)
+            self.sizes[node] += len(data)
+
+    def close(self) -> None:
+        self.closed = True
+        for f in self.files.values():
+            f.close()
+        if self.files:
+            try:
+                write_repeat_summary(self.log_dir)
+            except (OSError, ValueError) as e:
+                log.warning("the telemetry of %s could not be summarised: %s", self.log_dir, e)
+        self.files = {}

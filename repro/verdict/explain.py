@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.fit import fit_line, fit_text
 from repro.measure import nccl
 from repro.nodes.telemetry import summary as telemetry_summary
 from repro.verdict.report import row_label
@@ -274,11 +275,12 @@ def pointer(run: str, cells: Iterable[Any]) -> str | None:
     n = sum(1 for c in cells if c.kind == NEW_RUN and c.verdict in DEVIATING)
     if not n:
         return None
-    return (f"Why: `repro explain {run}` ranks the evidence for the {n} slower, faster or inconclusive "
-            + ("cell." if n == 1 else "cells."))
+    return fit_line(f"Why: `repro explain {run}` ranks the evidence for the {n} slower, faster or "
+                    "inconclusive " + ("cell." if n == 1 else "cells."))
 
 
 def render_text(explanations: Sequence[Explanation], run: str) -> str:
+    """The explanations for a reader, 120 columns: each cell, its evidence ranked, what showed nothing."""
     if not explanations:
         return f"{run}: no cell is slower, faster or inconclusive; nothing to explain.\n"
     out = []
@@ -292,4 +294,4 @@ def render_text(explanations: Sequence[Explanation], run: str) -> str:
             out.append("  found nothing in:")
         out += [f"     - {x}" for x in e.checked]
         out.append("")
-    return "\n".join(out)
+    return fit_text("\n".join(out))

@@ -10,7 +10,9 @@ output goes to srun, which labels it with the rank) and removes it on every way 
 exit, failure, and the SIGTERM Slurm sends on scancel, a time limit or a stopped step.
 
 Lines the kit reads start with ``##repro``: ``step JOB.STEP NODE``, ``started EPOCH``,
-``exited CODE``, ``error TEXT``. With ``{"sweep": RUN_ID}`` it only removes every
+``exited CODE``, ``error TEXT``, ``telemetry LINE`` (a line of the telemetry sampler,
+repro/nodes/sampler.py, which a spec's ``telemetry`` argv starts on the node beside the
+rank's container and stops with it). With ``{"sweep": RUN_ID}`` it only removes every
 container labelled with that run on its node; with ``{"probe": true}`` it prints what the
 node offers a job step (``probe JSON``: its engine, CPUs, GPU and InfiniBand devices).
 """
@@ -23,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 MARK = "##repro"
@@ -66,6 +69,33 @@ def wait_ports(ports, seconds):
     return None
 
 
+def sample(argv, container):
+    """The telemetry sampler on this node, its lines marked for the kit; None without one."""
+    if not argv:
+        return None
+    say("telemetry", "containers", container)
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+    except OSError:
+        return None
+
+    def copy():
+        for line in proc.stdout:
+            say("telemetry", line.rstrip("\n"))
+
+    threading.Thread(target=copy, daemon=True).start()
+    return proc
+
+
+def unsample(proc):
+    if proc is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def main():
     spec = json.loads(sys.stdin.read())
     # the node's own engine: a DOCKER_HOST exported from where srun ran names another machine's
@@ -94,9 +124,10 @@ def main():
     if here != me["node"]:
         say("error", f"rank {rank} was rendered for {me['node']} but Slurm started it on {here}")
         return 2
-    name = me["name"]
+    name, sampler = me["name"], [None]
 
     def stop(signum, _frame):
+        unsample(sampler[0])
         docker(env, "rm", "-f", name, capture_output=True)
         say("exited", "signal", signum)
         os._exit(0 if me["role"] == "mpi-sshd" else 128 + signum)
@@ -117,11 +148,13 @@ def main():
         if late:
             say("error", late)
             return 1
+        sampler[0] = sample(spec.get("telemetry"), created.stdout.strip())
         say("started", f"{time.time():.6f}")
         code = docker(env, "start", "--attach", name).returncode
         say("exited", code)
         return code
     finally:
+        unsample(sampler[0])
         docker(env, "rm", "-f", name, capture_output=True)
 
 

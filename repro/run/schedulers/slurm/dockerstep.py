@@ -14,7 +14,9 @@ import docker
 
 from repro.run.cell import CellFailed, NodeResult, mpi_files
 from repro.run.launchers.mpi import DEFAULT_SSH_PORT
+from repro.nodes.telemetry import sampler_argv
 from repro.run.plan import plan_cell
+from repro.run.sampling import TelemetryFiles
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import cli, stamp
 from repro.run.schedulers.slurm.render import srun_argv, step_spec
@@ -34,6 +36,7 @@ class AgentStep(CellStep):
         argv = srun_argv(str(alloc.job), [r.node for r in results], f"repro-{job.cell.key}")
         super().__init__(alloc, job, results, argv, stdin=json.dumps(spec).encode())
         self.decisive = {r.rank for r in results if r.role != "mpi-sshd"}
+        self.telemetry = TelemetryFiles(job.log_dir)
 
     @classmethod
     def make(cls, alloc: Allocation, job: CellJob) -> AgentStep:
@@ -43,6 +46,7 @@ class AgentStep(CellStep):
         port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if mpi else None
         files = mpi_files(plans, port) if port else {}
         spec = step_spec(plans, job.run_id, job.cell, job.image or plans[0].image, files, port)
+        spec["telemetry"] = sampler_argv()  # each agent samples its node beside its rank
         results = [NodeResult(c.node.name, c.node.address, c.rank, c.role, c.command,
                               str(job.log_dir / f"{c.rank}-{c.node.name}.log"), container=rank["name"])
                    for c, rank in zip((p.command for p in plans), spec["ranks"])]
@@ -50,7 +54,9 @@ class AgentStep(CellStep):
 
     def control(self, rank: int, word: str, rest: str) -> None:
         r = self.results[rank]
-        if word == "started":
+        if word == "telemetry":
+            self.telemetry.write(r.node, rest)
+        elif word == "started":
             r.started = stamp(float(rest))
             self.demux.events.put(("started", rank, r.started))
         elif word == "exited":
@@ -62,6 +68,10 @@ class AgentStep(CellStep):
         elif word == "error":
             r.error = rest
             self.demux.events.put(("error", rank, rest))
+
+    def finish(self) -> None:
+        super().finish()
+        self.telemetry.close()
 
     def ended(self) -> bool:
         return not self.decisive or super().ended()
