@@ -121,12 +121,13 @@ def test_output_stops_at_its_bound() -> None:
 
 def test_sampler_container_options() -> None:
     rank = {"device_requests": [{"Driver": "nvidia", "DeviceIDs": ["0", "1"], "Capabilities": [["gpu"]]}]}
-    opts = sampler_options(rank, "RUN", "1n2g-fp32-bs8")
+    opts = sampler_options(rank, "RUN", "1n2g-fp32-bs8", 900)
     assert opts["device_requests"] == [{"Driver": "nvidia", "DeviceIDs": ["0", "1"],
                                         "Capabilities": [["gpu", "utility"]]}]
     assert opts["labels"] == {"repro.probe": "telemetry", "repro.run": "RUN", "repro.cell": "1n2g-fp32-bs8"}
     assert opts["entrypoint"] == ["python3"] and opts["command"][0] == "-c" and opts["network_mode"] == "none"
-    assert "device_requests" not in sampler_options({}, "RUN", "c")
+    assert "device_requests" not in sampler_options({}, "RUN", "c", 900)
+    assert opts["command"][-3:] == ["1000", str(4 << 20), "1500"]  # interval, bytes, the deadline + 600 s
 
 
 def test_summary_of_a_cell_over_its_repeats(tmp_path: Path) -> None:

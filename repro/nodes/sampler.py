@@ -1,4 +1,6 @@
-"""The telemetry sampler: one per node while a cell runs, as ``python3 -c <this file> INTERVAL_MS MAX_BYTES``.
+"""The telemetry sampler: one per node while a cell runs, as ``python3 -c <this file> INTERVAL_MS MAX_BYTES
+MAX_S`` (the interval, the most bytes it writes, the most seconds it runs: the cell's deadline and a margin,
+so that a sampler whose kit was lost ends by itself).
 
 It needs only the Python standard library, because it runs on the node (in a container beside the cell's,
 or under the Slurm agent), not where the kit is installed. Every line it prints is a tool's own output with
@@ -134,6 +136,7 @@ def start_gpu(out, interval_ms):
 def main():
     interval_ms = max(100, int(sys.argv[1])) if len(sys.argv) > 1 else 1000
     out = Out(int(sys.argv[2]) if len(sys.argv) > 2 else 4 << 20)
+    deadline = time.monotonic() + (float(sys.argv[3]) if len(sys.argv) > 3 else 86400)
     out.put("telemetry", f"v1 interval_ms={interval_ms} max_bytes={out.cap}")
     proc = start_gpu(out, interval_ms)
 
@@ -145,16 +148,16 @@ def main():
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, stop)
     seen, tick = set(), 0
-    while not out.full:
-        sample_cpu(out)
-        if proc is not None and tick % 5 == 0:
-            sample_apps(out, seen)
+    while time.monotonic() < deadline:  # the cell's end stops it sooner; a lost kit, this
+        if not out.full:
+            sample_cpu(out)
+            if proc is not None and tick % 5 == 0:
+                sample_apps(out, seen)
+        elif proc is not None and proc.poll() is None:  # capped: nothing more is written
+            proc.kill()
         tick += 1
         time.sleep(interval_ms / 1000)
-    if proc is not None:  # capped: nothing more is written; the cell's end stops the sampler
-        proc.kill()
-    while True:
-        time.sleep(3600)
+    stop(0, None)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from typing import Any
 SAMPLER = Path(__file__).with_name("sampler.py")
 INTERVAL_MS = 1000
 MAX_BYTES = 4 << 20  # per node and repeat: about 8 hours of one node with 8 GPUs at 1 s
+MARGIN_S = 600  # a sampler outlives its cell's deadline by at most this
 PREFIX, SUFFIX, SUMMARY = "telemetry-", ".txt", "telemetry.json"
 #: the kit's own first line of a node's file: the ids of the cell's containers on that node
 CONTAINERS = "containers"
@@ -53,9 +54,11 @@ _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _NUMBER = re.compile(r"^(-?[0-9.]+)(?:\s*(?:MHz|W|%|MiB|C))?$")
 
 
-def sampler_argv(interval_ms: int = INTERVAL_MS, max_bytes: int = MAX_BYTES) -> list[str]:
-    """The sampler as one argv: ``python3 -c <its source> INTERVAL_MS MAX_BYTES``."""
-    return ["python3", "-c", SAMPLER.read_text(encoding="utf-8"), str(interval_ms), str(max_bytes)]
+def sampler_argv(max_s: float, interval_ms: int = INTERVAL_MS, max_bytes: int = MAX_BYTES) -> list[str]:
+    """The sampler as one argv: ``python3 -c <its source> INTERVAL_MS MAX_BYTES MAX_S``; ``max_s``: the cell's
+    deadline, after which the sampler ends by itself whatever happened to the kit (a margin is added)."""
+    return ["python3", "-c", SAMPLER.read_text(encoding="utf-8"), str(interval_ms), str(max_bytes),
+            str(int(max_s) + MARGIN_S)]
 
 
 def node_file(log_dir: Path, node: str) -> Path:

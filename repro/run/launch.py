@@ -144,7 +144,7 @@ class CellRun:
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.samplers = Samplers(log_dir, run_id, cell.key)
+        self.samplers = Samplers(log_dir, run_id, cell.key, manifest.launch.timeout_s)
         self.log_writer = log_writer or (lambda rank, node: FileSink(log_dir / f"{rank}-{node}.log"))
         self.results = {p.command.node.name: NodeResult(
             p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
@@ -188,11 +188,9 @@ class CellRun:
             if isinstance(first, EnvironmentUnavailable) and len(errors) == len(self.plans):
                 raise first
             raise CellFailed(self.cell, list(self.results.values()))
-        for plan in self.plans:  # one telemetry sampler per node, beside its rank
-            node = plan.command.node.name
-            if node not in self.samplers.containers:
-                self.samplers.create(self.clients[node], node, self.image, plan.container,
-                                     [c.id for n, c in self.containers.items() if n == node])
+        nodes = {p.command.node.name: p for p in self.plans}  # one telemetry sampler per node
+        self.samplers.create([(p.command.node, p.container, [self.containers[name].id])
+                              for name, p in nodes.items()], self.image)
 
     def check_rdma(self) -> None:
         """A multi-node RDMA cell: ``ibv_devinfo`` in a container like rank 0's (the same image,

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from repro import labels
+from repro.spec.hosts import Node
 from repro.nodes.telemetry import CONTAINERS, MAX_BYTES, node_file, sampler_argv, write_repeat_summary
 
 log = logging.getLogger(__name__)
@@ -25,9 +27,10 @@ PROBE = "telemetry"
 SLACK = 64 << 10  # the file may hold this much beyond the sampler's own cap (the kit's first line)
 
 
-def sampler_options(rank_options: Mapping[str, Any], run_id: str, cell_key: str) -> dict[str, Any]:
+def sampler_options(rank_options: Mapping[str, Any], run_id: str, cell_key: str,
+                    max_s: float) -> dict[str, Any]:
     """Docker SDK options of a node's sampler container, from its rank's (plain data, as the plan's)."""
-    argv = sampler_argv()
+    argv = sampler_argv(max_s)
     opts: dict[str, Any] = {
         "entrypoint": argv[:1], "command": argv[1:], "network_mode": "none", "pid_mode": "host",
         "mem_limit": "256m", "environment": {"NVIDIA_DRIVER_CAPABILITIES": "utility"},
@@ -40,31 +43,48 @@ def sampler_options(rank_options: Mapping[str, Any], run_id: str, cell_key: str)
 
 
 class Samplers:
-    """One sampler container per node of a cell: create, start, stop and remove; never raises."""
+    """One sampler container per node of a cell, each through a client of its own (its own SSH connection:
+    its log stream never shares the cell's): create, start, stop and remove; never raises."""
 
-    def __init__(self, log_dir: Path, run_id: str, cell_key: str) -> None:
-        self.log_dir, self.run_id, self.cell_key = log_dir, run_id, cell_key
+    def __init__(self, log_dir: Path, run_id: str, cell_key: str, max_s: float) -> None:
+        self.log_dir, self.run_id, self.cell_key, self.max_s = log_dir, run_id, cell_key, max_s
         self.containers: dict[str, Any] = {}
+        self.clients: list[Any] = []
         self.threads: list[threading.Thread] = []
         self.ours: dict[str, list[str]] = {}
+        self.lock = threading.Lock()
+        self.stopped = False
 
-    def create(self, client: Any, node: str, image: str, rank_options: Mapping[str, Any],
-               rank_ids: Sequence[str]) -> None:
+    def create(self, wanted: Sequence[tuple[Node, Mapping[str, Any], Sequence[str]]], image: str) -> None:
+        """A sampler for each (node, its rank's container options, the ids of the cell's containers there)."""
+        with ThreadPoolExecutor(max(1, len(wanted))) as pool:
+            list(pool.map(lambda w: self._create_one(*w, image), wanted))
+
+    def _create_one(self, node: Node, rank_options: Mapping[str, Any], rank_ids: Sequence[str],
+                    image: str) -> None:
         from docker.types import DeviceRequest
 
-        opts = sampler_options(rank_options, self.run_id, self.cell_key)
+        from repro.images.engine import node_client
+
+        opts = sampler_options(rank_options, self.run_id, self.cell_key, self.max_s)
         command = opts.pop("command")
-        if "device_requests" in opts:
-            opts["device_requests"] = [DeviceRequest(driver=d["Driver"], device_ids=d["DeviceIDs"],
-                                                     capabilities=d["Capabilities"])
-                                       for d in opts["device_requests"]]
+        opts["device_requests"] = [DeviceRequest(driver=d["Driver"], device_ids=d["DeviceIDs"],
+                                                 capabilities=d["Capabilities"])
+                                   for d in opts.get("device_requests", [])] or None
         try:
-            self.containers[node] = client.containers.create(
-                image, command, name=f"repro-{self.run_id}-{self.cell_key}-telemetry-{node}", detach=True,
-                **opts)
-            self.ours[node] = list(rank_ids)
+            client = node_client(node)
+            with self.lock:
+                self.clients.append(client)
+            name = f"repro-{self.run_id}-{self.cell_key}-telemetry-{node.name}"
+            container = client.containers.create(image, command, name=name, detach=True, **opts)
         except Exception as e:  # noqa: BLE001 - telemetry is evidence, never a reason to stop a cell
-            log.warning("no telemetry on %s: the sampler container was not created: %s", node, e)
+            log.warning("no telemetry on %s: the sampler container was not created: %s", node.name, e)
+            return
+        with self.lock:
+            if self.stopped:  # the cell ended while this was being created
+                _remove(node.name, container)
+                return
+            self.containers[node.name], self.ours[node.name] = container, list(rank_ids)
 
     def start(self) -> None:
         for node, container in self.containers.items():
@@ -95,18 +115,30 @@ class Samplers:
 
     def stop(self) -> None:
         """Kill and remove every sampler, wait for their files, and write the repeat's summary."""
-        for node, container in self.containers.items():
-            try:
-                container.remove(force=True)
-            except Exception as e:  # noqa: BLE001 - report and go on; `repro clean` finds it by its label
-                log.warning("the telemetry sampler on %s could not be removed: %s", node, e)
+        with self.lock:
+            self.stopped = True
+            containers, self.containers = self.containers, {}
+        for node, container in containers.items():
+            _remove(node, container)
         for t in self.threads:
             t.join(timeout=10)
-        self.containers, self.threads = {}, []
+        for client in self.clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001, S110 - a connection that is gone is closed
+                pass
+        self.threads, self.clients = [], []
         try:
             write_repeat_summary(self.log_dir)
         except (OSError, ValueError) as e:
             log.warning("the telemetry of %s could not be summarised: %s", self.log_dir, e)
+
+
+def _remove(node: str, container: Any) -> None:
+    try:
+        container.remove(force=True)
+    except Exception as e:  # noqa: BLE001 - report and go on; `repro clean` finds it by its label
+        log.warning("the telemetry sampler on %s could not be removed: %s", node, e)
 
 
 class TelemetryFiles:

@@ -106,3 +106,31 @@ def test_ctrl_c_during_a_cell_leaves_no_sampler_on_any_node(cluster, cpu_torch, 
     assert proc.returncode == 130
     assert left_on_nodes(cluster, Path(run_dir).name) == []
     assert len(epochs(node1)) >= 2
+
+
+def samplers_running() -> list[str]:
+    """Sampler processes on this machine, where the namespace nodes' processes run too (its source is in
+    its argv: ``python3 -c <source>``)."""
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in ps.splitlines() if "The telemetry sampler: one per node" in line]
+
+
+@pytest.mark.slurm
+def test_under_slurm_the_agent_samples_beside_its_rank_and_stops_with_it(cluster, cpu_torch, env, tmp_path):
+    manifest = tmp_path / "torch-rn50-cpu.yaml"  # a port of its own: other runs may use these nodes meanwhile
+    manifest.write_text(cpu_torch["manifest"].read_text().replace("master_port: 29500", "master_port: 29533"))
+    slurm_env = {**env, "SLURM_CONF": cluster["slurm_conf"]}
+    subprocess.run([sys.executable, "-m", "repro", "lock", str(manifest)], check=True, capture_output=True,
+                   cwd=ROOT, env=slurm_env)
+    out = tmp_path / "runs"
+    proc = subprocess.run(up_argv(cluster, manifest, out, "--cells", "nodes=1", "--repeats", "1", "--scheduler",
+                                  "slurm:partition=debug,time=15,container=docker"),
+                          capture_output=True, text=True, env=slurm_env, cwd=ROOT, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = next(p for p in out.iterdir() if p.is_dir())
+    rep = run / "cells" / "1n1g-fp32-bs8" / "r1"
+    stream = parse_stream("rc-node1", (rep / "telemetry-rc-node1.txt").open())
+    assert stream.no_gpu and len(stream.load) >= 3 and len(stream.containers) == 1
+    assert "##repro" not in (rep / "0-rc-node1.log").read_text()  # the rank's log holds the rank's lines only
+    assert json.loads((rep / "telemetry.json").read_text())["rc-node1"]["cpu"]["samples"] == len(stream.load)
+    assert samplers_running() == []

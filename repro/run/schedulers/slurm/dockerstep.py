@@ -46,7 +46,7 @@ class AgentStep(CellStep):
         port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if mpi else None
         files = mpi_files(plans, port) if port else {}
         spec = step_spec(plans, job.run_id, job.cell, job.image or plans[0].image, files, port)
-        spec["telemetry"] = sampler_argv()  # each agent samples its node beside its rank
+        spec["telemetry"] = sampler_argv(job.timeout)  # each agent samples its node beside its rank
         results = [NodeResult(c.node.name, c.node.address, c.rank, c.role, c.command,
                               str(job.log_dir / f"{c.rank}-{c.node.name}.log"), container=rank["name"])
                    for c, rank in zip((p.command for p in plans), spec["ranks"])]
