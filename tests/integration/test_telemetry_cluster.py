@@ -32,6 +32,18 @@ def env(cluster: dict) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
+@pytest.fixture(scope="module")
+def manifest(cluster: dict, cpu_torch: dict, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torch-rn50-cpu as the session built it, on a port of its own: other runs may use these nodes meanwhile."""
+    path = tmp_path_factory.mktemp("telemetry-target") / "torch-rn50-cpu.yaml"
+    text = cpu_torch["manifest"].read_text()
+    assert text.count("master_port: 29500") == 1
+    path.write_text(text.replace("master_port: 29500", "master_port: 29561"))
+    subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True, cwd=ROOT,
+                   env=env)
+    return path
+
+
 def up_argv(cluster: dict, manifest: Path, out: Path, *extra: str) -> list[str]:
     build = ["--wheels", str(WHEELS), "--push", f"{cluster['registry']}/repro-test"]
     build += ["--ca-bundle", str(CA)] if CA.is_file() else []
@@ -57,9 +69,9 @@ def iso(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
-def test_every_node_samples_cpu_load_while_the_cell_runs_and_the_sampler_stops_with_it(cluster, cpu_torch, env,
+def test_every_node_samples_cpu_load_while_the_cell_runs_and_the_sampler_stops_with_it(cluster, manifest, env,
                                                                                          tmp_path):
-    proc = subprocess.run(up_argv(cluster, cpu_torch["manifest"], tmp_path, "--cells", "nodes=2", "--repeats", "1"),
+    proc = subprocess.run(up_argv(cluster, manifest, tmp_path, "--cells", "nodes=2", "--repeats", "1"),
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = next(p for p in tmp_path.iterdir() if p.is_dir())
@@ -85,8 +97,8 @@ def test_every_node_samples_cpu_load_while_the_cell_runs_and_the_sampler_stops_w
     assert cell["gpu"] is None
 
 
-def test_ctrl_c_during_a_cell_leaves_no_sampler_on_any_node(cluster, cpu_torch, env, tmp_path):
-    proc = subprocess.Popen(up_argv(cluster, cpu_torch["manifest"], tmp_path, "--cells", "nodes=2", "--repeats", "1"),
+def test_ctrl_c_during_a_cell_leaves_no_sampler_on_any_node(cluster, manifest, env, tmp_path):
+    proc = subprocess.Popen(up_argv(cluster, manifest, tmp_path, "--cells", "nodes=2", "--repeats", "1"),
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert proc.stderr is not None
     run_dir = None
@@ -116,12 +128,8 @@ def samplers_running() -> list[str]:
 
 
 @pytest.mark.slurm
-def test_under_slurm_the_agent_samples_beside_its_rank_and_stops_with_it(cluster, cpu_torch, env, tmp_path):
-    manifest = tmp_path / "torch-rn50-cpu.yaml"  # a port of its own: other runs may use these nodes meanwhile
-    manifest.write_text(cpu_torch["manifest"].read_text().replace("master_port: 29500", "master_port: 29533"))
+def test_under_slurm_the_agent_samples_beside_its_rank_and_stops_with_it(cluster, manifest, env, tmp_path):
     slurm_env = {**env, "SLURM_CONF": cluster["slurm_conf"]}
-    subprocess.run([sys.executable, "-m", "repro", "lock", str(manifest)], check=True, capture_output=True,
-                   cwd=ROOT, env=slurm_env)
     out = tmp_path / "runs"
     proc = subprocess.run(up_argv(cluster, manifest, out, "--cells", "nodes=1", "--repeats", "1", "--scheduler",
                                   "slurm:partition=debug,time=15,container=docker"),
