@@ -176,6 +176,7 @@ def test_the_cli_ranks_the_evidence_and_report_points_to_it(slow) -> None:
     assert len(doc) == 6 and doc[0]["evidence"][0]["kind"] == "throttling"
     bad = run_cli("explain", str(run.path), "9n9g-fp32-bs1")
     assert bad.returncode == 2 and "9n9g-fp32-bs1: no such cell" in bad.stderr and "Traceback" not in bad.stderr
+    assert run_cli("explain", "perf-2.5-v100").returncode == 2  # a target is not a run
     report = run_cli("report", str(run.path))
     assert f"Why: `repro explain {run.path}` ranks the evidence for the 6 slower, faster or inconclusive" \
         in report.stdout.replace("\n    ", " ")

@@ -148,3 +148,21 @@ def test_summary_of_a_cell_over_its_repeats(tmp_path: Path) -> None:
 @pytest.mark.parametrize("raw", ["", "garbage", "gpu", "gpu a,b,c", "apps 1,2", "cgroup x", "stat cpu x"])
 def test_junk_lines_are_skipped(raw: str) -> None:
     assert parse_stream("n", [raw]) == Stream("n")
+
+
+def test_marked_lines_of_a_slurm_step_go_to_each_nodes_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.run import sampling
+
+    monkeypatch.setattr(sampling, "MAX_BYTES", 0)
+    monkeypatch.setattr(sampling, "SLACK", 200)  # room for a few lines
+    files = sampling.TelemetryFiles(tmp_path)
+    files.write("n1", "containers " + "a" * 64)
+    for line in lines("h100-590.48.01-query-gpu-load.csv")[:1] * 3:
+        files.write("n1", "gpu " + line[:40])
+    files.write("n2", "loadavg 1.0 0.52 0.58 0.59 2/1234 5678")
+    files.close()
+    files.write("n2", "loadavg 2.0 9.99 0.58 0.59 2/1234 5678")  # after the step's end: dropped
+    one = (tmp_path / "telemetry-n1.txt").read_text()
+    assert one.startswith("containers ") and len(one) <= 200
+    assert (tmp_path / "telemetry-n2.txt").read_text() == "loadavg 1.0 0.52 0.58 0.59 2/1234 5678\n"
+    assert json.loads((tmp_path / "telemetry.json").read_text())["n2"]["cpu"]["load1_max"] == 0.52
