@@ -180,3 +180,20 @@ def test_the_cli_ranks_the_evidence_and_report_points_to_it(slow) -> None:
     report = run_cli("report", str(run.path))
     assert f"Why: `repro explain {run.path}` ranks the evidence for the 6 slower, faster or inconclusive" \
         in report.stdout.replace("\n    ", " ")
+
+
+def test_the_cli_reads_the_environment_from_the_runs_provenance(tmp_path: Path) -> None:
+    from test_provenance import make_run
+
+    run = make_run(tmp_path, driver_on_last="470.82.01")  # one node of four on another driver
+    log = run.rank0_log(ONE, 1)
+    assert log is not None
+    log.write_bytes(re.sub(rb"(_ips : )(\d+\.\d+)", lambda m: m[1] + b"%.2f" % (float(m[2]) * 0.9),
+                           log.read_bytes()))
+    got = run_cli("explain", str(run.path), ONE)
+    assert got.returncode == 0, got.stderr
+    text = got.stdout.replace("\n      ", " ")  # the wrapped lines joined
+    first, second = text.splitlines()[1:3]
+    assert first.startswith("  1. [environment] environment differs from the publication's: driver ")
+    assert "470.82.01" in first and "(published 525.60.11)" in first
+    assert second.startswith("  2. [repeats] one repeat: no spread known")

@@ -22,7 +22,6 @@ def explain(run: str, cell: str | None, table_id: str | None, fmt: str) -> None:
     e.g. 1n8g-fp32-bs256): ranked evidence from the run itself - GPU telemetry (throttling, clocks below
     their maximum, other processes on the GPUs), NCCL over sockets where InfiniBand was expected, an
     input-bound run, the environment against the publication's, too few repeats for the spread."""
-    from repro.cli.tables import run_environment
     from repro.errors import UsageError
     from repro.record.archive import is_run_path, opened_run
     from repro.verdict.explain import cell_key, explain_run, render_text
@@ -36,12 +35,26 @@ def explain(run: str, cell: str | None, table_id: str | None, fmt: str) -> None:
         keys = sorted({cell_key(c) for c in table.cells})
         if cell is not None and cell not in keys:
             raise UsageError(f"{cell}: no such cell in {run}", hint="one of " + ", ".join(keys))
-        found = explain_run(opened.path, table, environment=run_environment(opened, table.manifest),
+        found = explain_run(opened.path, table, environment=_facts(opened, table.manifest),
                             only=cell, published_logs=_published_logs(table))
     if fmt == "json":
         echo(json.dumps([e.as_dict() for e in found], indent=2, ensure_ascii=False))
     else:
         echo(render_text(found, run), nl=False)
+
+
+def _facts(run: Any, manifest: Any) -> list[Any]:
+    """The run's environment (driver, CUDA, GPU, ...) and pins (image, framework version) against the
+    publication's, as `repro audit` checks them from the provenance record; none without one."""
+    from repro.errors import ProvenanceError
+    from repro.record.audit import environment_checks, pin_checks
+    from repro.record.provenance import load_record
+
+    try:
+        record = load_record(run.file("provenance.json"))
+        return environment_checks(record, manifest) + pin_checks(record, manifest, False)
+    except (ProvenanceError, KeyError, TypeError, ValueError):
+        return []
 
 
 def _published_logs(table: Any) -> dict[str, list[Path]]:
