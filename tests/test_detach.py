@@ -173,6 +173,10 @@ cell           repeat  status   attempts  started               ended           
     out = run_cli("report", str(run))
     assert out.returncode == 2 and "job 13 is RUNNING; nothing to judge yet" in out.stderr
     assert f"repro status {run}" in out.stderr and "Traceback" not in out.stderr
+    # nor does --resume run it again attached while its state is still in the job's files
+    out = run_cli("up", "--resume", str(run))
+    assert out.returncode == 2 and "is a detached run not judged yet" in out.stderr
+    assert f"repro report {run} first" in out.stderr
 
 
 def test_status_of_a_run_that_was_not_detached(tmp_path: Path):
