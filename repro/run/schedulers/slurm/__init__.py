@@ -25,7 +25,7 @@ from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import SchedulerStopped
-from repro.run.schedulers.slurm.detached import Detach, render_detached, submit, write_job
+from repro.run.schedulers.slurm.detached import Detach, check_container, render_detached, submit, write_job
 from repro.run.schedulers.slurm.dockerstep import AgentStep
 from repro.run.schedulers.slurm.jobfiles import slurm_state
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
@@ -94,7 +94,8 @@ class SlurmScheduler(Scheduler):
         return CELL_STEPS[self.allocation.container].launch(self.allocation, job)
 
     def check_detach(self) -> None:
-        """A detached run needs no more than an attached one: ``check`` says the rest."""
+        """A container runtime the detached script renders; ``check`` says the rest."""
+        check_container(self.cfg.get("container", "docker"), self.allocation.where("container"))
 
     def detach(self, run: Path, image: str, *, repeats: int | None = None, fail_fast: bool = False) -> str:
         """The whole run as one batch script (``detached``), its inputs into ``run/job/``, submitted."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.errors import RunFailed
+from repro.errors import RunFailed, UsageError
 from repro.nodes.preflight import probe_script
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.commands import cli, stamp
@@ -180,9 +180,16 @@ event shared {need}
 """
 
 
+def check_container(container: str, where: str = "--scheduler container") -> None:
+    if container not in CONTAINERS:
+        raise UsageError(f"{where}: --detach runs container: {' or '.join(CONTAINERS)}, not {container}",
+                         hint="run it attached (without --detach), or choose one of those")
+
+
 def render_detached(d: Detach) -> Script:
     """The whole run as one batch script (exact text: ``repro plan --script`` prints it, ``repro up
     --detach`` submits it) and the files it reads."""
+    check_container(d.container)
     need, hosts = d.need, stand_ins(d.hosts, d.need)
     names = [n.name for n in hosts.nodes]
     head = [f"# repro up --detach: {d.manifest.id}, {len(d.cells)} cell(s), in the run directory this job "
