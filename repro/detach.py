@@ -158,7 +158,8 @@ def adopt(run_path: Path) -> UpResult:
     result = UpResult(run, manifest, record, cells=[c for c in manifest.cells()
                                                      if any(k == c.key for k, _ in jv.repeats)])
     _add_commands(run, jv, result, hosts)
-    result.seconds = seconds_of(jv)
+    result.seconds = seconds_of(jv.started, jv.last)
+    result.cell_seconds = sum(seconds_of(r.started, r.ended) for r in jv.repeats.values())
     record["scheduler"] = [_job_facts(run, jv, inventory.scheduler or {})]
     run.write_text(f"slurm-{jv.job_id}.sbatch", run.file("job/batch.sbatch").read_text(encoding="utf-8"))
     return result
@@ -257,12 +258,12 @@ def _job_facts(run: RunDir, jv: JobView, settings: Mapping[str, str]) -> dict[st
             "script_exit": list(jv.end[:2]) if jv.end else None, "steps": steps}
 
 
-def seconds_of(jv: JobView) -> float:
-    """From the job's first event to its last (what the run took once Slurm started it)."""
+def seconds_of(start: str | None, end: str | None) -> float:
+    """Seconds between two of the job's event times (0 where one is missing)."""
     from datetime import datetime
 
-    if not (jv.started and jv.last):
+    if not (start and end):
         return 0.0
     fmt = "%Y-%m-%dT%H:%M:%SZ"
-    return (datetime.strptime(jv.last, fmt) - datetime.strptime(jv.started, fmt)).total_seconds()
+    return (datetime.strptime(end, fmt) - datetime.strptime(start, fmt)).total_seconds()
 

@@ -74,7 +74,7 @@ def containers(cluster: dict, run_id: str) -> list[str]:
 def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text(Path(cluster["hosts_file"]).read_text()
-                         + "scheduler: {kind: slurm, partition: debug, time: 15, container: docker}\n")
+                         + "scheduler: {kind: slurm, partition: debug, time: 30, container: docker}\n")
     out = tmp_path / "runs"
     up = repro(env, "up", str(target), "--hosts", str(inventory), "--detach", "--cells", "nodes=2", "--repeats",
                "1", "--out", str(out), "--wheels", str(WHEELS), "--push", f"{cluster['registry']}/repro-test",
@@ -88,7 +88,7 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     assert run.parent == out and (run / "job" / "batch.sbatch").is_file()
     assert oct((run / "job" / "in" / "2n1g-fp32-bs8.json").stat().st_mode & 0o777) == "0o600"
 
-    deadline = time.monotonic() + 900  # the queue is shared with the other tests' jobs
+    deadline = time.monotonic() + 1800  # the queue is shared with the other tests' jobs
     while True:
         status = repro(env, "status", str(run), "--format", "json")
         assert status.returncode == 0, status.stderr
