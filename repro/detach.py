@@ -144,7 +144,7 @@ def adopt(run_path: Path) -> UpResult:
     if not jv.nodes:
         raise UsageError(f"{run.path}: job {jv.job_id} ended ({jv.state}) before it named its nodes "
                          f"(job/nodes): nothing ran", hint=f"see {run.file('job')}/batch-*.out")
-    run.redactor = Redactor.from_envs(*_job_envs(run))
+    run.redactor = Redactor.from_envs(*job_envs(run))
     _write_state(run, jv)
     for secret in ("in", "run"):
         shutil.rmtree(run.path / "job" / secret, ignore_errors=True)
@@ -165,7 +165,7 @@ def adopt(run_path: Path) -> UpResult:
     return result
 
 
-def _job_envs(run: RunDir) -> list[Mapping[str, str]]:
+def job_envs(run: RunDir) -> list[Mapping[str, str]]:
     """The environments the job's inputs held (their secret values are scrubbed from what it wrote)."""
     import os
 

@@ -211,3 +211,22 @@ def test_plan_script_prints_exactly_the_detached_script(tmp_path: Path):
     assert out.stdout == render_detached(d).text
     out = run_cli("plan", "torch-rn50-cpu", "--script")
     assert out.returncode == 2 and "--script prints a batch script; scheduler ssh submits none" in out.stderr
+
+
+def test_secret_values_the_jobs_inputs_held_are_scrubbed_when_judged(tmp_path: Path):
+    """What ``report`` scrubs from the job's files before it seals: the secret-looking values of the
+    environments the job's inputs held (a pyxis step's env file, the agent's ``docker create -e``)."""
+    from repro.detach import job_envs
+    from repro.redact import Redactor
+
+    run = RunDir(tmp_path)
+    (tmp_path / "job" / "in").mkdir(parents=True)
+    (tmp_path / "job" / "in" / "k.env").write_text("export HF_TOKEN='s3cr3t value'\nexport OMP_NUM_THREADS=2\n")
+    (tmp_path / "job" / "in" / "k.json").write_text(json.dumps(
+        {"ranks": [{"create": ["--network=host", "-e=WANDB_API_KEY=abc123xyz", "-e=A=1", "IMAGE", "run"]}]}))
+    envs = job_envs(run)
+    assert envs[1:] == [{"HF_TOKEN": "s3cr3t value", "OMP_NUM_THREADS": "2"},
+                        {"WANDB_API_KEY": "abc123xyz", "A": "1"}]
+    scrub = Redactor.from_envs(*envs[1:])
+    assert scrub.text("token s3cr3t value key abc123xyz threads 2") == \
+        "token <redacted> key <redacted> threads 2"
