@@ -204,9 +204,9 @@ def test_detach_refusals_before_anything_is_built(tmp_path: Path):
 
 def test_plan_script_prints_exactly_the_detached_script(tmp_path: Path):
     out = run_cli("plan", "torch-rn50-cpu", "--script", "--hosts", str(DATA / "hosts-cpu.yaml"), "--cells",
-                  "nodes=2")
+                  "nodes=2", "--repeats", "1")
     assert out.returncode == 0, out.stderr
-    d = detach_of("torch-rn50-cpu", nodes=2, repeats=3)
+    d = detach_of("torch-rn50-cpu", nodes=2, repeats=1)
     d.image = "REGISTRY/repro/cpu-torch:2.13.0@DIGEST"
     assert out.stdout == render_detached(d).text
     out = run_cli("plan", "torch-rn50-cpu", "--script")

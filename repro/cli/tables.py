@@ -98,6 +98,8 @@ def validate(paths: tuple[Path, ...]) -> None:
     "split with a shell line continuation)",
 )
 @scheduler_option
+@click.option("--repeats", type=click.IntRange(min=1),
+              help="with --script: as `repro up --repeats N` would run")
 @click.option("--script", is_flag=True,
               help="print only the batch script `repro up --detach` submits (exact text; needs --scheduler "
                    "slurm "
@@ -111,6 +113,7 @@ def plan(
     all_ranks: bool,
     wide: bool,
     scheduler: str | None,
+    repeats: int | None,
     script: bool,
 ) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
@@ -131,7 +134,8 @@ def plan(
     if script:
         from repro.run.schedulers import scheduled_script
 
-        echo(scheduled_script(m, cells, hosts_file, scheduler), nl=False)  # exact: it can be submitted
+        # exact: the script up --detach submits
+        echo(scheduled_script(m, cells, hosts_file, scheduler, repeats), nl=False)
         return
     from repro.fit import fit_text
 

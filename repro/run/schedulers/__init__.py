@@ -94,7 +94,7 @@ def scheduled_plan(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path |
 
 
 def scheduled_script(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None,
-                     option: str | None) -> str:
+                     option: str | None, repeats: int | None = None) -> str:
     """The batch script ``repro up --detach`` submits for these cells (``repro plan --script``): the image by
     the lock's digest; a built image as ``REGISTRY/TAG@DIGEST`` (``up`` knows both once ``--push`` pushed
     it)."""
@@ -109,4 +109,4 @@ def scheduled_script(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path
     elif "@" not in image:
         pins = lock.read_lock(lock.lock_path(manifest))
         image = pins.images["image"].pinned if pins and "image" in pins.images else image
-    return SCHEDULERS.get(cfg["kind"]).detached_script(cfg, manifest, hosts, cells, image)
+    return SCHEDULERS.get(cfg["kind"]).detached_script(cfg, manifest, hosts, cells, image, repeats)

@@ -84,7 +84,7 @@ class Scheduler(abc.ABC):
 
     @classmethod
     def detached_script(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell],
-                        image: str) -> str:
+                        image: str, repeats: int | None = None) -> str:
         """The batch script ``detach`` submits, as exact text (``repro plan --script``)."""
         raise UsageError(f"--script prints a batch script; scheduler {cls.name} submits none",
                          hint="--scheduler slurm (or kind: slurm in the hosts file's scheduler: section)")

@@ -109,8 +109,8 @@ class SlurmScheduler(Scheduler):
 
     @classmethod
     def detached_script(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell],
-                        image: str) -> str:
-        return render_detached(Detach(manifest, cells, hosts, cfg, image)).text
+                        image: str, repeats: int | None = None) -> str:
+        return render_detached(Detach(manifest, cells, hosts, cfg, image, repeats=repeats)).text
 
     @classmethod
     def job_state(cls, job_id: str) -> str | None:
