@@ -123,8 +123,10 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     audit = repro(env, "audit", str(run), timeout=300)
     assert audit.returncode == 0, audit.stdout[-3000:]
     assert " 0 drift, " in audit.stdout and " 0 tampered " in audit.stdout
-    again = repro(env, "report", str(run))  # sealed now: read as any run directory
-    assert again.returncode == 0 and row in again.stdout
+    # sealed now: read as any run directory, every cell of the target judged (the 1-node cell this run left out
+    # is "not run": exit 8, as `repro report` of an attached `repro up --cells nodes=2` run)
+    again = repro(env, "report", str(run))
+    assert again.returncode == 8 and row in again.stdout and "Verdict: 1 not run, 1 measured of 2 cells." in again.stdout
 
 
 def up_digest(run: Path) -> str:
