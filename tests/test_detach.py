@@ -230,3 +230,27 @@ def test_secret_values_the_jobs_inputs_held_are_scrubbed_when_judged(tmp_path: P
     scrub = Redactor.from_envs(*envs[1:])
     assert scrub.text("token s3cr3t value key abc123xyz threads 2") == \
         "token <redacted> key <redacted> threads 2"
+
+
+def test_why_a_repeat_failed_names_what_slurm_or_pyxis_said(tmp_path: Path):
+    """The pyxis run on the test cluster: the image imported, then the task's command was not found (lines as
+    its log and srun's report held them); the cancellation kill-on-bad-exit causes is not the reason."""
+    run = job_dir(tmp_path, EVENTS.splitlines(keepends=True)[0] + (
+        "2026-11-26T03:55:37Z start 2n1g-fp32-bs8 1 1\n2026-11-26T03:59:21Z exit 2n1g-fp32-bs8 1 1 2\n"
+        "2026-11-26T03:59:21Z start 2n1g-fp32-bs8 1 2\n"))
+    logs = run / "cells" / "2n1g-fp32-bs8" / "r1"
+    logs.mkdir(parents=True)
+    (logs / "0-rc-node1.attempt1").write_text(
+        "pyxis: imported docker image: 127.0.0.1:5000#repro-test/repro/cpu-torch@" + DIGEST + "\n"
+        "slurmstepd-rc-node1: error: *** STEP 46.1 ON rc-node1 CANCELLED AT 2026-11-26T03:59:20 ***\n"
+        "slurmstepd-rc-node1: error: execve(): torchrun: No such file or directory\n")
+    (run / "job" / "steps" / "2n1g-fp32-bs8").mkdir(parents=True)
+    (run / "job" / "steps" / "2n1g-fp32-bs8" / "r1a1.srun").write_text(
+        "srun: error: rc-node2: task 1: Exited with exit code 2\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=46.1\n")
+    view = jobfiles.read_job(run, lambda job: "RUNNING")
+    assert statuses(view)["2n1g-fp32-bs8 r1"] == ("running", 2, None)
+    rep = jobfiles.Repeat("2n1g-fp32-bs8", 1)
+    assert jobfiles.srun_said(run, rep.cell, "1", "1") == \
+        "slurmstepd-rc-node1: error: execve(): torchrun: No such file or directory"
+    assert jobfiles.srun_said(run, rep.cell, "1", "2") is None

@@ -128,14 +128,34 @@ def _events(run: Path, view: JobView, attempts: int) -> None:
             elif len(rest) >= 4 and rest[3].lstrip("-").isdigit():
                 rep.code, rep.ended = int(rest[3]), when
                 rep.status = DONE if rep.code == 0 else FAILED if int(rest[2]) >= attempts else PENDING
-                rep.why = None if rep.code == 0 else why_failed(rep.code, view)
+                rep.why = None if rep.code == 0 else why_failed(rep.code, view, srun_said(run, *rest[:3]))
 
 
-def why_failed(code: int, view: JobView) -> str:
+def why_failed(code: int, view: JobView, said: str | None = None) -> str:
     limit = view.submitted.get("timeout_s")
     if code in TIMED_OUT:
         return f"timed out after {limit} s" if limit else f"timed out (exit {code})"
-    return f"the job step exited {code}"
+    return f"the job step exited {code}" + (f": {said}" if said else "")
+
+
+def srun_said(run: Path, key: str, repeat: str, attempt: str) -> str | None:
+    """The first error srun, slurmstepd or pyxis reported of an attempt other than a task's exit status or
+    the step's cancellation (e.g. an execve or an import failing), as one short line: from srun's own
+    report, else from the ranks' output (``*.log``, or ``*.attemptA`` once a later attempt set them aside)."""
+    logs = run / "cells" / key / f"r{repeat}"
+    later = sorted(logs.glob(f"*.attempt{attempt}")) if logs.is_dir() else []
+    paths = [run / "job" / "steps" / key / f"r{repeat}a{attempt}.srun",
+             *(later or (sorted(logs.glob("*.log")) if logs.is_dir() else []))]
+    for path in paths:
+        if not path.is_file():
+            continue
+        with path.open("rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+        errors = [ln for ln in text.splitlines() if "error:" in ln and "Exited with exit code" not in ln
+                  and "CANCELLED AT" not in ln and ("slurmstepd" in ln or ln.startswith(("srun:", "pyxis:")))]
+        if errors:
+            return " ".join(errors[0].split())[:200]
+    return None
 
 
 def _shared(run: Path, view: JobView) -> bool:
