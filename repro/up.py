@@ -34,6 +34,7 @@ from repro.measure.transport import transport_findings
 from repro.run.plan import select_cells
 from repro.run.schedulers import make_scheduler
 from repro.run.schedulers.base import Scheduler
+from repro.run.schedulers.slurm.jobfiles import is_detached
 from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, make_run_id
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,9 @@ def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, 
         manifest = find_target(target)
         return synthetic(manifest) if opts.synthetic else manifest, load_hosts(opts.hosts_file), None
     run = RunDir.open(opts.resume)
+    if is_detached(run.path) and not run.file("provenance.json").is_file():
+        raise UsageError(f"{opts.resume} is a detached run not judged yet: its state is in its job's files",
+                         hint=f"repro report {opts.resume} first (repro status shows whether the job ended)")
     manifest = run.load_manifest()
     state = run.read_state()
     if state.get("redacted"):  # the recorded copy has <redacted> for its secrets: run the original again

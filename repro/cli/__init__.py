@@ -34,6 +34,7 @@ for _command in (
     tables.diff,
     site.preflight,
     site.up,
+    site.status,
     site.clean,
 ):
     cli.add_command(_command)

@@ -278,6 +278,10 @@ def preflight(
     "--synthetic", is_flag=True, help="the synthetic-data run the manifest declares, no dataset (recorded)"
 )
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
+@click.option("--detach", is_flag=True,
+              help="submit the whole run as one batch job and exit (Slurm); `repro status RUN_DIR` follows "
+                   "it, "
+                   "`repro report RUN_DIR` judges it once it ended")
 @scheduler_option
 @image_options
 @reports_errors
@@ -285,7 +289,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool,
        accept_new_host_keys: bool, synthetic: bool, fail_on: str | None, scheduler: str | None,
        allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
-       push: str | None) -> None:
+       push: str | None, detach: bool) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -305,6 +309,16 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                      accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
                      scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
+    if detach:
+        from repro.detach import submit
+
+        try:
+            run, job = submit(target, opts, progress)
+        finally:
+            progress.close()
+        echo(f"submitted Slurm job {job}\nrun directory {run.path}\n"
+             f"follow it: repro status {run.path}\njudge it once it ended: repro report {run.path}")
+        return
     stopped_by = stop_as_interrupt()
     try:
         result = run_up(target, opts, progress)
@@ -322,6 +336,26 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     if result.failed:
         sys.exit(5)
     sys.exit(exit_code(result.verdicts, failing))
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@format_option("json")
+@reports_errors
+def status(run_dir: Path, fmt: str) -> None:
+    """Progress of a detached run (`repro up --detach`) from its run directory alone: each cell's repeats
+    done, running, failed or pending, the nodes, and the job's state where squeue/sacct can tell."""
+    from dataclasses import asdict
+
+    from repro.detach import status_text, view
+
+    run, jv = view(run_dir)
+    if fmt == "json":
+        doc = {**{k: v for k, v in asdict(jv).items() if k != "repeats"}, "over": jv.over,
+               "repeats": [asdict(r) for r in jv.repeats.values()]}
+        echo(json.dumps(doc, indent=2))
+        return
+    echo(status_text(run, jv), nl=False)
 
 
 @click.command()

@@ -98,6 +98,12 @@ def validate(paths: tuple[Path, ...]) -> None:
     "split with a shell line continuation)",
 )
 @scheduler_option
+@click.option("--repeats", type=click.IntRange(min=1),
+              help="with --script: as `repro up --repeats N` would run")
+@click.option("--script", is_flag=True,
+              help="print only the batch script `repro up --detach` submits (exact text; needs --scheduler "
+                   "slurm "
+                   "or the inventory's scheduler section)")
 @reports_errors
 def plan(
     target: str,
@@ -107,10 +113,12 @@ def plan(
     all_ranks: bool,
     wide: bool,
     scheduler: str | None,
+    repeats: int | None,
+    script: bool,
 ) -> None:
     """Dry run: image, container options and exact command for every cell and node (without --hosts:
     placeholder nodes and dataset path, said so); under Slurm, the batch script and job steps `repro up`
-    submits."""
+    submits; with --script, only the batch script of `repro up --detach`."""
     from repro.spec.manifest import find_target
     from repro.spec.manifest import synthetic as synthetic_variant
     from repro.run.plan import plan_chunks, select_cells
@@ -123,6 +131,12 @@ def plan(
         raise UsageError(
             f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells"
         )
+    if script:
+        from repro.run.schedulers import scheduled_script
+
+        # exact: the script up --detach submits
+        echo(scheduled_script(m, cells, hosts_file, scheduler, repeats), nl=False)
+        return
     from repro.fit import fit_text
 
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
@@ -275,6 +289,17 @@ def report(
         )
     if plot:
         _writable(plot)
+    detached = _unsealed_detached(targets, from_logs, maps)
+    if detached is not None:  # a detached run whose job ended: judged and sealed now, as `repro up` would
+        from repro.detach import adopt
+        from repro.up import finish
+
+        result = adopt(detached)
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        text = finish(result, colour=colour)
+        if fmt == "text" and not plot:
+            echo(text, nl=False, color=colour)
+            sys.exit(5 if result.failed else exit_code(result.verdicts, failing))
     results, environment = _report_results(targets, table_id, from_logs, maps, fmt)
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -301,6 +326,18 @@ def _point_to_explain(targets: tuple[str, ...], from_logs: Path | None, maps: tu
         line = pointer(targets[0], (c for r in results for c in r.cells))
         if line:
             echo(line)
+
+
+def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
+                       maps: tuple[str, ...]) -> Path | None:
+    """The run directory of a detached run not judged yet (no provenance.json), where that is all
+    ``report`` was given."""
+    from repro.detach import is_detached
+
+    if len(targets) != 1 or from_logs or maps:
+        return None
+    path = Path(targets[0])
+    return path if path.is_dir() and is_detached(path) and not (path / "provenance.json").is_file() else None
 
 
 def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None,

@@ -12,10 +12,15 @@
       provenance.json                      what ran where (schema repro/spec/schemas/provenance.v1.json)
       provenance.intoto.json               the same as an in-toto Statement (SLSA Provenance v1)
       SHA256SUMS                           ``sha256sum -c`` format, every file but itself
+      job/                                 a detached run's batch script and what its job wrote
+                                           (repro/run/schedulers/slurm/detached.py)
 
 Nothing secret is ever written here: the values of environment variables whose names
 look secret (TOKEN, SECRET, PASSWORD, KEY, AUTH...) are replaced in every file the kit
-writes, logs included, by a :class:`Redactor` that lives only in memory.
+writes, logs included, by a :class:`Redactor` that lives only in memory. The one exception is a
+detached run's ``job/in/`` (and ``job/run/``, their copies for the nodes): the inputs its job needs
+while nobody is there (the agent's spec with per-run keys, a step's environment), mode 0600 in a 0700
+folder, removed when ``repro report`` judges the run.
 """
 
 from __future__ import annotations

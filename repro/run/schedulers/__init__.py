@@ -91,3 +91,22 @@ def scheduled_plan(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path |
     cfg.pop("_option", None)
     shown, text = SCHEDULERS.get(cfg["kind"]).plan_text(cfg, manifest, hosts, cells)
     return replace(shown, placeholder=shown.placeholder or (shown is not hosts and hosts_file is None)), text
+
+
+def scheduled_script(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path | None,
+                     option: str | None, repeats: int | None = None) -> str:
+    """The batch script ``repro up --detach`` submits for these cells (``repro plan --script``): the image by
+    the lock's digest; a built image as ``REGISTRY/TAG@DIGEST`` (``up`` knows both once ``--push`` pushed
+    it)."""
+    from repro.images import lock
+
+    hosts = plan_hosts(manifest, cells, hosts_file)
+    cfg = scheduler_config(hosts.scheduler, option)
+    cfg.pop("_option", None)
+    image = manifest.image_reference
+    if "build" in manifest.image:
+        image = f"REGISTRY/{image}@DIGEST"
+    elif "@" not in image:
+        pins = lock.read_lock(lock.lock_path(manifest))
+        image = pins.images["image"].pinned if pins and "image" in pins.images else image
+    return SCHEDULERS.get(cfg["kind"]).detached_script(cfg, manifest, hosts, cells, image, repeats)

@@ -12,7 +12,9 @@ exit, failure, and the SIGTERM Slurm sends on scancel, a time limit or a stopped
 Lines the kit reads start with ``##repro``: ``step JOB.STEP NODE``, ``started EPOCH``,
 ``exited CODE``, ``error TEXT``, ``telemetry LINE`` (a line of the telemetry sampler,
 repro/nodes/sampler.py, which a spec's ``telemetry`` argv starts on the node beside the
-rank's container and stops with it). With ``{"sweep": RUN_ID}`` it only removes every
+rank's container and stops with it); with ``REPRO_MARKS=PATH`` in its environment (a detached run's
+batch script) they go to the file ``PATH-RANK.marks`` instead, so the rank's output file holds its
+output alone. With ``{"sweep": RUN_ID}`` it only removes every
 container labelled with that run on its node; with ``{"probe": true}`` it prints what the
 node offers a job step (``probe JSON``: its engine, CPUs, GPU and InfiniBand devices).
 """
@@ -32,7 +34,12 @@ MARK = "##repro"
 
 
 def say(*words):
-    sys.stdout.write(" ".join([MARK, *map(str, words)]) + "\n")
+    line = " ".join([MARK, *map(str, words)]) + "\n"
+    if os.environ.get("REPRO_MARKS"):
+        with open(os.environ["REPRO_MARKS"] + "-" + os.environ.get("SLURM_NODEID", "0") + ".marks", "a") as f:
+            f.write(line)
+        return
+    sys.stdout.write(line)
     sys.stdout.flush()
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from repro.errors import UsageError
 from repro.events import Event
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
@@ -68,6 +69,30 @@ class Scheduler(abc.ABC):
 
     def close(self, interrupted: bool = False) -> None:
         """Release what ``open`` took (called on every path out; twice is harmless)."""
+
+    def check_detach(self) -> None:
+        """Raise UsageError where this scheduler cannot run ``detach`` (before anything is built)."""
+        raise UsageError(f"--detach needs a scheduler that queues the run as a batch job; {self.name} does "
+                         "not", hint="--scheduler slurm (or kind: slurm in the hosts file's scheduler: "
+                                     "section)")
+
+    def detach(self, run: Path, image: str, *, repeats: int | None = None, fail_fast: bool = False) -> str:
+        """Submit the whole run as one batch job that writes everything it does into the run directory
+        ``run``, and return the job's id (``repro up --detach``; the caller then exits)."""
+        self.check_detach()
+        raise NotImplementedError
+
+    @classmethod
+    def detached_script(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell],
+                        image: str, repeats: int | None = None) -> str:
+        """The batch script ``detach`` submits, as exact text (``repro plan --script``)."""
+        raise UsageError(f"--script prints a batch script; scheduler {cls.name} submits none",
+                         hint="--scheduler slurm (or kind: slurm in the hosts file's scheduler: section)")
+
+    @classmethod
+    def job_state(cls, job_id: str) -> str | None:
+        """What the scheduler says of a detached run's job (None: nothing it can tell)."""
+        return None
 
     @classmethod
     def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,

@@ -25,7 +25,9 @@ from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import SchedulerStopped
+from repro.run.schedulers.slurm.detached import Detach, check_container, render_detached, submit, write_job
 from repro.run.schedulers.slurm.dockerstep import AgentStep
+from repro.run.schedulers.slurm.jobfiles import slurm_state
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
 from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
                                                render_sbatch, srun_argv, step_spec)
@@ -90,6 +92,29 @@ class SlurmScheduler(Scheduler):
                     log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
         job = CellJob(manifest, cell, hosts, log_dir, run_id, clients, timeout_s, on_event, image, log_writer)
         return CELL_STEPS[self.allocation.container].launch(self.allocation, job)
+
+    def check_detach(self) -> None:
+        """A container runtime the detached script renders; ``check`` says the rest."""
+        check_container(self.cfg.get("container", "docker"), self.allocation.where("container"))
+
+    def detach(self, run: Path, image: str, *, repeats: int | None = None, fail_fast: bool = False) -> str:
+        """The whole run as one batch script (``detached``), its inputs into ``run/job/``, submitted."""
+        d = Detach(self.manifest, self.cells, self.inventory, self.settings(), image, run.name, repeats,
+                   fail_fast)
+        script = render_detached(d)
+        return submit(run, d, write_job(run, d, script))
+
+    def settings(self) -> dict[str, str]:
+        return {k: v for k, v in self.cfg.items() if not k.startswith("_")}
+
+    @classmethod
+    def detached_script(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell],
+                        image: str, repeats: int | None = None) -> str:
+        return render_detached(Detach(manifest, cells, hosts, cfg, image, repeats=repeats)).text
+
+    @classmethod
+    def job_state(cls, job_id: str) -> str | None:
+        return slurm_state(job_id)
 
     @classmethod
     def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,

@@ -1,0 +1,220 @@
+"""What a detached run's batch script wrote into the run directory, read back (``repro status``,
+``repro report``): nothing but the run directory is needed, and Slurm only for the job's state.
+
+``job/submitted.json`` (written by ``repro up --detach``): the job id, when and from where it was submitted,
+the repeats and attempts the script runs. ``job/events`` (the batch host's lines, in order): ``job ID
+NODELIST``, ``shared N``, ``pulled``, ``start KEY R A``, ``exit KEY R A CODE``, ``end CODE TEXT``.
+``job/nodes``: ``RANK NAME ADDRESS`` a line. ``job/shared/RANK-NAME``: the token each node read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.errors import ProvenanceError, ReproError
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING
+from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields
+from repro.run.schedulers.slurm.detached import EVENTS, NODES, SUBMITTED, TOKEN
+from repro.run.schedulers.slurm.steps import task_exits
+
+MAX_EVENTS = 1 << 20  # bytes of job/events read (a run of thousands of repeats writes well under this)
+_EVENT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (\S+)(?: (.*))?$")
+#: timeout(1)'s status when the repeat's time ran out, and when its kill after the grace time was needed
+TIMED_OUT = (124, 137)
+
+
+@dataclass
+class Repeat:
+    cell: str
+    repeat: int
+    status: str = PENDING
+    attempts: int = 0
+    why: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    code: int | None = None
+
+
+@dataclass
+class JobView:
+    """A detached run as its files say."""
+
+    job_id: str
+    submitted: dict[str, Any]
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+    started: str | None = None
+    shared: bool | None = None        # every node saw the run directory (None: not checked yet)
+    end: tuple[int, str, str] | None = None  # exit status, text, time
+    repeats: dict[tuple[str, int], Repeat] = field(default_factory=dict)
+    last: str | None = None           # the time of the latest event
+    state: str | None = None          # Slurm's word on the job, where squeue/sacct can tell
+
+    @property
+    def over(self) -> bool:
+        """The job ended: its script said so, or Slurm no longer runs it."""
+        return self.end is not None or (self.state is not None and self.state not in ("PENDING", "RUNNING",
+                                                                                         "CONFIGURING",
+                                                                                         "COMPLETING"))
+
+
+def is_detached(run: Path) -> bool:
+    return (Path(run) / SUBMITTED).is_file()
+
+
+def read_job(run: Path, state_of: Callable[[str], str | None] | None = None) -> JobView:
+    """The job's progress from the run directory, and the job's state from ``state_of`` (e.g.
+    ``slurm_state``) where it can tell."""
+    run = Path(run)
+    try:
+        sub = json.loads((run / SUBMITTED).read_text(encoding="utf-8"))
+        view = JobView(str(sub["job_id"]), sub)
+        planned = {k: int(n) for k, n in sub["repeats"].items()}
+        attempts = int(sub["attempts"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ProvenanceError(f"{run / SUBMITTED}: not a detached run's record ({e})",
+                              hint="give a run directory `repro up --detach` wrote") from None
+    view.repeats = {(k, r): Repeat(k, r) for k, n in planned.items() for r in range(1, n + 1)}
+    view.nodes = _nodes(run)
+    _events(run, view, attempts)
+    view.shared = _shared(run, view) if view.shared else view.shared
+    if state_of is not None:
+        view.state = state_of(view.job_id)
+    _settle(view)
+    return view
+
+
+def _nodes(run: Path) -> list[tuple[str, str]]:
+    path = run / NODES
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:4096]:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == str(len(out)):
+            out.append((parts[1], parts[2]))
+    return out
+
+
+def _events(run: Path, view: JobView, attempts: int) -> None:
+    path = run / EVENTS
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        text = f.read(MAX_EVENTS).decode("utf-8", "replace")
+    for line in text.splitlines():
+        m = _EVENT.match(line)
+        if not m:
+            continue
+        when, word, rest = m.group(1), m.group(2), (m.group(3) or "").split()
+        view.last = when
+        if word == "job":
+            view.started = when
+        elif word == "shared":
+            view.shared = True
+        elif word == "end" and rest and rest[0].lstrip("-").isdigit():
+            view.end = (int(rest[0]), " ".join(rest[1:]), when)
+        elif word in ("start", "exit") and len(rest) >= 3 and rest[1].isdigit() and rest[2].isdigit():
+            rep = view.repeats.get((rest[0], int(rest[1])))
+            if rep is None:
+                continue
+            rep.attempts = max(rep.attempts, int(rest[2]))
+            if word == "start":
+                rep.status, rep.started, rep.ended, rep.code, rep.why = RUNNING, when, None, None, None
+            elif len(rest) >= 4 and rest[3].lstrip("-").isdigit():
+                rep.code, rep.ended = int(rest[3]), when
+                rep.status = DONE if rep.code == 0 else FAILED if int(rest[2]) >= attempts else PENDING
+                rep.why = None if rep.code == 0 else why_failed(rep.code, view, srun_said(run, *rest[:3]))
+
+
+def why_failed(code: int, view: JobView, said: str | None = None) -> str:
+    limit = view.submitted.get("timeout_s")
+    if code in TIMED_OUT:
+        return f"timed out after {limit} s" if limit else f"timed out (exit {code})"
+    return f"the job step exited {code}" + (f": {said}" if said else "")
+
+
+def srun_said(run: Path, key: str, repeat: str, attempt: str) -> str | None:
+    """The first error srun, slurmstepd or pyxis reported of an attempt other than a task's exit status or
+    the step's cancellation (e.g. an execve or an import failing), as one short line: from srun's own
+    report, else from the ranks' output (``*.log``, or ``*.attemptA`` once a later attempt set them aside)."""
+    logs = run / "cells" / key / f"r{repeat}"
+    later = sorted(logs.glob(f"*.attempt{attempt}")) if logs.is_dir() else []
+    paths = [run / "job" / "steps" / key / f"r{repeat}a{attempt}.srun",
+             *(later or (sorted(logs.glob("*.log")) if logs.is_dir() else []))]
+    for path in paths:
+        if not path.is_file():
+            continue
+        with path.open("rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+        errors = [ln for ln in text.splitlines() if "error:" in ln and "Exited with exit code" not in ln
+                  and "CANCELLED AT" not in ln and ("slurmstepd" in ln or ln.startswith(("srun:", "pyxis:")))]
+        if errors:
+            return " ".join(errors[0].split())[:200]
+    return None
+
+
+def _shared(run: Path, view: JobView) -> bool:
+    """Here (the submitting side) the run directory holds every node's token: what the nodes wrote is seen
+    here."""
+    try:
+        token = (run / TOKEN).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    for i, (name, _) in enumerate(view.nodes):
+        f = run / "job" / "shared" / f"{i}-{name}"
+        if not f.is_file() or f.read_text(encoding="utf-8", errors="replace") != token:
+            return False
+    return True
+
+
+def _settle(view: JobView) -> None:
+    """Once the job is over, a repeat it left running or retrying did not finish: pending, with why."""
+    if not view.over:
+        return
+    why = (f"stopped: Slurm ended job {view.job_id} ({view.state})" if view.state in ENDED_BY_SLURM
+           else f"stopped: job {view.job_id} ended ({view.end[1] if view.end else view.state})")
+    for rep in view.repeats.values():
+        if rep.status == RUNNING or (rep.status == PENDING and rep.attempts):
+            rep.status, rep.why = PENDING, why
+
+
+def slurm_state(job_id: str) -> str | None:
+    """The job's state as squeue (while Slurm holds it), scontrol (until MinJobAge passed) or sacct (where
+    accounting keeps it) says; None where none can."""
+    for argv in (["squeue", "-h", "-j", job_id, "-o", "%T"],
+                 ["scontrol", "show", "job", "-o", "--", job_id],
+                 ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"]):
+        try:
+            out = cli(argv, timeout=15)
+        except ReproError:  # no Slurm client here, or it does not answer: the files alone speak
+            continue
+        words = out.stdout.split()
+        if argv[0] == "scontrol":
+            words = [fields(out.stdout).get("JobState", "")]
+        if out.returncode == 0 and words and words[0]:
+            return words[0].split("+")[0]
+    return None
+
+
+def rank_marks(run: Path, key: str, repeat: int, attempt: int, rank: int) -> dict[str, str]:
+    """What the agent marked for one rank of one attempt (docker): started, exited, error."""
+    path = run / "job" / "steps" / key / f"r{repeat}a{attempt}-{rank}.marks"
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:64]:
+        word, _, rest = line.removeprefix("##repro ").partition(" ")
+        out.setdefault(word, rest)
+    return out
+
+
+def task_codes(run: Path, key: str, repeat: int, attempt: int, nodes: list[str]) -> dict[str, int]:
+    """The non-zero exit statuses srun reported for the attempt's tasks, by node."""
+    path = run / "job" / "steps" / key / f"r{repeat}a{attempt}.srun"
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[:4096] if path.is_file() else []
+    return task_exits(lines, nodes)
