@@ -106,7 +106,7 @@ def test_slurm_times(text: str, expected: int | None) -> None:
     ("constraint", "v100 ib", "where &, | or a closing bracket belongs"),
     ("constraint", "v100&", "ends where a feature name"), ("constraint", "[a|b", "ends where"),
     ("constraint", "(a]", "unmatched"), ("constraint", "a&&b", "where a feature name belongs"),
-    ("exclude", "node1 node2", "is not a Slurm host list"), ("container", "apptainer", "is not one of docker, pyxis"),
+    ("exclude", "node1 node2", "is not a Slurm host list"), ("container", "singularity", "is not one of docker, pyxis, apptainer"),
     ("queue", "gpu", "is not a scheduler setting"),
 ])
 def test_slurm_values_that_could_add_a_line_or_an_option_are_refused(key: str, value: str, why: str | None) -> None:

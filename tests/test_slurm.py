@@ -64,7 +64,7 @@ def test_inventory_scheduler_errors_name_file_and_field(tmp_path: Path):
     f.write_text("schema_version: 1\nscheduler: {kind: slurm, container: singularity}\n")
     with pytest.raises(InputError) as e:
         load_hosts(f)
-    assert str(e.value) == f"{f}:2: scheduler.container: 'singularity' is not one of: docker, pyxis"
+    assert str(e.value) == f"{f}:2: scheduler.container: 'singularity' is not one of: docker, pyxis, apptainer"
     f.write_text("schema_version: 1\nscheduler: {kind: ssh}\n")  # ssh needs nodes
     with pytest.raises(InputError) as e:
         load_hosts(f)
@@ -85,6 +85,7 @@ def test_allocation_batch_script_exact():
 #SBATCH --account=bench
 #SBATCH --time=2:00:00
 #SBATCH --constraint=v100
+#SBATCH --mem=0
 #SBATCH --output=/dev/null
 # repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)
 exec sleep 2147483647
@@ -145,6 +146,7 @@ PYXIS_TORCH = """\
 #SBATCH --no-requeue
 #SBATCH --partition=gpu
 #SBATCH --time=30
+#SBATCH --mem=0
 #SBATCH --output=repro-torch-rn50-cpu-2n1g-fp32-bs8-%j.out
 export GLOO_SOCKET_IFNAME=eth0
 cat > repro-multi-prog.conf <<'REPRO_EOF'
@@ -216,6 +218,7 @@ ALLOCATION = """\
   #SBATCH --no-requeue
   #SBATCH --partition=debug
   #SBATCH --time=20
+  #SBATCH --mem=0
   #SBATCH --output=/dev/null
   # repro holds these nodes for the run and starts each cell in them as a job step (srun --jobid)
   exec sleep 2147483647

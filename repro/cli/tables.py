@@ -122,7 +122,7 @@ def plan(
     from repro.spec.manifest import find_target
     from repro.spec.manifest import synthetic as synthetic_variant
     from repro.run.plan import plan_chunks, select_cells
-    from repro.run.schedulers import scheduled_plan
+    from repro.run.schedulers import plan_runtime, scheduled_plan
 
     m = find_target(target)
     m = synthetic_variant(m) if synthetic else m
@@ -140,7 +140,8 @@ def plan(
     from repro.fit import fit_text
 
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
-    for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks):
+    runtime = plan_runtime(hosts, scheduler)  # under pyxis or apptainer: no docker run lines
+    for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks, runtime=runtime):
         echo(chunk if wide else fit_text(chunk), nl=False)
     echo(slurm_text, nl=False)  # a batch script stays exact
 

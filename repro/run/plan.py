@@ -158,9 +158,11 @@ def render_plan(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *, all_
 
 
 def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
-                all_ranks: bool = False) -> Iterator[str]:
+                all_ranks: bool = False, runtime: str = "docker") -> Iterator[str]:
     """``render_plan`` a cell at a time, so that what is printed need not be held (a cell's ranks are).
-    What the inventory lacks for any cell (nodes, the dataset) is an error before anything is yielded."""
+    What the inventory lacks for any cell (nodes, the dataset) is an error before anything is yielded.
+    ``runtime``: what starts the containers; other than ``docker``, each rank shows its command and where the
+    scheduler's text shows the job step that starts it, not a ``docker run`` line."""
     for cell in cells:
         hosts.take(cell.nodes)
     if manifest.dataset_format:
@@ -169,10 +171,10 @@ def plan_chunks(manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
                      f"launcher {manifest.launch.kind}, {len(cells)} cells x {manifest.repeats} repeats",
                      *_inventory_lines(manifest, hosts)]) + "\n"
     for cell in cells:
-        yield "\n" + "\n".join(_cell_lines(manifest, hosts, cell, all_ranks)) + "\n"
+        yield "\n" + "\n".join(_cell_lines(manifest, hosts, cell, all_ranks, runtime)) + "\n"
 
 
-def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -> list[str]:
+def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool, runtime: str) -> list[str]:
     plans = plan_cell(manifest, cell, hosts)
     unit = manifest.device
     lines = [f"cell {cell.key}: {cell.nodes} node(s) x {cell.gpus_per_node} {unit}(s) = "
@@ -185,7 +187,7 @@ def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool) -
     for p in shown:
         if p is plans[-1] and len(shown) < len(plans):
             lines.append(_ranks_left_out(plans[2:-1]))
-        lines += _rank_lines(p)
+        lines += _rank_lines(p, runtime)
     return lines
 
 
@@ -197,10 +199,11 @@ def _ranks_left_out(plans: Sequence[NodePlan]) -> str:
             f"{last.node.name} ({counted}), not shown: `repro plan --all` shows every rank")
 
 
-def _rank_lines(p: NodePlan) -> list[str]:
+def _rank_lines(p: NodePlan, runtime: str = "docker") -> list[str]:
     c = p.command
-    lines = [f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]",
-             f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE",
+    container = (f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE"
+                 if runtime == "docker" else f"    {runtime}: in the cell's job step (below)")
+    lines = [f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]", container,
              f"    $ {shlex.join(redact_argv(c.command))}"]
     for path, text in c.files.items():
         body = text.splitlines()

@@ -113,6 +113,8 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
                  "gpus": n.gpus, "docker_host": n.docker_host, "rendezvous_address": n.rendezvous_address}
         nodes.append({k: v for k, v in entry.items() if v is not None})
     doc: dict[str, Any] = {"schema_version": 1, "nodes": nodes}
+    if hosts.gpus is not None:  # what the allocation asks of each node (nodes Slurm named may not say)
+        doc["defaults"] = {"gpus": hosts.gpus}
     if hosts.data:
         doc["data"] = hosts.data
     if hosts.env:

@@ -44,6 +44,7 @@ class Hosts:
     env: Mapping[str, str] = field(default_factory=dict)
     placeholder: bool = False  # made up for a dry run without a hosts file
     scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.schedulers)
+    gpus: int | None = None  # GPUs of every node: ``defaults.gpus``, else the fewest any listed node has
 
     def data_dir(self, fmt: str) -> str | None:
         """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any
@@ -113,5 +114,7 @@ def load_hosts(path: Path | None) -> Hosts:
     defaults = doc.data.get("defaults", {})
     nodes = tuple(Node(**{"name": n.get("name", n["address"]), **defaults, **n})
                   for n in doc.data.get("nodes", []))
+    counts = [n.gpus for n in nodes]
+    gpus = defaults.get("gpus", min(counts) if counts and None not in counts else None)
     return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})),
-                 scheduler=doc.data.get("scheduler"))
+                 scheduler=doc.data.get("scheduler"), gpus=gpus)

@@ -4,7 +4,8 @@ The inventory's ``scheduler:`` section (``repro.hosts``) and ``--scheduler KIND:
 (``repro.schedulers``) both go through ``problems``, so ``validate``, ``plan``, ``preflight`` and
 ``up`` accept and refuse the same values. A value that passes cannot add a line to a batch script,
 an option to sbatch or an entry to a list: Slurm names are single words, lists are comma-separated
-words, and nothing may hold whitespace, a newline or a shell metacharacter.
+words, and nothing may hold whitespace, a newline or a shell metacharacter. ``sbatch_extra`` (the only
+list: the site's own ``#SBATCH`` lines) holds long options alone, never one the kit writes itself.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 _NAME = r"[A-Za-z0-9_.-]+"
 WORD = re.compile(rf"^{_NAME}$")
@@ -20,6 +22,14 @@ HOSTLIST = re.compile(rf"^{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*$")
 TIME = re.compile(r"^(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?"
                   r"|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)$")
 _FEATURE = re.compile(rf"{_NAME}(\*[0-9]{{1,5}})?")
+MEMORY = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+#: one ``#SBATCH`` option: a long option, ``=`` and a value without whitespace, quotes or shell metacharacters
+SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+/=\[\]-]+)?$")
+#: options every batch script of the kit already holds (``render.render_sbatch``), or a setting renders
+KIT_OPTIONS = ("--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--no-requeue", "--output")
+#: options an item may set only where the setting that renders their kind is ``none``
+TAKEN_BY = {"--mem": "mem", "--mem-per-cpu": "mem", "--mem-per-gpu": "mem", "--gpus-per-node": "gpu_request",
+            "--gres": "gpu_request", "--gpus": "gpu_request"}
 
 
 def seconds(text: str) -> int | None:
@@ -78,6 +88,36 @@ def _constraint(value: str) -> str | None:
     return None
 
 
+def _extra(value: object, cfg: Mapping[str, object] | None = None) -> str | None:
+    """``sbatch_extra``: a list of long options (one string from ``--scheduler``), each checked alone; one
+    that the kit writes, or that a setting of ``cfg`` (``mem``, ``gpu_request``, unless ``none``) renders,
+    is refused."""
+    items = value if isinstance(value, list) else [value]
+    for i, item in enumerate(items):
+        text = str(item)
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        if not SBATCH_OPTION.match(text):
+            bad = next((c for c in text if c.isspace() or c in "'\"$`;&|<>()*?!{}~#\\"), None)
+            what = f"holds {bad!r}" if bad else "is not --OPTION or --OPTION=VALUE"
+            return f"item {i + 1} {shown!r} {what}: each item is one long option of sbatch"
+        option = text.partition("=")[0]
+        owner = next((k for k, s in SETTINGS.items() if s.sbatch == option), None)
+        if owner or option in KIT_OPTIONS:
+            return (f"item {i + 1} {shown!r} sets {option}, which the kit writes itself"
+                    + (f" from the setting {owner}" if owner else ""))
+        taken = TAKEN_BY.get(option)
+        if taken and str((cfg or {}).get(taken, "")) != "none":
+            return f"item {i + 1} {shown!r} sets {option}, which the kit writes unless {taken}: none"
+    return None
+
+
+def lines_of(value: object) -> list[str]:
+    """``sbatch_extra`` as a list (``--scheduler`` gives one option as a string)."""
+    if value in (None, ""):
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
 def _pattern(rx: re.Pattern[str], what: str) -> Callable[[str], str | None]:
     return lambda value: None if rx.match(value) else f"is not {what}"
 
@@ -88,9 +128,10 @@ def _choice(*options: str) -> Callable[[str], str | None]:
 
 @dataclass(frozen=True)
 class Setting:
-    check: Callable[[str], str | None]  # None when the value is fine, else what is wrong with it
+    check: Callable[[Any], str | None]  # None when the value is fine, else what is wrong with it
     example: str
     sbatch: str | None = None           # the sbatch option it becomes in the allocation's script
+    many: bool = False                  # a list in the inventory (its items are checked one by one)
 
 
 _ONE = "one word of letters, digits, '_', '.' or '-'"
@@ -106,8 +147,16 @@ SETTINGS: dict[str, Setting] = {
     "constraint": Setting(_constraint, "v100&ib", "--constraint"),
     "exclude": Setting(_pattern(HOSTLIST, "a Slurm host list (e.g. node[3-4],node7)"), "node[3-4]",
                        "--exclude"),
-    "container": Setting(_choice("docker", "pyxis"), "docker"),
+    "gpu_request": Setting(_choice("gpus-per-node", "gres", "none"), "gres"),
+    "mem": Setting(lambda v: None if v == "none" or MEMORY.match(v) else
+                   "is not a Slurm memory size (0 for all of a node's memory, e.g. 200G) or none", "0"),
+    "sbatch_extra": Setting(_extra, "['--signal=B:USR1@120']", many=True),
+    "container": Setting(_choice("docker", "pyxis", "apptainer"), "docker"),
+    "sif_dir": Setting(lambda v: None if re.match(r"^/[A-Za-z0-9_.+@/-]*$", v) else
+                       "is not an absolute path of letters, digits and _ . + @ / -", "/shared/sif"),
 }
+#: the GPU request of each ``gpu_request`` (``--gpus-per-node=N`` unless the site says otherwise)
+GPU_REQUEST = {"gpus-per-node": "--gpus-per-node={}", "gres": "--gres=gpu:{}", "none": ""}
 
 
 def problems(cfg: Mapping[str, object]) -> list[tuple[str, str, str]]:
@@ -120,8 +169,10 @@ def problems(cfg: Mapping[str, object]) -> list[tuple[str, str, str]]:
         if setting is None:
             out.append((key, "is not a scheduler setting", f"use one of {', '.join(SETTINGS)}"))
             continue
-        why = setting.check(str(value))
-        if why:
+        why = _extra(value, cfg) if setting.check is _extra else setting.check(str(value))
+        if why and setting.many:
+            out.append((key, why, f"e.g. {key}: {setting.example}"))
+        elif why:
             shown = str(value) if len(str(value)) <= 80 else str(value)[:77] + "..."
             out.append((key, f"{shown!r} {why}", f"e.g. {key}: {setting.example}"))
     return out

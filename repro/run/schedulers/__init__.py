@@ -45,7 +45,7 @@ def parse_spec(text: str) -> dict[str, str]:
 
 def scheduler_config(inventory: Mapping[str, Any] | None, option: str | None) -> dict[str, str]:
     """The inventory's section with the command line's keys laid over it; kind ``ssh`` when neither says."""
-    cfg = {k: str(v) for k, v in (inventory or {}).items()}
+    cfg = {k: v if SETTINGS.get(k, SETTINGS["kind"]).many else str(v) for k, v in (inventory or {}).items()}
     if option:
         spec = parse_spec(option)
         if spec["kind"] != cfg.get("kind"):
@@ -110,3 +110,9 @@ def scheduled_script(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path
         pins = lock.read_lock(lock.lock_path(manifest))
         image = pins.images["image"].pinned if pins and "image" in pins.images else image
     return SCHEDULERS.get(cfg["kind"]).detached_script(cfg, manifest, hosts, cells, image, repeats)
+
+
+def plan_runtime(hosts: Hosts, option: str | None) -> str:
+    """What starts the containers of a dry run's cells (``docker``, ``pyxis``, ``apptainer``)."""
+    cfg = scheduler_config(hosts.scheduler, option)
+    return SCHEDULERS.get(cfg["kind"]).runtime(cfg)

@@ -95,6 +95,12 @@ class Scheduler(abc.ABC):
         return None
 
     @classmethod
+    def runtime(cls, cfg: Mapping[str, Any]) -> str:
+        """What starts the containers under these settings: ``docker`` (the nodes' engines), or a runtime the
+        scheduler starts itself (``repro plan`` then shows no ``docker run`` line)."""
+        return "docker"
+
+    @classmethod
     def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,
                   cells: Sequence[Cell]) -> tuple[Hosts, str]:
         """What ``repro plan`` adds for this scheduler (the nodes it shows, and its text)."""

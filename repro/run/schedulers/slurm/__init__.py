@@ -117,6 +117,10 @@ class SlurmScheduler(Scheduler):
         return slurm_state(job_id)
 
     @classmethod
+    def runtime(cls, cfg: Mapping[str, Any]) -> str:
+        return str(cfg.get("container", "docker"))
+
+    @classmethod
     def plan_text(cls, cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts,
                   cells: Sequence[Cell]) -> tuple[Hosts, str]:
         """The allocation's script and each cell's job step; nodes Slurm has not allocated yet are

@@ -24,7 +24,9 @@ from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
 
 PREFLIGHT_TIME = "5"  # minutes: preflight's own allocation, where it is not run inside one
-CONTAINERS = ("docker", "pyxis")
+CONTAINERS = ("docker", "pyxis", "apptainer")
+#: the runtimes that start one task per MPI rank through Slurm's PMI (no mpirun, no sshd)
+PMI_RUNTIMES = ("pyxis", "apptainer")
 
 
 class Allocation:
@@ -50,8 +52,9 @@ class Allocation:
         return self.cfg.get("container", "docker")
 
     def per_node(self) -> int:
-        """The allocation's tasks per node: under pyxis, the most any cell's job step starts on a node."""
-        if self.cfg.get("container") != "pyxis":
+        """The allocation's tasks per node: under pyxis or apptainer, the most any cell's job step starts on a
+        node."""
+        if self.cfg.get("container") not in PMI_RUNTIMES:
             return 1
         return max((pyxis_tasks_per_node(self.manifest, c) for c in self.cells), default=1)
 
@@ -79,9 +82,11 @@ class Allocation:
                              hint=hint)
         if preflight:
             short = PREFLIGHT_TIME if limit is None or limit > seconds(PREFLIGHT_TIME) else self.cfg["time"]
-            self.script = render_sbatch({**self.cfg, "time": short}, "repro-preflight", need)
+            self.script = render_sbatch({**self.cfg, "time": short}, "repro-preflight", need,
+                                        gpus=self.inventory.gpus)
         else:
-            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need, per_node=self.per_node())
+            self.script = render_sbatch(self.cfg, f"repro-{self.manifest.id}", need, per_node=self.per_node(),
+                                        gpus=self.inventory.gpus)
         self._test_script()
 
     def _check_slurm(self) -> None:
@@ -94,9 +99,14 @@ class Allocation:
             raise EnvironmentUnavailable(f"Slurm does not answer: {text or 'scontrol ping failed'}",
                                          hint=hint)
         if self.container not in CONTAINERS:
-            hint = "container: docker (nodes with a Docker engine) or pyxis (srun --container-image)"
-            raise UsageError(f"{self.where('container')}: {self.cfg['container']!r} is not docker or pyxis",
-                             hint=hint)
+            hint = ("container: docker (nodes with a Docker engine), pyxis (srun --container-image) or "
+                    "apptainer (apptainer exec of a SIF)")
+            raise UsageError(f"{self.where('container')}: {self.cfg['container']!r} is not one of "
+                             f"{', '.join(CONTAINERS)}", hint=hint)
+        if self.container == "apptainer" and not self.cfg.get("sif_dir"):
+            raise UsageError(f"{self.where('sif_dir')}: container: apptainer needs sif_dir, a directory "
+                             "every node sees, where the run's SIF is built once",
+                             hint="add sif_dir: /path/on/a/shared/filesystem to the scheduler section")
         if self.container == "pyxis" and "--container-image" not in cli(["srun", "--help"]).stdout:
             raise UsageError(f"{self.where('container')}: pyxis, but `srun --help` here shows no "
                              "--container-image (the pyxis plugin is not installed)",
@@ -161,7 +171,7 @@ class Allocation:
         # the settings in effect (inventory and command line) go with the nodes: a run directory resumes
         # with them
         settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
-        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings)
+        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings, gpus=inv.gpus)
 
     def _name_nodes(self, nodelist: str, need: int, preflight: bool) -> None:
         """The allocated nodes with the names and addresses Slurm gives them (the inventory's settings

@@ -20,9 +20,10 @@ from repro.redact import redact_argv, redact_text
 from repro.run.launchers.base import fill
 from repro.run.plan import docker_run_flags, plan_cell
 from repro.run.schedulers import KEYS
+from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
-from repro.spec.scheduler import SETTINGS, problems
+from repro.spec.scheduler import GPU_REQUEST, SETTINGS, lines_of, problems
 
 #: the job-step agent, run on every node of a docker-mode step as ``python3 -c``
 AGENT = Path(__file__).parent.parent / "agent.py"
@@ -31,17 +32,31 @@ HOLD = ("# repro holds these nodes for the run and starts each cell in them as a
         "exec sleep 2147483647")
 
 
-def render_sbatch(cfg: Mapping[str, str], name: str, nodes: int, body: str = HOLD, *, per_node: int = 1,
-                  output: str = "/dev/null") -> str:
+def render_sbatch(cfg: Mapping[str, Any], name: str, nodes: int, body: str = HOLD, *, per_node: int = 1,
+                  output: str = "/dev/null", gpus: int | None = None) -> str:
     """A batch script: by default the run's allocation (exact text: it goes into the provenance)."""
     lines = ["#!/bin/sh", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={per_node}", "#SBATCH --exclusive", "#SBATCH --no-requeue"]
+    lines += [f"#SBATCH {option}" for option in site_options(cfg, gpus)]
+    lines += [f"#SBATCH --output={output}", body]
+    return "\n".join(lines) + "\n"
+
+
+def site_options(cfg: Mapping[str, Any], gpus: int | None) -> list[str]:
+    """The sbatch options the scheduler settings add, in the settings' order: the named ones, the GPUs of
+    each node (the inventory's ``gpus``; none where it says 0 or nothing) as ``gpu_request`` says, ``--mem``
+    (``0``, all of each node's memory, unless ``mem`` says otherwise or ``none``) and the site's own
+    ``sbatch_extra``."""
     bad = problems({k: v for k, v in cfg.items() if k in SETTINGS})
     if bad:  # every caller checked already; a value that could add a line or an option never reaches a script
         raise UsageError(f"scheduler {bad[0][0]}: {bad[0][1]}", hint=bad[0][2])
-    lines += [f"#SBATCH {s.sbatch}={cfg[key]}" for key, s in SETTINGS.items() if s.sbatch and cfg.get(key)]
-    lines += [f"#SBATCH --output={output}", body]
-    return "\n".join(lines) + "\n"
+    out = [f"{s.sbatch}={cfg[key]}" for key, s in SETTINGS.items() if s.sbatch and cfg.get(key)]
+    if gpus:
+        request = GPU_REQUEST[str(cfg.get("gpu_request", "gpus-per-node"))]
+        out += [request.format(gpus)] if request else []
+    mem = str(cfg.get("mem", "0"))
+    out += [] if mem == "none" else [f"--mem={mem}"]
+    return out + lines_of(cfg.get("sbatch_extra"))
 
 
 def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
@@ -164,46 +179,64 @@ def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: st
                          per_node=per_node, output=f"repro-{manifest.id}-{cell.key}-%j.out")
 
 
-def render_plan_slurm(cfg: Mapping[str, str], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
+def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, cells: Sequence[Cell], *,
                       stand_ins: bool = False) -> str:
     """What ``repro up`` submits under Slurm, from the functions that render it there: the allocation's batch
     script, then each cell's job step (``JOBID``: the allocation's id, known once submitted)."""
     need = max(c.nodes for c in cells)
-    pyxis = cfg.get("container") == "pyxis"
-    settings = ", ".join(f"{k} {cfg[k]}" for k in KEYS[1:] if cfg.get(k))
-    lines = ["", "slurm: " + settings if len(cfg) > 1 else "slurm",
+    runtime = cfg.get("container", "docker")
+    settings = ", ".join(f"{k} {' '.join(lines_of(cfg[k]))}" for k in KEYS[1:] if cfg.get(k))
+    lines = ["", "slurm: " + settings if settings else "slurm",
              "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):"]
     if stand_ins:
         lines.insert(2, f"nodes: node1..node{need} stand for the nodes Slurm allocates; `repro up` renders "
                         "every cell with their names and addresses")
-    per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if pyxis else 1
-    lines += [f"  {redact_text(ln)}" for ln in render_sbatch(cfg, f"repro-{manifest.id}", need,
-                                                              per_node=per_node).splitlines()]
+    per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if runtime != "docker" else 1
+    script = render_sbatch(cfg, f"repro-{manifest.id}", need, per_node=per_node, gpus=hosts.gpus)
+    lines += [f"  {redact_text(ln)}" for ln in script.splitlines()]
     image = manifest.image_reference
-    if pyxis and "build" in manifest.image:
+    if runtime != "docker" and "build" in manifest.image:
         image = f"REGISTRY/{image}@DIGEST"
-        lines.append(f"image: {image} (pyxis pulls the image pushed with --push REGISTRY, by digest)")
+        how = "pyxis pulls" if runtime == "pyxis" else "the SIF is built from"
+        lines.append(f"image: {image} ({how} the image pushed with --push REGISTRY, by digest)")
+    if runtime == "apptainer":
+        sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
+        head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"))
+        lines += ["SIF (built once per run, on the first node; its sha256 goes into the provenance):",
+                  f"  $ {shlex.join(head)}"]
     for cell in cells:
         plans = plan_cell(manifest, cell, hosts)
-        names = [p.command.node.name for p in plans]
         lines += ["", f"cell {cell.key}: job step"]
-        if pyxis:
-            head = pyxis_head("JOBID", names, f"repro-{cell.key}")
-            argv, env, conf = pyxis_step(manifest, cell, plans, image, head,
-                                         "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf")
-            lines += [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
-            lines.append(f"  $ {shlex.join(redact_argv(argv))}")
-            if conf is not None:
-                lines.append("  multi-prog.conf:")
-                lines += [f"    {redact_text(ln)}" for ln in conf.splitlines()]
-            continue
-        lines.append(f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
-                     "<repro/run/schedulers/agent.py> < SPEC")
-        spec = step_spec(plans, "RUN", cell, image, {}, None)
-        for rank in spec["ranks"]:
-            lines.append(f"  task {spec['ranks'].index(rank)} on {rank['node']}: docker create --name "
-                         f"{rank['name']} {shlex.join(redact_argv(rank['create']))}")
+        lines += _plan_step(cfg, runtime, manifest, cell, plans, image)
     return "\n".join(lines) + "\n"
+
+
+def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: Cell, plans: Sequence[Any],
+               image: str) -> list[str]:
+    """One cell's job step as ``repro plan`` shows it: srun's environment, argv and --multi-prog file (pyxis,
+    apptainer), or srun running the agent and each node's ``docker create`` (docker)."""
+    names = [p.command.node.name for p in plans]
+    conf = "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf"
+    if runtime == "docker":
+        lines = [f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
+                 "<repro/run/schedulers/agent.py> < SPEC"]
+        spec = step_spec(plans, "RUN", cell, image, {}, None)
+        for i, rank in enumerate(spec["ranks"]):
+            lines.append(f"  task {i} on {rank['node']}: docker create --name "
+                         f"{rank['name']} {shlex.join(redact_argv(rank['create']))}")
+        return lines
+    head = pyxis_head("JOBID", names, f"repro-{cell.key}")
+    if runtime == "apptainer":
+        sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
+        argv, env, text = apptainer_step(manifest, cell, plans, sif, head, conf, str(cfg.get("mpi", "pmix")))
+    else:
+        argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf)
+    lines = [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
+    lines.append(f"  $ {shlex.join(redact_argv(argv))}")
+    if text is not None:
+        lines.append("  multi-prog.conf:")
+        lines += [f"    {redact_text(ln)}" for ln in text.splitlines()]
+    return lines
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
