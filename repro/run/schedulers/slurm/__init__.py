@@ -5,7 +5,8 @@
 ``steps``: what every job step shares (srun's labelled output split by rank, a timeout, the stop), the
 preflight step and what every cell step shares; one module per kind of cell step, named in ``CELL_STEPS``
 by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers/agent.py``, on every
-node) and ``pyxisstep`` (``srun --container-image``).
+node), ``pyxisstep`` (``srun --container-image``) and ``apptainerstep`` (``apptainer exec`` of a SIF built
+once per run; ``apptainer`` renders it).
 
 Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
 Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.
@@ -24,6 +25,7 @@ from repro.run.cell import LogSink, NodeResult
 from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.run.schedulers.slurm.allocation import Allocation
+from repro.run.schedulers.slurm.apptainerstep import ApptainerStep
 from repro.run.schedulers.slurm.commands import SchedulerStopped
 from repro.run.schedulers.slurm.detached import Detach, check_container, render_detached, submit, write_job
 from repro.run.schedulers.slurm.dockerstep import AgentStep
@@ -37,7 +39,7 @@ from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
 
 #: the cell step of each ``container:`` setting
-CELL_STEPS: dict[str, type[CellStep]] = {"docker": AgentStep, "pyxis": PyxisStep}
+CELL_STEPS: dict[str, type[CellStep]] = {"docker": AgentStep, "pyxis": PyxisStep, "apptainer": ApptainerStep}
 
 __all__ = ["AGENT", "CELL_STEPS", "SchedulerStopped", "SlurmScheduler", "pyxis_head", "pyxis_step",
            "render_pyxis", "render_sbatch", "seconds", "srun_argv", "step_spec", "task_exits"]
@@ -77,7 +79,10 @@ class SlurmScheduler(Scheduler):
         return self.allocation.facts()
 
     def close(self, interrupted: bool = False) -> None:
-        self.allocation.close(interrupted)
+        try:
+            CELL_STEPS[self.allocation.container].release(self.allocation)
+        finally:
+            self.allocation.close(interrupted)
 
     def preflight(self, nodes: Sequence[Node], *, dataset: Any = None, timeout: float = 120,
                   **_: Any) -> list[NodeReport]:

@@ -46,6 +46,7 @@ class Allocation:
         self.released = False
         self.checked = False
         self.probed: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}  # what a runtime made for the allocation (apptainer: the SIF)
 
     @property
     def container(self) -> str:
@@ -231,11 +232,11 @@ class Allocation:
                 "partition": self.cfg.get("partition") or fields(
                     cli(["scontrol", "show", "job", "-o", "--", str(self.job)]).stdout).get("Partition"),
                 **{k: self.cfg.get(k) for k in ("account", "qos", "reservation", "time", "constraint",
-                                                "exclude")},
+                                                "exclude", "gpu_request", "mem", "sbatch_extra")},
                 "container": self.container,
                 "nodes": [n.name for n in self.nodes], "sbatch_script": self.script,
                 "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed,
-                "steps": self.steps}
+                "steps": self.steps, **self.extra}
 
     def job_state(self) -> str:
         """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""

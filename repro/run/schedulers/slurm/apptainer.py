@@ -29,6 +29,7 @@ Every flag is Apptainer's own, checked against its documentation and source (app
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ from repro.errors import UsageError
 from repro.run.launchers.base import fill
 from repro.spec.manifest import Cell, Manifest
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: re-exports the task's Slurm and PMI variables as APPTAINERENV_* (kept by --cleanenv), then runs its
 #: arguments. No single quote in it: srun's --multi-prog reads a single-quoted word only where it holds none.
 FORWARD = ('for v in $(env | cut -d= -f1 | grep -E "^(PMIX|PMI|SLURM)_[A-Za-z0-9_]*$"); do '
@@ -87,12 +89,11 @@ def exec_options(manifest: Manifest, container: Mapping[str, Any]) -> list[str]:
 
 
 def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: str, head: Sequence[str],
-                   conf: str, mpi: str = "pmix") -> tuple[list[str], dict[str, str], str | None]:
+                   conf: str, *, mpi: str = "pmix", per_node: int = 1) -> tuple[list[str], dict[str, str],
+                                                                                 str | None]:
     """One cell under Apptainer: the srun argv (``head``: ``srun`` and its job-step options), the environment
     srun passes to the tasks (``APPTAINERENV_NAME``), and the ``--multi-prog`` configuration written to
-    ``conf`` (None for MPI targets: ``srun --mpi=MPI`` starts one task per rank)."""
-    from repro.run.schedulers.slurm.render import ENV_NAME, pyxis_tasks_per_node
-
+    ``conf`` (None for MPI targets: ``srun --mpi=MPI`` starts ``per_node`` tasks a node, one per rank)."""
     envs = [p.container["environment"] for p in plans]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     bad_env = sorted(k for e in envs for k in e if not ENV_NAME.match(k))
@@ -102,7 +103,6 @@ def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: st
     env = {f"APPTAINERENV_{k}": v for k, v in common.items()}
     run = ["sh", "-c", FORWARD, "sh", "apptainer", "exec"]
     if manifest.launch.kind == "mpi":
-        per_node = pyxis_tasks_per_node(manifest, cell)
         argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
         return ([head[0], f"--mpi={mpi}", *head[1:], f"--nodes={cell.nodes}",
                  f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *run,

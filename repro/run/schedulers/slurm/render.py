@@ -228,7 +228,9 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     head = pyxis_head("JOBID", names, f"repro-{cell.key}")
     if runtime == "apptainer":
         sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
-        argv, env, text = apptainer_step(manifest, cell, plans, sif, head, conf, str(cfg.get("mpi", "pmix")))
+        argv, env, text = apptainer_step(manifest, cell, plans, sif, head, conf,
+                                         mpi=str(cfg.get("mpi", "pmix")),
+                                         per_node=pyxis_tasks_per_node(manifest, cell))
     else:
         argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf)
     lines = [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]

@@ -311,6 +311,10 @@ class CellStep(JobStep, abc.ABC):
     def control(self, rank: int, word: str, rest: str) -> None:
         """A ``##repro WORD REST`` line of rank ``rank`` (only where ``marks``)."""
 
+    @staticmethod
+    def release(alloc: Allocation) -> None:
+        """Before the allocation is released, on every path out: what the kind made for the whole run."""
+
     @abc.abstractmethod
     def record(self) -> dict[str, Any]:
         """What the provenance records of the step."""

@@ -1,0 +1,117 @@
+"""``container: apptainer``: the run's SIF is built once, in ``sif_dir`` (a directory every node sees), by
+a job step on the allocation's first node; each cell's job step then starts every rank with ``apptainer
+exec`` of that SIF (the ``apptainer`` module says which flags, and why). Apptainer's containers end with
+their process: there is none to remove, and the SIF is removed when the allocation is released."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from repro.errors import RunFailed
+from repro.run.cell import CellFailed, NodeResult
+from repro.run.launchers.base import fill
+from repro.run.plan import plan_cell
+from repro.run.schedulers.slurm.allocation import Allocation
+from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, build_result, sif_path
+from repro.run.schedulers.slurm.commands import cli, stamp
+from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
+from repro.run.schedulers.slurm.steps import CellJob, CellStep, task_exits
+
+SIF_BUILD_S = 3600  # an NGC image of 10-20 GB converts in minutes; an hour bounds a stuck registry
+
+
+class ApptainerStep(CellStep):
+    """One cell as a job step of ``apptainer exec`` tasks: each task's labelled output goes to its node's log
+    (``per_node`` tasks a node for MPI targets); a task's exit status comes from srun's own report of it."""
+
+    @classmethod
+    def make(cls, alloc: Allocation, job: CellJob) -> ApptainerStep:
+        manifest, cell = job.manifest, job.cell
+        plans = plan_cell(manifest, cell, job.hosts)
+        names = [p.command.node.name for p in plans]
+        sif = cls.sif(alloc, job, names[0])
+        job.log_dir.mkdir(parents=True, exist_ok=True)
+        conf_path = job.log_dir / "multi-prog.conf"
+        head = pyxis_head(str(alloc.job), names, f"repro-{cell.key}")
+        argv, env, conf = apptainer_step(manifest, cell, plans, sif, head, str(conf_path),
+                                         mpi=str(alloc.cfg.get("mpi", "pmix")),
+                                         per_node=pyxis_tasks_per_node(manifest, cell))
+        if conf is not None:
+            conf_path.write_text(conf, encoding="utf-8")
+        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
+        mpi = manifest.launch.kind == "mpi"
+        nodes = [p.command.node for p in plans]
+        program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
+        results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
+                              program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
+        return cls(alloc, job, results, argv, per_node=per_node, env=env)
+
+    @staticmethod
+    def sif(alloc: Allocation, job: CellJob, node: str) -> str:
+        """The run's SIF: built by the first cell's step, on ``node``, from the image by digest."""
+        done = alloc.extra.get("apptainer")
+        if done:
+            return str(done["sif"])
+        path = sif_path(str(alloc.cfg["sif_dir"]), job.run_id)
+        argv = build_argv(str(alloc.job), node, path, str(job.image))
+        t0 = time.monotonic()
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=SIF_BUILD_S)
+        except subprocess.TimeoutExpired as e:
+            raise RunFailed(f"the SIF build step ({path}) did not end in {SIF_BUILD_S} s") from e
+        found = build_result(out.stdout.splitlines(), path)
+        if out.returncode != 0 or not found["sha256"]:
+            said = " | ".join((out.stderr.strip().splitlines() or ["no output"])[-3:])
+            raise RunFailed(f"apptainer could not build {path} from {job.image} on {node}: {said}")
+        alloc.extra["apptainer"] = {"sif": path, "source": argv[-1], "node": node, **found,
+                                    "build_s": round(time.monotonic() - t0, 3)}
+        return path
+
+    @staticmethod
+    def release(alloc: Allocation) -> None:
+        """Remove the run's SIF: a job step while the job runs, else here where ``sif_dir`` is seen."""
+        built = alloc.extra.get("apptainer")
+        if not built or built.get("removed"):
+            return
+        built["removed"] = True
+        if alloc.job and alloc.job_state() == "RUNNING":
+            done = cli(["srun", f"--jobid={alloc.job}", "--nodes=1", "--ntasks=1",
+                        f"--nodelist={built['node']}", "--overlap", "--job-name=repro-sif-rm", "rm", "-f",
+                        "--", built["sif"]], timeout=60)
+            if done.returncode == 0:
+                return
+        Path(built["sif"]).unlink(missing_ok=True)
+
+    def start(self) -> None:
+        super().start()
+        started = stamp()
+        for r in self.results:
+            r.started = started
+            self.job.emit(("started", r.node, started))
+
+    def follow(self, events: Any) -> None:
+        for kind, rank, text in events:
+            self.job.emit((kind, self.results[rank].node, text))
+
+    def record(self) -> dict[str, Any]:
+        return {"cell": self.job.cell.key, "srun": self.argv, "env": sorted(self.env or {}),
+                "sif": self.alloc.extra.get("apptainer", {}).get("sif"),
+                "submitted": stamp(self.submitted), "exit_code": self.proc.returncode if self.proc else None,
+                "started": {r.node: r.started for r in self.results}}
+
+    def outcome(self) -> list[NodeResult]:
+        codes = task_exits(self.demux.other, [r.node for r in self.results])
+        for r in self.results:
+            r.exit_code = codes.get(r.node, 0 if self.proc.returncode == 0 else None)
+            if self.timed_out:
+                r.error = self.timeout_error()
+            elif r.exit_code is None:
+                r.error = "the job step ended without the task's exit: " + " | ".join(self.demux.other[-3:])
+            self.job.emit(("exited", r.node, str(r.exit_code)))
+        if not all(r.ok for r in self.results):
+            self.ended_by_slurm(self.alloc.job_state())
+            raise CellFailed(self.job.cell, self.results)
+        return self.results
