@@ -99,8 +99,8 @@ def load_hosts(path: Path | None) -> Hosts:
                                     "no nodes: only a Slurm inventory may leave them to the scheduler",
                                     "list the nodes, or add scheduler: {kind: slurm, partition: NAME}"))
     if not problems:
-        problems += [doc.problem(["scheduler", key], why, fix)
-                     for key, why, fix in scheduler_problems(doc.data.get("scheduler") or {})]
+        problems += [doc.problem(["scheduler", p.key] + ([] if p.item is None else [p.item]), p.why, p.fix)
+                     for p in scheduler_problems(doc.data.get("scheduler") or {})]
         seen: dict[tuple[str, str], int] = {}
         for i, n in enumerate(doc.data.get("nodes", [])):
             for key in ("name", "address"):

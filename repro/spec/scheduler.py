@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _NAME = r"[A-Za-z0-9_.-]+"
 WORD = re.compile(rf"^{_NAME}$")
@@ -89,9 +89,14 @@ def _constraint(value: str) -> str | None:
 
 
 def _extra(value: object, cfg: Mapping[str, object] | None = None) -> str | None:
+    found = _extra_item(value, cfg)
+    return found[1] if found else None
+
+
+def _extra_item(value: object, cfg: Mapping[str, object] | None = None) -> tuple[int, str] | None:
     """``sbatch_extra``: a list of long options (one string from ``--scheduler``), each checked alone; one
     that the kit writes, or that a setting of ``cfg`` (``mem``, ``gpu_request``, unless ``none``) renders,
-    is refused."""
+    is refused. The first bad item's index and what is wrong with it."""
     items = value if isinstance(value, list) else [value]
     for i, item in enumerate(items):
         text = str(item)
@@ -99,15 +104,15 @@ def _extra(value: object, cfg: Mapping[str, object] | None = None) -> str | None
         if not SBATCH_OPTION.match(text):
             bad = next((c for c in text if c.isspace() or c in "'\"$`;&|<>()*?!{}~#\\"), None)
             what = f"holds {bad!r}" if bad else "is not --OPTION or --OPTION=VALUE"
-            return f"item {i + 1} {shown!r} {what}: each item is one long option of sbatch"
+            return i, f"{shown!r} {what}: each item is one long option of sbatch"
         option = text.partition("=")[0]
         owner = next((k for k, s in SETTINGS.items() if s.sbatch == option), None)
         if owner or option in KIT_OPTIONS:
-            return (f"item {i + 1} {shown!r} sets {option}, which the kit writes itself"
-                    + (f" from the setting {owner}" if owner else ""))
+            return i, (f"{shown!r} sets {option}, which the kit writes itself"
+                       + (f" from the setting {owner}" if owner else ""))
         taken = TAKEN_BY.get(option)
         if taken and str((cfg or {}).get(taken, "")) != "none":
-            return f"item {i + 1} {shown!r} sets {option}, which the kit writes unless {taken}: none"
+            return i, f"{shown!r} sets {option}, which the kit writes unless {taken}: none"
     return None
 
 
@@ -159,20 +164,32 @@ SETTINGS: dict[str, Setting] = {
 GPU_REQUEST = {"gpus-per-node": "--gpus-per-node={}", "gres": "--gres=gpu:{}", "none": ""}
 
 
-def problems(cfg: Mapping[str, object]) -> list[tuple[str, str, str]]:
-    """(key, what is wrong, how to fix it) for every setting of ``cfg`` the table refuses or does not know."""
+class SettingProblem(NamedTuple):
+    key: str
+    why: str  # what is wrong
+    fix: str
+    item: int | None = None  # which item of a list setting (from 0)
+
+
+def problems(cfg: Mapping[str, object]) -> list[SettingProblem]:
+    """(key, what is wrong, how to fix it, the item) for every setting of ``cfg`` the table refuses or does
+    not know."""
     out = []
     for key, value in cfg.items():
         if key.startswith("_"):
             continue
         setting = SETTINGS.get(key)
         if setting is None:
-            out.append((key, "is not a scheduler setting", f"use one of {', '.join(SETTINGS)}"))
+            out.append(SettingProblem(key, "is not a scheduler setting", f"use one of {', '.join(SETTINGS)}"))
             continue
-        why = _extra(value, cfg) if setting.check is _extra else setting.check(str(value))
-        if why and setting.many:
-            out.append((key, why, f"e.g. {key}: {setting.example}"))
-        elif why:
+        if setting.many:
+            bad = _extra_item(value, cfg)
+            if bad:
+                out.append(SettingProblem(key, bad[1], f"e.g. {key}: {setting.example}",
+                                          bad[0] if isinstance(value, list) else None))
+            continue
+        why = setting.check(str(value))
+        if why:
             shown = str(value) if len(str(value)) <= 80 else str(value)[:77] + "..."
-            out.append((key, f"{shown!r} {why}", f"e.g. {key}: {setting.example}"))
+            out.append(SettingProblem(key, f"{shown!r} {why}", f"e.g. {key}: {setting.example}"))
     return out

@@ -38,7 +38,7 @@ def parse_spec(text: str) -> dict[str, str]:
                              f"{', '.join(KEYS[1:])}",
                              hint="e.g. --scheduler slurm:partition=debug,time=30,container=docker")
         out[key] = value
-    for key, why, fix in problems({k: v for k, v in out.items() if k != "kind"}):
+    for key, why, fix, _ in problems({k: v for k, v in out.items() if k != "kind"}):
         raise UsageError(f"--scheduler {key}: {why}", hint=f"{fix} (--scheduler {out['kind']}:{key}=...)")
     return out
 
