@@ -23,6 +23,9 @@ from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
 
+#: the setting Slurm's refusal of a batch script names, by the words in it
+REFUSALS = ((("account",), "account"), (("time",), "time"), (("feature", "constraint"), "constraint"),
+            (("gres", "gpu"), "gpu_request"), (("memory",), "mem"))
 PREFLIGHT_TIME = "5"  # minutes: preflight's own allocation, where it is not run inside one
 CONTAINERS = ("docker", "pyxis", "apptainer")
 #: the runtimes that start one task per MPI rank through Slurm's PMI (no mpirun, no sshd)
@@ -139,8 +142,7 @@ class Allocation:
         if test.returncode != 0:
             why = " ".join(test.stderr.replace("sbatch: error:", "").split())
             low = why.lower()
-            key = "account" if "account" in low else "time" if "time" in low else "constraint" \
-                if "feature" in low or "constraint" in low else "partition"
+            key = next((k for words, k in REFUSALS if any(w in low for w in words)), "partition")
             hint = ("fix the scheduler settings (sinfo, sacctmgr show assoc user=$USER show what this "
                     "account may use); nothing was submitted")
             raise UsageError(f"{self.where(key)}: Slurm refuses the job: {why}", hint=hint)
