@@ -71,3 +71,72 @@ def test_a_gpu_request_the_cluster_cannot_meet_is_slurms_refusal_named_by_the_se
     assert str(e.value) == (f"{tmp_path / 'site.yaml'}: scheduler.gpu_request: Slurm refuses the job: "
                             "Invalid generic resource (gres) specification")
     assert jobs() == before
+
+
+# --- the Slurm half of an Apptainer cell ----------------------------------------------------------------------
+# Apptainer cannot be installed here (no package in Debian 12, no release download reachable): a stand-in
+# named `apptainer` on the tasks' PATH prints the arguments and APPTAINERENV_* variables it is given, so that
+# what Slurm does with the kit's step (srun's parsing of the --multi-prog file, the PMI variables the wrapper
+# forwards) runs for real; apptainer's own flags are checked as text (tests/test_slurm_site.py).
+
+STAND_IN = """#!/bin/sh
+for a in "$@"; do printf 'ARG %s\\n' "$a"; done
+env | grep '^APPTAINERENV_' | sort
+"""
+
+
+def run_step(tmp_path: Path, target: str, mpi: bool) -> dict[int, list[str]]:
+    import os
+    import shlex
+
+    from repro.run.plan import plan_cell
+    from repro.run.schedulers.slurm.apptainer import apptainer_step
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(STAND_IN)
+    (bin_dir / "apptainer").chmod(0o755)
+    m = find_target(target)
+    cell = next(c for c in select_cells(m) if c.nodes == 2)
+    hosts = load_hosts(Path(os.environ["REPRO_CLUSTER_HOSTS"]))
+    conf = tmp_path / "multi-prog.conf"
+    name = f"repro-test-apptainer-{os.getpid()}-{tmp_path.name}"
+    argv, env, text = apptainer_step(m, cell, plan_cell(m, cell, hosts), "/shared/r.sif",
+                                     ["srun", f"--job-name={name}"], str(conf), per_node=1)
+    if text is not None:
+        conf.write_text(text)
+    try:  # the job may wait in the queue while other tests hold the two nodes
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    finally:
+        subprocess.run(["scancel", f"--name={name}"], capture_output=True, timeout=30)
+    assert out.returncode == 0, (shlex.join(argv), out.stdout, out.stderr)
+    ranks: dict[int, list[str]] = {}
+    for line in out.stdout.splitlines():
+        rank, _, said = line.partition(": ")
+        ranks.setdefault(int(rank), []).append(said)
+    return ranks
+
+
+@pytest.fixture
+def hosts_env(cluster: dict, slurm_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPRO_CLUSTER_HOSTS", cluster["hosts_file"])
+
+
+def test_apptainer_multi_prog_lines_reach_each_rank_whole_with_its_own_pod_ip(hosts_env, tmp_path):
+    ranks = run_step(tmp_path, "paddle-rn50-cpu", mpi=False)
+    for rank, addr in ((0, "10.77.0.11"), (1, "10.77.0.12")):
+        args = [s[4:] for s in ranks[rank] if s.startswith("ARG ")]
+        assert args[:5] == ["exec", "--cleanenv", "--no-home", "--writable-tmpfs", f"--env=POD_IP={addr}"]
+        assert args[5:8] == ["/shared/r.sif", "python", "/opt/repro/with_node_address.py"]
+        env = [s for s in ranks[rank] if s.startswith("APPTAINERENV_")]
+        assert f"APPTAINERENV_SLURM_PROCID={rank}" in env and "APPTAINERENV_PYTHONUNBUFFERED=1" in env
+
+
+def test_apptainer_mpi_ranks_get_slurms_pmix_variables_through_cleanenv(hosts_env, tmp_path):
+    ranks = run_step(tmp_path, "mpi-rn50-cpu", mpi=True)
+    assert sorted(ranks) == [0, 1]
+    for rank, said in ranks.items():
+        assert f"APPTAINERENV_PMIX_RANK={rank}" in said and f"APPTAINERENV_SLURM_PROCID={rank}" in said
+        assert any(s.startswith("APPTAINERENV_PMIX_SERVER_URI") for s in said), said
+        assert "APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT=1" in said
