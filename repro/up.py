@@ -207,7 +207,8 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)
     if not sched.engines and "build" in manifest.image and not opts.images.push:
-        raise UsageError(f"{manifest.id} builds its image, and pyxis runs images from a registry by digest",
+        raise UsageError(f"{manifest.id} builds its image, and {sched.runtime(sched.cfg)} takes images "
+                         "from a registry by digest",
                          hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
     if sched.allocates:
         # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
