@@ -321,3 +321,21 @@ def test_apptainer_plan_shows_the_sif_build_and_each_cells_step(tmp_path: Path):
                                                        "--multi-prog",
                                                        "RUN_DIR/cells/2n1g-fp32-bs8/rN/multi-prog.conf"])]
     assert lines[i + 6] == "  multi-prog.conf:" and lines[i + 7].startswith("    0 sh -c ")
+
+
+def test_a_run_directory_keeps_the_gpus_a_resumed_allocation_asks_for(tmp_path: Path):
+    from repro.run.rundir import RunDir
+
+    f = tmp_path / "slurm.yaml"
+    f.write_text(SITE)
+    inv = load_hosts(f)
+    # what Allocation.open records: the nodes Slurm named (no gpus of their own), the site's settings
+    allocated = Hosts((Node("gpu17", "10.1.0.17"), Node("gpu18", "10.1.0.18")), f, scheduler=inv.scheduler,
+                      gpus=inv.gpus)
+    run = RunDir.create(tmp_path / "runs", find_target("torch-rn50-cpu"), allocated, env={})
+    again = load_hosts(run.file("hosts.yaml"))
+    assert again.gpus == 8 and [n.gpus for n in again.nodes] == [8, 8]
+    assert again.scheduler["sbatch_extra"] == ["--signal=B:USR1@120", "--comment=rn50"]
+    cfg = scheduler_config(again.scheduler, None)
+    assert render_sbatch(cfg, "j", 2, gpus=again.gpus) == script("--partition=gpu", "--gres=gpu:8", "--mem=0",
+                                                                 "--signal=B:USR1@120", "--comment=rn50")
