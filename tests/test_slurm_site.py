@@ -226,8 +226,10 @@ WRAP = ["sh", "-c", FORWARD, "sh"]
 def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_read_back():
     sif = sif_path("/shared/sif/", "RUN1")
     assert sif == "/shared/sif/repro-RUN1.sif"
-    # apptainer build [--force] IMAGE_PATH BUILD_SPEC, BUILD_SPEC docker://REF (the user guide's
-    # build_a_container.rst and cli/apptainer_build; --force: overwrite an existing image)
+    # apptainer build [options] IMAGE_PATH BUILD_SPEC with BUILD_SPEC docker://REF (the user guide's
+    # build_a_container.rst); -F/--force "overwrite an image file if it exists" (commonForceFlag in
+    # cmd/internal/cli/apptainer.go, registered for build in build.go); `apptainer --version` prints
+    # "apptainer version X" (SetVersionTemplate in apptainer.go)
     assert build_argv("42", "n1", sif, "reg:5000/repro/cpu-torch@" + DIGEST) == [
         "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--job-name=repro-sif",
         "sh", "-c", 'apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1"', "sh",
