@@ -16,7 +16,7 @@ from repro.run.plan import plan_cell, select_cells
 from repro.run.schedulers import parse_spec, scheduled_plan, scheduler_config
 from repro.run.schedulers.slurm import render_sbatch
 from repro.run.schedulers.slurm.apptainer import (BUILD, FORWARD, apptainer_step, build_argv, build_result,
-                                                  sif_path, sif_source)
+                                                  seen_argv, sif_path, sif_source, unseen)
 from repro.run.schedulers.slurm.render import pyxis_head
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.spec.manifest import find_target
@@ -232,13 +232,25 @@ def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_re
     # "apptainer version X" (SetVersionTemplate in apptainer.go)
     assert build_argv("42", "n1", sif, "reg:5000/repro/cpu-torch@" + DIGEST) == [
         "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--job-name=repro-sif",
-        "sh", "-c", 'apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1"', "sh",
-        sif, "docker://reg:5000/repro/cpu-torch@" + DIGEST]
+        "sh", "-c", 'apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1" && '
+        'stat -c "size %s" "$1"', "sh", sif, "docker://reg:5000/repro/cpu-torch@" + DIGEST]
     assert BUILD.count("apptainer build") == 1
-    out = ["apptainer version 1.3.4", f"{'b' * 64}  {sif}"]
-    assert build_result(out, sif) == {"apptainer": "apptainer version 1.3.4", "sha256": "b" * 64}
+    out = ["apptainer version 1.3.4", f"{'b' * 64}  {sif}", "size 334000128"]
+    assert build_result(out, sif) == {"apptainer": "apptainer version 1.3.4", "sha256": "b" * 64,
+                                      "size": 334000128}
     assert build_result(["apptainer version 1.3.4"], sif) == {"apptainer": "apptainer version 1.3.4",
-                                                              "sha256": None}
+                                                              "sha256": None, "size": None}
+
+
+def test_every_node_of_a_cell_must_see_the_sif_where_it_was_built():
+    assert seen_argv("42", ["n1", "n2"], "/shared/sif/r.sif") == [
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
+        "--label", "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", "/shared/sif/r.sif"]
+    said = ["0: 334000128", "1: stat: cannot statx '/shared/sif/r.sif': No such file or directory",
+            "srun: error: n2: task 1: Exited with exit code 1"]
+    assert unseen(said, ["n1", "n2"], 334000128) == ["n2"]
+    assert unseen(["1: 334000128", "0: 334000128"], ["n1", "n2"], 334000128) == []
+    assert unseen(["0: 1024"], ["n1"], 334000128) == ["n1"]  # another file of that name: not the one built
     with pytest.raises(UsageError, match="by digest"):
         sif_source("repro/cpu-torch:2.13.0")
 

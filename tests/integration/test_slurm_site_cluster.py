@@ -140,3 +140,30 @@ def test_apptainer_mpi_ranks_get_slurms_pmix_variables_through_cleanenv(hosts_en
         assert f"APPTAINERENV_PMIX_RANK={rank}" in said and f"APPTAINERENV_SLURM_PROCID={rank}" in said
         assert any(s.startswith("APPTAINERENV_PMIX_SERVER_URI") for s in said), said
         assert "APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT=1" in said
+
+
+def test_a_sif_dir_one_node_does_not_share_is_found(cluster, slurm_env, tmp_path):
+    """The SIF check step (every node of a cell asked for the SIF's size) against real nodes: a file in a
+    directory both share, and one in a node's own directory (each slurmd sees DIR/node-local as its node's)."""
+    import os
+
+    from repro.run.schedulers.slurm.apptainer import seen_argv, unseen
+
+    names = [n["name"] for n in cluster["nodes"]]
+    shared = tmp_path / "r.sif"
+    shared.write_bytes(b"x" * 4096)
+    work = Path(cluster["work_dir"])
+    own = work / "nodes" / names[0] / "local" / f"repro-test-{os.getpid()}.sif"
+    own.write_bytes(b"x" * 4096)
+    try:
+        for path, missing in ((str(shared), []), (str(work / "node-local" / own.name), names[1:])):
+            job = f"repro-test-sif-seen-{os.getpid()}"
+            argv = [a for a in seen_argv("X", names, path) if a != "--jobid=X"]
+            argv[argv.index("--job-name=repro-sif-seen")] = f"--job-name={job}"
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            finally:
+                subprocess.run(["scancel", f"--name={job}"], capture_output=True, timeout=30)
+            assert unseen(out.stdout.splitlines(), names, 4096) == missing, (out.stdout, out.stderr)
+    finally:
+        own.unlink()

@@ -43,8 +43,10 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: arguments. No single quote in it: srun's --multi-prog reads a single-quoted word only where it holds none.
 FORWARD = ('for v in $(env | cut -d= -f1 | grep -E "^(PMIX|PMI|SLURM)_[A-Za-z0-9_]*$"); do '
            'eval "export APPTAINERENV_$v=\\"\\${$v}\\""; done; exec "$@"')
-#: the SIF build step's script: $1 the SIF, $2 the source; prints the version, then ``sha256sum``'s line
-BUILD = ('apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1"')
+#: the SIF build step's script: $1 the SIF, $2 the source; prints the version, ``sha256sum``'s line and the
+#: size
+BUILD = ('apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1" && '
+         'stat -c "size %s" "$1"')
 
 
 def sif_path(sif_dir: str, run_id: str) -> str:
@@ -65,12 +67,31 @@ def build_argv(job: str, node: str, sif: str, image: str) -> list[str]:
             "--job-name=repro-sif", "sh", "-c", BUILD, "sh", sif, sif_source(image)]
 
 
-def build_result(lines: Sequence[str], sif: str) -> dict[str, str | None]:
-    """The version and the SIF's sha256 from the build step's output."""
+def seen_argv(job: str, nodes: Sequence[str], sif: str) -> list[str]:
+    """The job step that asks every node of a cell for the SIF's size: ``sif_dir`` must be shared."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", sif]
+
+
+def unseen(lines: Sequence[str], nodes: Sequence[str], size: int) -> list[str]:
+    """The nodes (in ``seen_argv``'s task order) whose answer is not the built SIF's size."""
+    said: dict[int, str] = {}
+    for line in lines:
+        task, sep, text = line.partition(": ")
+        if sep and task.strip().isdigit():
+            said[int(task)] = text.strip()
+    return [n for i, n in enumerate(nodes) if said.get(i) != str(size)]
+
+
+def build_result(lines: Sequence[str], sif: str) -> dict[str, Any]:
+    """The version, the SIF's sha256 and its size from the build step's output."""
     version = next((ln.strip() for ln in lines if ln.strip().startswith("apptainer version")), None)
     digest = next((ln.split()[0] for ln in lines if len(ln.split()) == 2 and ln.split()[1] == sif
                    and len(ln.split()[0]) == 64), None)
-    return {"apptainer": version, "sha256": digest}
+    size = next((int(ln.split()[1]) for ln in lines if len(ln.split()) == 2 and ln.split()[0] == "size"
+                 and ln.split()[1].isdigit()), None)
+    return {"apptainer": version, "sha256": digest, "size": size}
 
 
 def exec_options(manifest: Manifest, container: Mapping[str, Any]) -> list[str]:

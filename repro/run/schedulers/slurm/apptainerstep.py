@@ -15,7 +15,8 @@ from repro.run.cell import CellFailed, NodeResult
 from repro.run.launchers.base import fill
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
-from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, build_result, sif_path
+from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, seen_argv,
+                                                  sif_path, unseen)
 from repro.run.schedulers.slurm.commands import cli, stamp
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
 from repro.run.schedulers.slurm.steps import CellJob, CellStep, task_exits
@@ -32,7 +33,7 @@ class ApptainerStep(CellStep):
         manifest, cell = job.manifest, job.cell
         plans = plan_cell(manifest, cell, job.hosts)
         names = [p.command.node.name for p in plans]
-        sif = cls.sif(alloc, job, names[0])
+        sif = cls.sif(alloc, job, names)
         job.log_dir.mkdir(parents=True, exist_ok=True)
         conf_path = job.log_dir / "multi-prog.conf"
         head = pyxis_head(str(alloc.job), names, f"repro-{cell.key}")
@@ -50,11 +51,23 @@ class ApptainerStep(CellStep):
         return cls(alloc, job, results, argv, per_node=per_node, env=env)
 
     @staticmethod
-    def sif(alloc: Allocation, job: CellJob, node: str) -> str:
-        """The run's SIF: built by the first cell's step, on ``node``, from the image by digest."""
-        done = alloc.extra.get("apptainer")
-        if done:
-            return str(done["sif"])
+    def sif(alloc: Allocation, job: CellJob, nodes: list[str]) -> str:
+        """The run's SIF: built by the first cell's step, on its first node, from the image by digest; every
+        node of each cell must see it (``sif_dir`` shared), asked once a node."""
+        built = alloc.extra.get("apptainer") or ApptainerStep.build(alloc, job, nodes[0])
+        new = [n for n in nodes if n not in built["seen_on"]]
+        if new:
+            out = cli(seen_argv(str(alloc.job), new, built["sif"]), timeout=120)
+            missing = unseen(out.stdout.splitlines(), new, built["size"])
+            if missing:
+                raise RunFailed(f"{', '.join(missing)} do(es) not see {built['sif']} as {nodes[0]} built it: "
+                                "sif_dir must be a directory every node shares",
+                                hint="set scheduler.sif_dir to a path on the cluster's shared filesystem")
+            built["seen_on"] += new
+        return str(built["sif"])
+
+    @staticmethod
+    def build(alloc: Allocation, job: CellJob, node: str) -> dict[str, Any]:
         path = sif_path(str(alloc.cfg["sif_dir"]), job.run_id)
         argv = build_argv(str(alloc.job), node, path, str(job.image))
         t0 = time.monotonic()
@@ -63,12 +76,12 @@ class ApptainerStep(CellStep):
         except subprocess.TimeoutExpired as e:
             raise RunFailed(f"the SIF build step ({path}) did not end in {SIF_BUILD_S} s") from e
         found = build_result(out.stdout.splitlines(), path)
-        if out.returncode != 0 or not found["sha256"]:
+        if out.returncode != 0 or not found["sha256"] or found["size"] is None:
             said = " | ".join((out.stderr.strip().splitlines() or ["no output"])[-3:])
             raise RunFailed(f"apptainer could not build {path} from {job.image} on {node}: {said}")
         alloc.extra["apptainer"] = {"sif": path, "source": argv[-1], "node": node, **found,
-                                    "build_s": round(time.monotonic() - t0, 3)}
-        return path
+                                    "build_s": round(time.monotonic() - t0, 3), "seen_on": [node]}
+        return alloc.extra["apptainer"]
 
     @staticmethod
     def release(alloc: Allocation) -> None:
