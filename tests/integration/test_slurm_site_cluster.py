@@ -17,6 +17,7 @@ from repro.spec.hosts import load_hosts
 from repro.spec.manifest import find_target
 
 pytestmark = [pytest.mark.slurm]
+QUEUE_S = 1200  # a job step waits in the queue while other tests hold the two nodes
 
 SITE = """\
 schema_version: 1
@@ -106,7 +107,7 @@ def run_step(tmp_path: Path, target: str, mpi: bool) -> dict[int, list[str]]:
     if text is not None:
         conf.write_text(text)
     try:  # the job may wait in the queue while other tests hold the two nodes
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=QUEUE_S,
                              env={**os.environ, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     finally:
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, timeout=30)
@@ -161,7 +162,7 @@ def test_a_sif_dir_one_node_does_not_share_is_found(cluster, slurm_env, tmp_path
             argv = [a for a in seen_argv("X", names, path) if a != "--jobid=X"]
             argv[argv.index("--job-name=repro-sif-seen")] = f"--job-name={job}"
             try:
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=QUEUE_S)
             finally:
                 subprocess.run(["scancel", f"--name={job}"], capture_output=True, timeout=30)
             assert unseen(out.stdout.splitlines(), names, 4096) == missing, (out.stdout, out.stderr)
