@@ -90,7 +90,7 @@ def stand_ins(hosts: Hosts, need: int) -> Hosts:
     known = hosts.nodes
     nodes = tuple(Node(name=n, address=a, gpus=known[min(i, len(known) - 1)].gpus if known else None)
                   for i, (n, a) in enumerate(map(node_tokens, range(need))))
-    return Hosts(nodes, hosts.path, hosts.data, hosts.env, scheduler=hosts.scheduler)
+    return Hosts(nodes, hosts.path, hosts.data, hosts.env, scheduler=hosts.scheduler, gpus=hosts.gpus)
 
 
 def detached(argv: Sequence[str], output: str) -> list[str]:
@@ -213,7 +213,7 @@ def render_detached(d: Detach) -> Script:
     lines.append('[ "$failed" = 0 ] && quit 0 done || quit 5 "$failed repeat(s) failed"')
     name = f"repro-{d.manifest.id}"
     script.text = render_sbatch(d.cfg, name, need, "\n".join(lines), per_node=d.per_node(),
-                                output="job/batch-%j.out")
+                                output="job/batch-%j.out", gpus=hosts.gpus)
     return script
 
 
