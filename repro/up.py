@@ -75,6 +75,7 @@ class UpResult:
     cell_seconds: float = 0.0
     verdicts: list[str] = field(default_factory=list)  # one per cell this invocation ran, once finished
     cells: Sequence[Cell] = ()  # the cells this invocation ran (--cells): what its exit status speaks of
+    table: Any = None  # the run's judged table (a TableResult), once finished: what the results store keeps
 
 
 def _manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, Hosts, RunDir | None]:
@@ -441,7 +442,7 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     from repro.record import archive
 
     run = result.run
-    table = reproduce_run(run.path)
+    table = result.table = reproduce_run(run.path)
     ran = {(c.nodes, c.gpus, c.precision, c.batch_size) for c in result.cells}
     result.verdicts = [c.verdict for c in table.cells
                        if not ran or (c.nodes, c.gpus, c.precision, c.batch_size) in ran]

@@ -164,3 +164,11 @@ def cpu_torch(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
                              build=BuildOptions(wheels=wheels, ca_bundle=ca if ca.is_file() else None))
         result = prepare(manifest, load_hosts(Path(cluster["hosts_file"])), opts)
     return {"manifest": path, "image": result.reference, "image_id": result.image_id}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def own_results_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`repro report` and `repro up` record what they judge in the results store: the tests record into a
+    store of their own (and their subprocesses inherit it), never the user's; a test that checks the store
+    gives its own REPRO_RESULTS."""
+    os.environ["REPRO_RESULTS"] = str(tmp_path_factory.mktemp("results") / "results.sqlite")

@@ -88,7 +88,7 @@ def test_report_and_audit_from_archive_anywhere(archive: Path, tmp_path: Path) -
     shutil.copy(checksum_file(archive), checksum_file(moved))
     res = CliRunner().invoke(cli, ["report", str(moved), "--format", "json"])
     assert res.exit_code == 0, res.output
-    cells = json.loads(res.output)
+    cells = json.loads(res.stdout)
     assert len(cells) == 6 and {c["verdict"] for c in cells} == {"reproduced"}
     code, out = audit_exit(moved)
     assert code == 0, out

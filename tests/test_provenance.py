@@ -233,7 +233,7 @@ def test_run_rederives_the_published_table(sealed: RunDir) -> None:
 def test_cli_report_reads_a_run_directory(sealed: RunDir) -> None:
     res = CliRunner().invoke(cli, ["report", str(sealed.path), "--format", "json"])
     assert res.exit_code == 0, res.output
-    assert [c["reproduced"] for c in json.loads(res.output)] == \
+    assert [c["reproduced"] for c in json.loads(res.stdout)] == \
         [c["reproduced"] for c in json.loads(sealed.file("report.json").read_text())]
 
 

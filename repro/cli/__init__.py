@@ -2,7 +2,8 @@
 
 This package is the only place that prints, chooses exit codes or configures logging; everything it calls
 raises ReproError subclasses that carry their own exit code. ``common`` holds what every verb shares;
-``tables`` the verbs that read targets, logs and runs; ``site`` those that act on a site.
+``tables`` the verbs that read targets, logs and runs; ``site`` those that act on a site; ``history`` the
+results store's (history, compare).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import click
 
 from repro import __version__
-from repro.cli import explain, site, tables
+from repro.cli import explain, history, site, tables
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +33,8 @@ for _command in (
     explain.explain,
     tables.audit,
     tables.diff,
+    history.history,
+    history.compare,
     site.preflight,
     site.up,
     site.status,

@@ -14,6 +14,7 @@ from repro.errors import UsageError
 from repro.verdict.rules import FAIL_ON
 
 
+from repro.cli.history import record_finished, record_options
 from repro.cli.common import (
     cells_option,
     echo,
@@ -284,16 +285,19 @@ def preflight(
                    "`repro report RUN_DIR` judges it once it ended")
 @scheduler_option
 @image_options
+@record_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool,
        accept_new_host_keys: bool, synthetic: bool, fail_on: str | None, scheduler: str | None,
        allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
-       push: str | None, detach: bool) -> None:
+       push: str | None, detach: bool, results_path: Path | None, no_record: bool,
+       cluster: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
-    It ends with `repro report`'s exit status for the run's table (5 when a repeat failed).
+    It ends with `repro report`'s exit status for the run's table (5 when a repeat failed). The finished
+    run is recorded in the results store (`repro history`) unless --no-record.
     """
     from repro.images import BuildOptions, ImagesOptions
     from repro.progress import make_progress
@@ -333,6 +337,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
         progress.close()
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     echo(finish(result, colour=colour), nl=False, color=colour)
+    record_finished(result, results_path, no_record, cluster)
     if result.failed:
         sys.exit(5)
     sys.exit(exit_code(result.verdicts, failing))

@@ -14,6 +14,7 @@ from repro.errors import UsageError
 from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 
+from repro.cli.history import record, record_finished, record_options
 from repro.cli.common import (
     cells_option,
     echo,
@@ -259,6 +260,7 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
     help="write the chart in the format its extension names: .png, .svg or .pdf",
 )
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
+@record_options
 @reports_errors
 def report(
     targets: tuple[str, ...],
@@ -268,6 +270,9 @@ def report(
     fmt: str,
     plot: Path | None,
     fail_on: str | None,
+    results_path: Path | None,
+    no_record: bool,
+    cluster: str | None,
 ) -> None:
     """Compare published tables with logs: re-derivation from the publication's own logs, or a new run
     (your logs, a run directory) judged with its repeats' own variance.
@@ -275,6 +280,9 @@ def report(
     TARGETS are target ids, or the id of a published table several targets share
     (e.g. a whole comparison table: its Paddle and NGC columns), or one run directory
     or run archive written by `repro up` (logs/<run-id>, logs/<run-id>.tar.gz).
+
+    A run directory, archive or tree of your logs is recorded in the results store (`repro history`),
+    once; --no-record leaves the store alone.
     """
     from repro.verdict.chart import plot_format
     from repro.verdict.html import render_html
@@ -300,8 +308,10 @@ def report(
         text = finish(result, colour=colour)
         if fmt == "text" and not plot:
             echo(text, nl=False, color=colour)
+            record_finished(result, results_path, no_record, cluster)
             sys.exit(5 if result.failed else exit_code(result.verdicts, failing))
-    results, environment = _report_results(targets, table_id, from_logs, maps, fmt)
+    results, environment, snap = _report_results(targets, table_id, from_logs, maps, fmt,
+                                                  None if no_record else cluster or "")
     if fmt == "text":
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         echo(render_text(results, colour=colour), nl=False, color=colour)
@@ -314,6 +324,7 @@ def report(
         echo(RENDERERS[fmt](results), nl=False)
     if plot:
         _plot(results, plot, plot_fmt or "png")
+    record(snap, results_path)
     sys.exit(exit_code((c.verdict for r in results for c in r.cells), failing))
 
 
@@ -342,10 +353,13 @@ def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
 
 
 def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None,
-                    maps: tuple[str, ...], fmt: str) -> tuple[list[Any], list[Any]]:
-    """The tables a report judges (a run directory's, or the targets' from their logs or yours), and the
-    run's environment checks where the HTML page shows them."""
+                    maps: tuple[str, ...], fmt: str,
+                    cluster: str | None) -> tuple[list[Any], list[Any], Any]:
+    """The tables a report judges (a run directory's, or the targets' from their logs or yours), the
+    run's environment checks where the HTML page shows them, and the run as the results store keeps it
+    (None: not recorded; ``cluster`` None: --no-record, "": the cluster name the run implies)."""
     from repro.measure.userlogs import check_maps, parse_maps, scan_logs
+    from repro.record import snapshot
     from repro.record.archive import is_run_path, opened_run
     from repro.verdict.reproduce import reproduce_run, reproduce_table, resolve_tables
 
@@ -353,11 +367,17 @@ def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: P
     if len(targets) == 1 and is_run_path(targets[0]) and not from_logs and not maps:
         with opened_run(Path(targets[0])) as run:
             results = [reproduce_run(run.path, table_id, source=targets[0])]
-            return results, run_environment(run, results[0].manifest) if fmt == "html" else []
+            snap = (None if cluster is None else
+                    snapshot.from_run(run, results, source=str(Path(targets[0]).resolve()), cluster=cluster))
+            return results, run_environment(run, results[0].manifest) if fmt == "html" else [], snap
     tables = resolve_tables(targets, table_id)
     check_maps(mapped, tables)
     tree = scan_logs(from_logs) if from_logs else None  # read once for every table
-    return [reproduce_table(m, t, tree, mapped) for m, t in tables], []
+    results = [reproduce_table(m, t, tree, mapped) for m, t in tables]
+    where = str(from_logs.resolve()) if from_logs else "--map " + " ".join(maps)
+    snap = (None if cluster is None or not (from_logs or maps)
+            else snapshot.from_logs(results, source=where, cluster=cluster or None))
+    return results, [], snap
 
 
 def _writable(plot: Path) -> None:

@@ -9,7 +9,7 @@ the per-cell results with the delta from A to B.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +25,15 @@ from repro.nodes.facts import value
 from repro.record.provenance import load_record
 from repro.run.rundir import RunDir
 
-ENV_KEYS = ("nodes", "gpu_model", "gpu_memory_gb", "gpus_per_node", "driver", "interconnect", "ib_rate_gbps",
-            "cpu", "os", "cuda", "cudnn", "nccl", "kernel", "docker", "python")
+ENV_KEYS = ("cluster", "nodes", "gpu_model", "gpu_memory_gb", "gpus_per_node", "driver", "interconnect",
+            "ib_rate_gbps", "cpu", "os", "cuda", "cudnn", "nccl", "nccl_transport", "kernel", "docker",
+            "python")
 
 
 @dataclass
 class Side:
     label: str
-    kind: str  # run | target
+    kind: str  # run | target | logs (a tree of your logs)
     env: dict[str, str | None] = field(default_factory=dict)
     pins: dict[str, str | None] = field(default_factory=dict)
     results: dict[str, float | None] = field(default_factory=dict)
@@ -56,7 +57,7 @@ def side_from_run(run: RunDir) -> Side:
     record = load_record(run.file("provenance.json"))
     manifest = run.load_manifest()
     fw = manifest.framework
-    env: dict[str, str | None] = {"nodes": str(len(record["nodes"]))}
+    env: dict[str, str | None] = {"cluster": cluster_name(record), "nodes": str(len(record["nodes"]))}
     observed = {key: observe(record, key, fw) for key in ENVIRONMENT}
     for key, per in observed.items():
         env[key] = (per_node_text({k: round(v, 1) if isinstance(v, float) else v for k, v in per.items()})
@@ -65,6 +66,7 @@ def side_from_run(run: RunDir) -> Side:
     env["docker"] = _node_fact(record, "docker", "version")
     pys = {n["name"]: (value(container(n).get("python")) or {}).get("version") for n in record["nodes"]}
     env["python"] = per_node_text({k: v for k, v in pys.items() if v}) or None
+    env["nccl_transport"] = transport_seen(record)
     if "registry" in manifest.image:
         images = {n["name"]: n["image"].get("digest") or n["image"].get("id") for n in record["nodes"]}
     else:
@@ -91,6 +93,37 @@ def side_from_run(run: RunDir) -> Side:
 
             results = {_cell(c.__dict__): c.reproduced for c in reproduce_run(run.path).cells}
     return Side(run.run_id, "run", env, pins, results, unit, observed=observed)
+
+
+def cluster_name(record: Mapping[str, Any]) -> str | None:
+    """The cluster a run ran on, as its inventory names it: the hosts file's name without its suffix
+    (``hosts-perf.yaml``: ``hosts-perf``); without a file, the one machine's name."""
+    hosts = record.get("hosts") or {}
+    if hosts.get("source"):
+        return Path(hosts["source"]).stem
+    nodes = hosts.get("nodes") or []
+    return nodes[0]["name"] if len(nodes) == 1 else None
+
+
+def transport_seen(record: Mapping[str, Any]) -> str | None:
+    """The network transports NCCL used in the run, as its ranks' logs say (``IB``, ``Socket``, both)."""
+    seen = {(value(c.get("nccl_transport")) or {}).get("transport") for c in record.get("commands") or []}
+    return "/".join(sorted(t for t in seen if t)) or None
+
+
+def side_from_logs(label: str, logs: Sequence[Path], cluster: str | None = None) -> Side:
+    """A tree of your logs as a side: what logs say of their environment (the NCCL transport where they
+    print NCCL_DEBUG=INFO lines), the cluster they are said to come from, and this kit."""
+    from repro import __version__
+    from repro.measure.nccl import scan
+
+    seen = set()
+    for path in logs:
+        with Path(path).open("r", encoding="utf-8", errors="replace") as f:
+            seen.add(scan(f).transport)
+    env = {k: None for k in ENV_KEYS} | {"cluster": cluster,
+                                         "nccl_transport": "/".join(sorted(t for t in seen if t)) or None}
+    return Side(label, "logs", env, {"kit": __version__})
 
 
 def side_from_target(m: Manifest, table_id: str | None = None) -> Side:
@@ -138,7 +171,12 @@ def _note(key: str, a: Side, b: Side, x: str | None, y: str | None) -> str:
     return "DIFFERS"
 
 
-def _rows(a: Side, b: Side, section: str, keys: tuple[str, ...] | list[str]) -> list[list[str]]:
+def fact_rows(a: Side, b: Side, section: str, keys: tuple[str, ...] | list[str] | None = None
+              ) -> list[list[str]]:
+    """``[fact, A's, B's, note]`` for each fact of ``section`` (env: the environment, pins), the note
+    empty where they agree: what `repro diff` tabulates and `repro compare` ranks."""
+    if keys is None:
+        keys = ENV_KEYS if section == "env" else list(dict.fromkeys([*a.pins, *b.pins]))
     rows = []
     for k in keys:
         x, y = getattr(a, section).get(k), getattr(b, section).get(k)
@@ -151,10 +189,10 @@ def _rows(a: Side, b: Side, section: str, keys: tuple[str, ...] | list[str]) -> 
 def diff_sides(a: Side, b: Side) -> str:
     heads = ["", f"A: {a.label}", f"B: {b.label}"]
     out = [f"# repro diff\n\nA: {a.label} ({a.kind})  \nB: {b.label} ({b.kind})\n", "## Environment\n",
-           tabulate(_rows(a, b, "env", ENV_KEYS), headers=[*heads, ""], tablefmt="github",
+           tabulate(fact_rows(a, b, "env"), headers=[*heads, ""], tablefmt="github",
                     disable_numparse=True),
            "\n## Pins\n",
-           tabulate(_rows(a, b, "pins", list(dict.fromkeys([*a.pins, *b.pins]))), headers=[*heads, ""],
+           tabulate(fact_rows(a, b, "pins"), headers=[*heads, ""],
                     tablefmt="github", disable_numparse=True),
            f"\n## Results ({a.unit or b.unit or 'as published'})\n"]
     rows = []

@@ -42,7 +42,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
                              gridspec_kw={"height_ratios": [3, 2, 2] * len(found)}, squeeze=False)
     for gi, group in enumerate(found):
         _draw_group(group, axes[3 * gi][0], axes[3 * gi + 1][0], axes[3 * gi + 2][0])
-    _plain_text(fig)
+    plain_text(fig)
     fig.tight_layout(h_pad=3)
     try:
         fig.savefig(path, format=fmt, bbox_inches="tight")
@@ -209,7 +209,7 @@ def _title(group: Sequence[TableResult]) -> str:
     return "\n".join(textwrap.wrap(text, 100))
 
 
-def _plain_text(fig: Any) -> None:
+def plain_text(fig: Any) -> None:
     """Titles, axis labels, marks and legends come from manifests and logs: drawn as plain text, never
     parsed as math (``$...$`` would be; a bad formula stops the drawing), secrets and control characters
     removed. Tick labels keep math (log axes)."""

@@ -1,0 +1,197 @@
+"""The verbs of the results store: history (and history import), compare; and the options with which
+report and up record what they judged (--results, --no-record, --cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from repro.cli.common import echo, format_option, reports_errors
+from repro.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+results_option = click.option(
+    "--results", "results_path", type=click.Path(dir_okay=False, path_type=Path),
+    help="the results store (default: $REPRO_RESULTS, else $XDG_DATA_HOME/repro/results.sqlite)")
+
+
+def record_options(fn: F) -> F:
+    """``--results``, ``--no-record`` and ``--cluster``: where and whether a verb records its run."""
+    for option in reversed([
+        results_option,
+        click.option("--no-record", is_flag=True, help="do not record the run in the results store"),
+        click.option("--cluster", "cluster", metavar="NAME",
+                     help="the cluster name the run is recorded under (default: the hosts file's name, or "
+                          "this machine's; a log tree: none)"),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def store_path(results_path: Path | None) -> Path:
+    from repro.record.store import default_path
+
+    return results_path if results_path is not None else default_path()
+
+
+def record(snap: Any, results_path: Path | None) -> None:
+    """Record one run (a Snapshot; None: nothing of yours to record) and say so on stderr."""
+    from repro.record.provenance import now
+    from repro.record.store import open_store
+
+    if snap is None:
+        return
+    store = open_store(store_path(results_path))
+    try:
+        done = store.record(snap, now=now())
+    finally:
+        store.close()
+    said = {"new": "recorded", "updated": "recorded again (the run changed since: resumed)",
+            "unchanged": "already recorded", "extended": f"already recorded; added {done.cells} cell(s)"}
+    echo(f"{said[done.outcome]} in {store.path} as run #{done.id} ({snap.source})", err=True)
+
+
+def record_finished(result: Any, results_path: Path | None, no_record: bool, cluster: str | None) -> None:
+    """Record a finished `repro up` run (an UpResult whose table ``finish`` judged), unless --no-record."""
+    if no_record or result.table is None:
+        return
+    from repro.record import snapshot
+
+    source = str(result.run.path.resolve())
+    record(snapshot.from_run(result.run, [result.table], source=source, cluster=cluster), results_path)
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.argument("name", metavar="TARGET|TABLE | import RUN...", nargs=-1, required=True)
+@click.option("--cluster", help="only runs recorded under this cluster name (import: the name to record them "
+              "under)")
+@click.option("--since", metavar="DATE", help="only runs from DATE on (YYYY-MM-DD, or YYYY-MM-DDTHH:MM, UTC)")
+@format_option("csv", "json", help="csv and json: one record per cell and run")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="also draw the chart (.png, .svg or .pdf): a line per cell, the published figure dashed, "
+                   "intervals as bands")
+@results_option
+@reports_errors
+def history(name: tuple[str, ...], cluster: str | None, since: str | None, fmt: str, plot: Path | None,
+            results_path: Path | None) -> None:
+    """Each cell of a target or published table over the recorded runs, beside the published figure.
+
+    `repro history import RUN...` records earlier runs: run directories, run archives, or directories
+    holding them (a `logs/` folder).
+    """
+    if name[0] == "import":
+        _import(name[1:], results_path, cluster)
+        return
+    if len(name) != 1:
+        raise UsageError("give one target or published table", hint="e.g. repro history perf-2.5-v100")
+    from repro.record import history as hist
+    from repro.record.store import open_store
+
+    store = open_store(store_path(results_path), create=False)
+    try:
+        rows = store.history(name[0], cluster=cluster, since=hist.parse_since(since) if since else None)
+    finally:
+        store.close()
+    if not rows:
+        raise UsageError(f"no recorded run of {name[0]!r} in {store.path}"
+                         + (" with those filters" if cluster or since else ""),
+                         hint="`repro report RUN` and `repro up` record runs; `repro history import RUN...` "
+                              "loads earlier ones")
+    histories = hist.group(rows)
+    echo(hist.RENDERERS[fmt](histories), nl=fmt == "text")
+    if plot:
+        _plot(histories, plot, name[0])
+
+
+def _plot(histories: Any, plot: Path, title: str) -> None:
+    from repro.record.history_chart import plot_history
+    from repro.verdict.chart import plot_format
+
+    fmt = plot_format(plot)
+    if fmt is None:
+        raise UsageError(f"--plot {plot}: the chart is written as PNG, SVG or PDF, which its extension names",
+                         hint="end the file name with .png, .svg or .pdf")
+    try:
+        plot_history(histories, plot, fmt, title=f"{title}: each cell over time beside its published figure")
+    except OSError as e:
+        raise UsageError(f"cannot write the plot to {plot}: {e.strerror}",
+                         hint="give a writable path") from None
+    echo(f"plot written to {plot}", err=True)
+
+
+def _runs_under(paths: tuple[str, ...]) -> list[Path]:
+    from repro.record.archive import is_run_path
+
+    found = []
+    for text in paths:
+        if is_run_path(text):
+            found.append(Path(text))
+            continue
+        p = Path(text)
+        inside = sorted(q for q in p.iterdir() if is_run_path(str(q))) if p.is_dir() else []
+        if not inside:
+            raise UsageError(f"{text}: neither a run directory, a run archive, nor a directory holding them",
+                             hint="a tree of your own logs is recorded by "
+                                  "`repro report TARGET --from-logs DIR`")
+        found += inside
+    return found
+
+
+def _import(paths: tuple[str, ...], results_path: Path | None, cluster: str | None) -> None:
+    from repro.record import snapshot
+
+    if not paths:
+        raise UsageError("repro history import: give run directories or archives", hint="e.g. logs/*")
+    for path in _runs_under(paths):
+        record(snapshot.of_path(path, cluster=cluster), results_path)
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@format_option("csv", "json", help="csv: one record per cell; json: the cells and the facts that differ")
+@results_option
+@reports_errors
+def compare(run_a: str, run_b: str, fmt: str, results_path: Path | None) -> None:
+    """Two runs cell by cell: both figures with their intervals, the delta, whether it is beyond the
+    noise, and the facts that differ, most likely cause first.
+
+    RUN_A and RUN_B are run numbers or run ids from `repro history`, run directories or run archives.
+    """
+    from repro.record.compare import RENDERERS, compare as compare_runs
+
+    a, b = _resolve(run_a, results_path), _resolve(run_b, results_path)
+    echo(RENDERERS[fmt](compare_runs(a, b)), nl=fmt == "text")
+
+
+def _resolve(ref: str, results_path: Path | None) -> Any:
+    """A run for compare: a run directory or archive (its recorded number where the store has it), or a
+    number or run id the store holds."""
+    from repro.record import snapshot
+    from repro.record.archive import is_run_path
+    from repro.record.store import open_store
+
+    path = store_path(results_path)
+    if is_run_path(ref):
+        snap = snapshot.of_path(Path(ref))
+        if path.is_file():
+            store = open_store(path, create=False)
+            try:
+                stored = store.find_digest(snap.digest)
+            finally:
+                store.close()
+            return stored or snap  # as recorded (its number, the cluster it was recorded under)
+        return snap
+    store = open_store(path, create=False)
+    try:
+        found = store.find(ref)
+    finally:
+        store.close()
+    if found is None:
+        raise UsageError(f"{ref!r} is neither a recorded run in {path} nor a run directory or archive",
+                         hint="`repro history TARGET` lists recorded runs by number (#N) and run id")
+    return found
