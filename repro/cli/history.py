@@ -70,14 +70,16 @@ def record_finished(result: Any, results_path: Path | None, no_record: bool, clu
 @click.option("--cluster", help="only runs recorded under this cluster name (import: the name to record them "
               "under)")
 @click.option("--since", metavar="DATE", help="only runs from DATE on (YYYY-MM-DD, or YYYY-MM-DDTHH:MM, UTC)")
+@click.option("--last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="the text shows each cell's latest N runs (0: every run; csv and json hold every one)")
 @format_option("csv", "json", help="csv and json: one record per cell and run")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
               help="also draw the chart (.png, .svg or .pdf): a line per cell, the published figure dashed, "
                    "intervals as bands")
 @results_option
 @reports_errors
-def history(name: tuple[str, ...], cluster: str | None, since: str | None, fmt: str, plot: Path | None,
-            results_path: Path | None) -> None:
+def history(name: tuple[str, ...], cluster: str | None, since: str | None, last: int, fmt: str,
+            plot: Path | None, results_path: Path | None) -> None:
     """Each cell of a target or published table over the recorded runs, beside the published figure.
 
     `repro history import RUN...` records earlier runs: run directories, run archives, or directories
@@ -102,7 +104,8 @@ def history(name: tuple[str, ...], cluster: str | None, since: str | None, fmt: 
                          hint="`repro report RUN` and `repro up` record runs; `repro history import RUN...` "
                               "loads earlier ones")
     histories = hist.group(rows)
-    echo(hist.RENDERERS[fmt](histories), nl=fmt == "text")
+    echo(hist.render_text(histories, last) if fmt == "text" else hist.RENDERERS[fmt](histories),
+         nl=fmt == "text")
     if plot:
         _plot(histories, plot, name[0])
 

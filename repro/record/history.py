@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from repro.errors import UsageError
+from repro.record.store import HISTORY_COLUMNS
 from repro.verdict.report import spreadsheet_safe
 
 RECORD_COLUMNS = ("run", "run_id", "when", "cluster", "table", "target", "cell", "nodes", "gpus", "precision",
@@ -23,9 +24,16 @@ RECORD_COLUMNS = ("run", "run_id", "when", "cluster", "table", "target", "cell",
                   "spread_pct", "delta_pct", "verdict", "tolerance_pct", "source")
 
 
+#: the names of the store's history rows' fields (plain tuples, in HISTORY_COLUMNS' order)
+FIELDS = tuple(c.split(" AS ")[-1].split(".")[-1] for c in HISTORY_COLUMNS)
+(RUN_NO, RUN_ID, SOURCE, STARTED, CLUSTER, TBL, TARGET, CELL, DEVICE, NODES, GPUS, PRECISION, BATCH_SIZE,
+ UNIT, PUBLISHED, VALUE, LOW, HIGH, N, SPREAD_PCT, DELTA_PCT, VERDICT, TOLERANCE_PCT) = range(len(FIELDS))
+
+
 @dataclass
 class CellHistory:
-    """One cell of one table and target: its published figure and one row per recorded run."""
+    """One cell of one table and target: its published figure and one row per recorded run (a tuple of
+    FIELDS; :meth:`run` gives it as a mapping)."""
 
     table: str
     target: str
@@ -33,7 +41,11 @@ class CellHistory:
     title: str
     published: str | None
     unit: str
-    runs: list[Mapping[str, Any]] = field(default_factory=list)
+    runs: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @staticmethod
+    def run(row: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(FIELDS, row))
 
 
 def parse_since(text: str) -> str:
@@ -58,17 +70,19 @@ def cell_title(row: Mapping[str, Any]) -> str:
             f"{row['precision']} bs{row['batch_size']}")
 
 
-def group(rows: Sequence[Mapping[str, Any]]) -> list[CellHistory]:
-    """The store's rows (sorted by cell, then time) as one history per cell."""
+def group(rows: Sequence[tuple[Any, ...]]) -> list[CellHistory]:
+    """The store's rows as one history per cell, each cell's runs oldest first; the cells in the order the
+    first run recorded them (its table's order)."""
     out: dict[tuple[str, str, str], CellHistory] = {}
     for row in rows:
-        key = (row["tbl"], row["target"], row["cell"])
+        key = (row[TBL], row[TARGET], row[CELL])
         h = out.get(key)
         if h is None:
-            h = out[key] = CellHistory(row["tbl"], row["target"], row["cell"], cell_title(row),
-                                       row["published"],
-                                       row["unit"] or "")
+            h = out[key] = CellHistory(row[TBL], row[TARGET], row[CELL], cell_title(CellHistory.run(row)),
+                                       row[PUBLISHED], row[UNIT] or "")
         h.runs.append(row)
+    for h in out.values():  # recorded mostly in time order already: a near-linear sort
+        h.runs.sort(key=lambda r: (r[STARTED], r[RUN_NO]))
     return list(out.values())
 
 
@@ -76,39 +90,50 @@ def _num(v: float | None, digits: int = 2) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _row_cells(run: Mapping[str, Any]) -> list[str]:
-    interval = (f"{run['low']:.2f} .. {run['high']:.2f}" if run["low"] is not None and run["high"] is not None
-                else "—")
-    n = len(json.loads(run["repeats"])) if isinstance(run["repeats"], str) else len(run["repeats"])
-    delta = "—" if run["delta_pct"] is None else f"{run['delta_pct']:+.2f}%"
-    return [f"#{run['run_no']}", run["started"].replace("T", " ").rstrip("Z"), run["cluster"] or "—",
-            _num(run["value"]), interval, str(n), delta, run["verdict"]]
+HEADERS = ("run", "when (UTC)", "cluster", "figure", "interval", "n", "vs published", "verdict")
 
 
-HEADERS = ["run", "when (UTC)", "cluster", "figure", "interval", "n", "vs published", "verdict"]
+def _row_cells(runs: Sequence[tuple[Any, ...]]) -> list[tuple[str, ...]]:
+    """The text table's cells of each run (the loop 10,000 runs go through: kept plain)."""
+    out = []
+    for r in runs:
+        low, high, value, delta, started = r[LOW], r[HIGH], r[VALUE], r[DELTA_PCT], r[STARTED]
+        out.append((f"#{r[RUN_NO]}", f"{started[:10]} {started[11:19]}", r[CLUSTER] or "—",
+                    "—" if value is None else f"{value:.2f}",
+                    "—" if low is None or high is None else f"{low:.2f} .. {high:.2f}", str(r[N]),
+                    "—" if delta is None else f"{delta:+.2f}%", r[VERDICT]))
+    return out
 
 
 def aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub-style table, columns padded to their widest entry (fast for thousands of rows)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [max(len(h), max(map(len, col), default=0)) for h, col in zip(headers, zip(*rows))] if rows \
+        else [len(h) for h in headers]
+    line = ("| " + " | ".join(f"{{:<{w}}}" for w in widths) + " |").format
+    return "\n".join([line(*headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+                      *(line(*r) for r in rows)])
 
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
-    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+#: the runs of each cell the text shows by default: the latest (CSV and JSON hold every one)
+LAST = 20
 
 
-def render_text(histories: Sequence[CellHistory]) -> str:
+def render_text(histories: Sequence[CellHistory], last: int = LAST) -> str:
+    """A table per cell of its ``last`` latest runs (0: every run), and a line over all of them."""
     out = []
     for h in histories:
         published = f"published {h.published} {h.unit}" if h.published else f"no published figure ({h.unit})"
         where = f"{h.table}: " if h.table else ""
-        out += [f"## {where}{h.title}: {published}", "",
-                aligned(HEADERS, [_row_cells(r) for r in h.runs]), ""]
-        values = [r["value"] for r in h.runs if r["value"] is not None]
+        shown = h.runs[-last:] if last else h.runs
+        out += [f"## {where}{h.title}: {published}", "", aligned(HEADERS, _row_cells(shown)), ""]
+        values = [r[VALUE] for r in h.runs if r[VALUE] is not None]
+        earlier = len(h.runs) - len(shown)
+        summary = f"{len(h.runs)} run(s)"
+        summary += f", the latest {len(shown)} shown (--last 0: all)" if earlier else ""
         if values:
-            out += [f"{len(h.runs)} run(s); figures {min(values):.2f} .. {max(values):.2f}; latest "
-                    f"{_num(h.runs[-1]['value'])} ({h.runs[-1]['verdict']}).", ""]
+            summary += (f"; figures {min(values):.2f} .. {max(values):.2f}; latest {_num(h.runs[-1][VALUE])} "
+                        f"({h.runs[-1][VERDICT]})")
+        out += [summary + ".", ""]
     return "\n".join(out)
 
 
@@ -116,15 +141,14 @@ def records(histories: Sequence[CellHistory]) -> list[dict[str, Any]]:
     """Tidy long form: one record per cell and run; the same columns in CSV and JSON."""
     out = []
     for h in histories:
-        for r in h.runs:
-            repeats = json.loads(r["repeats"]) if isinstance(r["repeats"], str) else r["repeats"]
+        for r in map(h.run, h.runs):
             out.append({"run": r["run_no"], "run_id": r["run_id"], "when": r["started"],
                         "cluster": r["cluster"],
                         "table": h.table or None, "target": h.target, "cell": h.cell, "nodes": r["nodes"],
                         "gpus": r["gpus"], "precision": r["precision"], "batch_size": r["batch_size"],
                         "unit": h.unit, "published": float(h.published) if h.published else None,
                         "value": r["value"], "interval_low": r["low"], "interval_high": r["high"],
-                        "repeats": len(repeats), "spread_pct": r["spread_pct"], "delta_pct": r["delta_pct"],
+                        "repeats": r["n"], "spread_pct": r["spread_pct"], "delta_pct": r["delta_pct"],
                         "verdict": r["verdict"], "tolerance_pct": r["tolerance_pct"], "source": r["source"]})
     return out
 

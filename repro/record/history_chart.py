@@ -53,7 +53,7 @@ def plot_history(histories: Sequence[CellHistory], path: Path | io.BytesIO, fmt:
 def _draw_cell(ax: Any, h: CellHistory) -> None:
     import matplotlib.dates as mdates
 
-    runs = [r for r in h.runs if r["value"] is not None]
+    runs = [r for r in map(h.run, h.runs) if r["value"] is not None]
     xs = [_when(r["started"]) for r in runs]
     if runs:
         ax.plot(xs, [r["value"] for r in runs], "o-", color=LINE, markersize=4, label="each run's figure")

@@ -123,6 +123,13 @@ CELL_COLUMNS = ("tbl", "target", "cell", "framework", "device", "nodes", "gpus",
                 "tolerance_pct", "tolerance_reason", "telemetry")
 
 
+#: what `repro history` reads of each cell and its run, in this order (``n``: how many repeats)
+HISTORY_COLUMNS = ("r.id AS run_no", "r.run_id", "r.source", "r.started", "r.cluster", "c.tbl", "c.target",
+                   "c.cell", "c.device", "c.nodes", "c.gpus", "c.precision", "c.batch_size", "c.unit",
+                   "c.published", "c.value", "c.low", "c.high", "json_array_length(c.repeats) AS n",
+                   "c.spread_pct", "c.delta_pct", "c.verdict", "c.tolerance_pct")
+
+
 @dataclass
 class Snapshot:
     """One run as the store keeps it: its identity, its facts and its cells (rows of CELL_COLUMNS)."""
@@ -228,8 +235,10 @@ class Store:
             raise _damaged(self.path, e) from None
 
     def history(self, name: str, *, cluster: str | None = None,
-                since: str | None = None) -> list[sqlite3.Row]:
-        """Every recorded cell of table or target ``name`` with its run, oldest run first per cell."""
+                since: str | None = None) -> list[tuple[Any, ...]]:
+        """Every recorded cell of table or target ``name`` with its run, in no order (sorting 10,000 runs'
+        cells in SQL costs more than :func:`repro.record.history.group` does in Python), as plain tuples
+        of HISTORY_COLUMNS (what 10,000 runs' cells cost least to read)."""
         where, params = ["(c.tbl = ? OR c.target = ?)"], [name, name]
         if cluster is not None:
             where.append("r.cluster = ?")
@@ -237,10 +246,14 @@ class Store:
         if since is not None:
             where.append("r.started >= ?")
             params.append(since)
-        return self.query(
-            "SELECT r.id AS run_no, r.run_id, r.source, r.started, r.cluster, r.kind, c.* FROM cells c "
-            f"JOIN runs r ON r.id = c.run WHERE {' AND '.join(where)} "
-            "ORDER BY c.tbl, c.target, c.nodes, c.gpus, c.precision, c.batch_size, r.started, r.id", params)
+        sql = (f"SELECT {', '.join(HISTORY_COLUMNS)} FROM cells c JOIN runs r ON r.id = c.run "
+               f"WHERE {' AND '.join(where)}")
+        try:
+            cur = self.db.cursor()
+            cur.row_factory = None
+            return cur.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise _damaged(self.path, e) from None
 
     def find(self, ref: str) -> Snapshot | None:
         """A recorded run by its number (``12`` or ``#12``), its run id, or its digest."""

@@ -74,6 +74,8 @@ def locked(target: Path) -> Path:
 
 
 def test_full_matrix_runs_and_prints_the_table(cluster, target, locked, env, tmp_path):
+    store = tmp_path.parent / f"{tmp_path.name}-results.sqlite"
+    env = {**env, "REPRO_RESULTS": str(store)}
     proc = repro(env, *up_args(cluster, target, tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -93,6 +95,14 @@ def test_full_matrix_runs_and_prints_the_table(cluster, target, locked, env, tmp
     assert "<img alt='published vs reproduced' src='data:image/png;base64," in (run / "report.html").read_text()
     assert (run / "report.md").is_file() and (run / "report.csv").is_file() and (run / "report.png").is_file()
     assert containers_of(cluster, run.name) == []
+    # the finished run is in the results store, once: its figures as the report gives them
+    assert f"recorded in {store} as run #1" in proc.stderr
+    history = json.loads(repro(env, "history", "torch-rn50-cpu", "--format", "json").stdout)
+    assert {(h["gpus"], h["value"], h["repeats"]) for h in history} == \
+        {(c["gpus"], c["reproduced"], 3) for c in report}
+    assert {h["run_id"] for h in history} == {run.name} and {h["verdict"] for h in history} == {"measured"}
+    again = repro(env, "report", str(run))
+    assert "already recorded" in again.stderr and "as run #1" in again.stderr
     # the per-rank checksums prove data parallelism kept the two replicas identical
     two = run / "cells" / "2n1g-fp32-bs8" / "r1"
     sums = [line.split("checksum ")[1] for p in sorted(two.glob("*.log")) for line in p.read_text().splitlines()
