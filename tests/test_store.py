@@ -237,9 +237,9 @@ V1_RUN = ("INSERT INTO runs (digest, kind, run_id, source, started, recorded, cl
           "VALUES ('logs:x', 'logs', NULL, '/old', '2026-01-02T03:04:05Z', '2026-01-02T03:04:05Z', 'old', '0.1', "
           "'{\"env\": {}, \"pins\": {}}')")
 V1_CELL = ("INSERT INTO cells (run, tbl, target, cell, framework, device, nodes, gpus, precision, batch_size, unit, "
-           "published, value, low, high, repeats, spread_pct, delta_pct, verdict, reason, tolerance_pct, "
+           "published, value, low, high, repeats, n, spread_pct, delta_pct, verdict, reason, tolerance_pct, "
            "tolerance_reason) VALUES (1, 'perf-2.5-v100', 'ngc-pytorch-rn50-v100', '1n1g-fp32-bs256', 'NGC', 'GPU', "
-           "1, 1, 'fp32', 256, 'images/s', '370.194', 369.0, 368.0, 370.0, '[368.5, 369.0, 369.5]', 0.1, -0.3, "
+           "1, 1, 'fp32', 256, 'images/s', '370.194', 369.0, 368.0, 370.0, '[368.5, 369.0, 369.5]', 3, 0.1, -0.3, "
            "'reproduced', NULL, 2.0, NULL)")
 
 
@@ -263,7 +263,13 @@ def test_every_older_schema_is_migrated(version: int, tmp_path: Path, store: dic
     if version >= 1:
         [row] = json.loads(res.stdout)
         assert (row["value"], row["repeats"], row["cluster"]) == (369.0, 3, "old")
-        assert open_store(path).find("1").cells[0]["telemetry"] is None
+        s = open_store(path)
+        assert s.find("1").cells[0]["telemetry"] is None
+        summary = {"what": "any JSON object: the store keeps it as given"}
+        assert s.set_telemetry(1, "ngc-pytorch-rn50-v100", "1n1g-fp32-bs256", summary)
+        assert not s.set_telemetry(1, "ngc-pytorch-rn50-v100", "1n8g-fp32-bs256", summary)
+        assert s.find("1").cells[0]["telemetry"] == summary
+        s.close()
     else:
         assert res.returncode == 2 and "no recorded run" in res.stderr
 

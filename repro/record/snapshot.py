@@ -51,6 +51,7 @@ def cell_rows(results: Sequence[TableResult]) -> list[dict[str, Any]]:
                         "gpus": c.gpus, "precision": c.precision, "batch_size": c.batch_size,
                         "unit": r.table.unit if r.table else "images/s", "published": c.published,
                         "value": c.reproduced, "low": c.low, "high": c.high, "repeats": list(c.repeats),
+                        "n": len(c.repeats),
                         "spread_pct": c.spread_pct, "delta_pct": c.delta_pct, "verdict": c.verdict,
                         "reason": c.detail or None, "tolerance_pct": c.tolerance_pct,
                         "tolerance_reason": c.tolerance_reason or None, "telemetry": None})

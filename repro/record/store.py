@@ -100,7 +100,8 @@ def _v1(db: sqlite3.Connection) -> None:
         run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, tbl TEXT NOT NULL, target TEXT NOT NULL,
         cell TEXT NOT NULL, framework TEXT, device TEXT, nodes INTEGER, gpus INTEGER, precision TEXT,
         batch_size INTEGER,
-        unit TEXT, published TEXT, value REAL, low REAL, high REAL, repeats TEXT NOT NULL, spread_pct REAL,
+        unit TEXT, published TEXT, value REAL, low REAL, high REAL, repeats TEXT NOT NULL, n INTEGER NOT NULL,
+        spread_pct REAL,
         delta_pct REAL, verdict TEXT NOT NULL, reason TEXT, tolerance_pct REAL, tolerance_reason TEXT,
         PRIMARY KEY (run, tbl, target, cell))""")
     db.execute("CREATE INDEX cells_tbl ON cells(tbl)")
@@ -118,15 +119,14 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 RUN_COLUMNS = ("digest", "kind", "run_id", "source", "started", "recorded", "cluster", "kit_version", "facts")
 CELL_COLUMNS = ("tbl", "target", "cell", "framework", "device", "nodes", "gpus", "precision", "batch_size",
-                "unit", "published", "value", "low", "high", "repeats", "spread_pct", "delta_pct", "verdict",
-                "reason",
-                "tolerance_pct", "tolerance_reason", "telemetry")
+                "unit", "published", "value", "low", "high", "repeats", "n", "spread_pct", "delta_pct",
+                "verdict", "reason", "tolerance_pct", "tolerance_reason", "telemetry")
 
 
 #: what `repro history` reads of each cell and its run, in this order (``n``: how many repeats)
 HISTORY_COLUMNS = ("r.id AS run_no", "r.run_id", "r.source", "r.started", "r.cluster", "c.tbl", "c.target",
                    "c.cell", "c.device", "c.nodes", "c.gpus", "c.precision", "c.batch_size", "c.unit",
-                   "c.published", "c.value", "c.low", "c.high", "json_array_length(c.repeats) AS n",
+                   "c.published", "c.value", "c.low", "c.high", "c.n",
                    "c.spread_pct", "c.delta_pct", "c.verdict", "c.tolerance_pct")
 
 
@@ -227,6 +227,18 @@ class Store:
         before = db.total_changes
         db.executemany(sql, [(rid, *(_sql_value(c.get(k)) for k in CELL_COLUMNS)) for c in cells])
         return db.total_changes - before
+
+    def set_telemetry(self, run: int, target: str, cell: str, summary: Mapping[str, Any] | None) -> bool:
+        """Keep the summary of the telemetry sampled while a recorded cell ran (run number, target, cell
+        key as ``1n8g-amp-bs256``); False when the store holds no such cell."""
+        try:
+            with self._write() as db:
+                cur = db.execute("UPDATE cells SET telemetry = ? WHERE run = ? AND target = ? AND cell = ?",
+                                 (None if summary is None else json.dumps(summary, sort_keys=True), run,
+                                  target, cell))
+                return cur.rowcount > 0
+        except sqlite3.DatabaseError as e:
+            raise _damaged(self.path, e) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         try:
