@@ -39,11 +39,15 @@ def store_path(results_path: Path | None) -> Path:
 
 
 def record(snap: Any, results_path: Path | None) -> None:
-    """Record one run (a Snapshot; None: nothing of yours to record) and say so on stderr."""
+    """Record one run (a Snapshot; None: --no-record, or a re-derivation) and say so on stderr; a run
+    none of whose cells has a figure of its own is not recorded, and that is said."""
     from repro.record.provenance import now
     from repro.record.store import open_store
 
     if snap is None:
+        return
+    if not snap.cells:
+        echo(f"not recorded in the results store: no cell of {snap.source} has a figure of its own", err=True)
         return
     store = open_store(store_path(results_path))
     try:

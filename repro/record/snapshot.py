@@ -82,12 +82,12 @@ def from_run(run: RunDir, results: Sequence[TableResult], *, source: str,
                     facts["env"].get("cluster"), facts, cell_rows(results))
 
 
-def from_logs(results: Sequence[TableResult], *, source: str, cluster: str | None = None) -> Snapshot | None:
-    """A tree of your logs (or logs --map named) and the tables judged on them; None when no cell of
-    yours had a log."""
+def from_logs(results: Sequence[TableResult], *, source: str, cluster: str | None = None) -> Snapshot:
+    """A tree of your logs (or logs --map named) and the tables judged on them (no cells: none of
+    yours had a log, and there is nothing to record)."""
     rows = cell_rows(results)
     if not rows:
-        return None
+        return Snapshot("", "logs", None, source, now(), cluster, {"env": {}, "pins": {}}, [])
     logs = sorted({Path(p) for r in results for c in r.cells if kept(c) for p in c.logs})
     facts = _facts(side_from_logs(source, logs, cluster), cluster)
     return Snapshot("logs:" + _logs_digest(logs), "logs", None, source, _mtime(logs), cluster, facts, rows)
