@@ -316,21 +316,23 @@ def test_a_corrupt_or_foreign_store_is_a_clear_error_and_loses_nothing(
 
 
 # ------------------------------------------------------------------ two writers at once
-def _writer(path: str, tag: str, rows: list[dict], start: object, out: object) -> None:
+def _writer(paths: list[str], tag: str, rows: list[dict], start: object, out: object) -> None:
     from repro.record.store import Snapshot, open_store
 
-    start.wait()  # type: ignore[attr-defined]
     try:
-        for i in range(25):
-            s = open_store(Path(path))
-            s.record(Snapshot(f"logs:{tag}{i}", "logs", None, f"/{tag}/{i}", "2026-11-01T00:00:00Z", tag,
-                              {"env": {}, "pins": {}}, rows), now="2026-11-01T00:00:00Z")
-            s.record(Snapshot("logs:shared", "logs", None, "/shared", "2026-11-01T00:00:00Z", None,
-                              {"env": {}, "pins": {}}, rows), now="2026-11-01T00:00:00Z")
-            s.close()
+        for path in paths:  # each store new: both processes create it at the same moment, then fill it
+            start.wait()  # type: ignore[attr-defined]
+            for i in range(4):
+                s = open_store(Path(path))
+                s.record(Snapshot(f"logs:{tag}{i}", "logs", None, f"/{tag}/{i}", "2026-11-01T00:00:00Z", tag,
+                                  {"env": {}, "pins": {}}, rows), now="2026-11-01T00:00:00Z")
+                s.record(Snapshot("logs:shared", "logs", None, "/shared", "2026-11-01T00:00:00Z", None,
+                                  {"env": {}, "pins": {}}, rows), now="2026-11-01T00:00:00Z")
+                s.close()
         out.put((tag, "ok"))  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - the parent asserts on it
         out.put((tag, repr(e)))  # type: ignore[attr-defined]
+        start.abort()  # type: ignore[attr-defined]
 
 
 def test_two_concurrent_writers_never_corrupt_the_store(tmp_path: Path) -> None:
@@ -338,19 +340,21 @@ def test_two_concurrent_writers_never_corrupt_the_store(tmp_path: Path) -> None:
     m = find_target(TARGET)
     rows = snapshot.cell_rows([reproduce_table(m, m.table(), tree)])
     assert len(rows) == 1
-    path = tmp_path / "results.sqlite"
+    paths = [str(tmp_path / f"results{k}.sqlite") for k in range(10)]
     ctx = multiprocessing.get_context("fork")
-    start, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(str(path), tag, rows, start, out)) for tag in ("a", "b")]
+    start, out = ctx.Barrier(2, timeout=60), ctx.Queue()  # a writer that fails breaks the other's wait
+    procs = [ctx.Process(target=_writer, args=(paths, tag, rows, start, out), daemon=True) for tag in ("a", "b")]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(120)
     assert sorted(out.get(timeout=5) for _ in procs) == [("a", "ok"), ("b", "ok")]
-    s = open_store(path)
-    assert s.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert s.count() == 51  # 25 each, and the one both recorded
-    assert s.db.execute("SELECT count(*) FROM cells").fetchone()[0] == 51
+    for path in paths:
+        s = open_store(Path(path))
+        assert s.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert s.count() == 9  # 4 each, and the one both recorded
+        assert s.db.execute("SELECT count(*) FROM cells").fetchone()[0] == 9
+        s.close()
 
 
 def test_store_errors_are_usage_errors() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -180,7 +181,7 @@ class Store:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         try:
-            self.db.execute("BEGIN IMMEDIATE")
+            _retry_busy(lambda: self.db.execute("BEGIN IMMEDIATE"))
         except sqlite3.OperationalError as e:
             raise self._busy(e) from None
         try:
@@ -338,10 +339,9 @@ def open_store(path: Path, *, create: bool = True, upto: int = SCHEMA_VERSION,
     store = Store(path, db, "delete" if network else "wal")
     try:
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        _identify(store, *_header(db))  # before anything is written: a file not ours stays as it was
-        db.execute(f"PRAGMA journal_mode = {store.journal}").fetchone()
         db.execute("PRAGMA foreign_keys = ON")
-        _migrate(store, upto)
+        _migrate(store, upto)  # identified first, in the same transaction: a file not ours stays as it was
+        _retry_busy(lambda: db.execute(f"PRAGMA journal_mode = {store.journal}").fetchone())
     except sqlite3.OperationalError as e:
         db.close()
         raise store._busy(e) from None
@@ -352,6 +352,19 @@ def open_store(path: Path, *, create: bool = True, upto: int = SCHEMA_VERSION,
         db.close()
         raise
     return store
+
+
+def _retry_busy(step: Callable[[], Any]) -> Any:
+    """``step`` again while SQLite answers busy at once (it does not wait where waiting could deadlock:
+    while another connection creates the store or changes its journal mode), up to BUSY_TIMEOUT_S."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _header(db: sqlite3.Connection) -> tuple[int, int, int]:
@@ -373,8 +386,9 @@ def _identify(store: Store, version: int, app: int, tables: int) -> None:
 
 
 def _migrate(store: Store, upto: int) -> None:
-    """Bring the schema to version ``upto``, one migration after another in one transaction (another
-    process may have migrated it meanwhile: the version is read again inside)."""
+    """Identify the store and bring its schema to version ``upto``, one migration after another, all in
+    one write transaction: another process that creates or migrates it at the same moment is waited for,
+    and the header is read in one consistent state (a refused file is left unwritten)."""
     with store._write() as db:
         version, app, tables = _header(db)
         _identify(store, version, app, tables)
