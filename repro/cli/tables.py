@@ -300,16 +300,8 @@ def report(
         _writable(plot)
     detached = _unsealed_detached(targets, from_logs, maps)
     if detached is not None:  # a detached run whose job ended: judged and sealed now, as `repro up` would
-        from repro.detach import adopt
-        from repro.up import finish
-
-        result = adopt(detached)
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        text = finish(result, colour=colour)
-        if fmt == "text" and not plot:
-            echo(text, nl=False, color=colour)
-            record_finished(result, results_path, no_record, cluster)
-            sys.exit(5 if result.failed else exit_code(result.verdicts, failing))
+        _judge_detached(detached, fmt == "text" and not plot, failing,
+                        None if no_record else (results_path, cluster))
     results, environment, snap = _report_results(targets, table_id, from_logs, maps, fmt,
                                                   None if no_record else cluster or "")
     if fmt == "text":
@@ -350,6 +342,24 @@ def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
         return None
     path = Path(targets[0])
     return path if path.is_dir() and is_detached(path) and not (path / "provenance.json").is_file() else None
+
+
+def _judge_detached(detached: Any, show: bool, failing: set[str],
+                    recording: tuple[Path | None, str | None] | None) -> None:
+    """Judge and seal a detached run whose job ended; with ``show``, print its table, record it
+    (``recording``: the results store and cluster name; None: --no-record) and exit as `repro up` would."""
+    from repro.detach import adopt
+    from repro.up import finish
+    from repro.verdict.rules import exit_code
+
+    result = adopt(detached)
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = finish(result, colour=colour)
+    if show:
+        echo(text, nl=False, color=colour)
+        if recording is not None:
+            record_finished(result, recording[0], False, recording[1])
+        sys.exit(5 if result.failed else exit_code(result.verdicts, failing))
 
 
 def _report_results(targets: tuple[str, ...], table_id: str | None, from_logs: Path | None,
