@@ -40,6 +40,7 @@ from repro.spec.manifest import find_target
 from repro.verdict.reproduce import reproduce_table
 
 TARGET = "ngc-pytorch-rn50-v100"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def published_log(gpus: int = 1, precision: str = "fp32") -> Path:
@@ -171,6 +172,22 @@ def snapshot_rundir(run: Path, tmp_path: Path) -> object:
     dest = tmp_path / "copy" / run.name
     shutil.copytree(run, dest)
     return RunDir.open(dest)
+
+
+def test_a_runs_cells_keep_their_telemetry(runs: tuple[Path, Path], store: dict[str, str],
+                                          tmp_path: Path) -> None:
+    from repro.nodes.telemetry import summary, write_repeat_summary
+
+    run = snapshot_rundir(runs[0], tmp_path).path
+    d = run / "cells" / "1n1g-fp32-bs256" / "r1"  # the samples of a real H100 under load, as the sampler writes
+    rows = (ROOT / "tests" / "data" / "telemetry" / "h100-590.48.01-query-gpu-load.csv").read_text().splitlines()
+    (d / "telemetry-node0.txt").write_text("\n".join("gpu " + x for x in rows) + "\n")
+    write_repeat_summary(d)
+    assert run_cli("report", run, env=store).returncode == 0
+    cells = {c["cell"]: c["telemetry"] for c in open_store(Path(store["REPRO_RESULTS"])).find("1").cells}
+    assert cells["1n1g-fp32-bs256"] == json.loads(json.dumps(summary(run, "1n1g-fp32-bs256")))
+    assert cells["1n1g-fp32-bs256"]["gpu"]["samples"] == 1
+    assert cells["1n8g-fp32-bs256"] is None
 
 
 def test_recording_the_same_run_again_changes_nothing(runs: tuple[Path, Path], store: dict[str, str],

@@ -6,7 +6,8 @@ every log and report), a log tree by the SHA-256 of the sorted digests of the co
 cells were judged on, whatever their names. The facts are :mod:`repro.record.diff`'s, the one place that
 reads a run's environment for `repro diff` and `repro compare` alike. Only your own figures are kept: the
 cells of a new run (or a measured-only target) that had a log; cells re-derived from the publication's own
-logs, and cells no log was found for, are not a run of yours.
+logs, and cells no log was found for, are not a run of yours. A run's cells keep the summary of the
+telemetry its nodes sampled while they ran (:func:`repro.nodes.telemetry.summary`), where there is one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from repro.digest import sha256_file
 from repro.errors import ProvenanceError
+from repro.nodes.telemetry import summary as telemetry_summary
 from repro.record.archive import opened_run
 from repro.record.diff import side_from_logs, side_from_run
 from repro.record.provenance import load_record, now
@@ -77,9 +79,12 @@ def from_run(run: RunDir, results: Sequence[TableResult], *, source: str,
         side = side_from_logs(run.run_id, [], cluster)
         digest = "run:" + _logs_digest([run.path / p for p in run.files() if p.startswith("cells/")])
     facts = _facts(side, cluster)
+    rows = cell_rows(results)
+    for row in rows:  # what the nodes sampled while the cell ran (repro.nodes.telemetry), where they did
+        row["telemetry"] = telemetry_summary(run.path, row["cell"])
     started = record.get("started") or _mtime([run.file("state.json")])
     return Snapshot(digest, "run", run.run_id, source, started,
-                    facts["env"].get("cluster"), facts, cell_rows(results))
+                    facts["env"].get("cluster"), facts, rows)
 
 
 def from_logs(results: Sequence[TableResult], *, source: str, cluster: str | None = None) -> Snapshot:
