@@ -106,12 +106,15 @@ def pyxis_uri(image: str) -> str:
 
 
 def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
-               conf: str) -> tuple[list[str], dict[str, str], str | None]:
+               conf: str, mpi: str = "pmix") -> tuple[list[str], dict[str, str], str | None]:
     """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the
     environment srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
-    ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=pmix`` starts one
-    task per rank, no sshd, as NVIDIA's recipes do). The image by digest from its registry, the manifest's
-    mounts and workdir; every task's output labelled with its rank."""
+    ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=MPI``, Slurm's
+    PMIx or PMI-2, starts one task per rank, no sshd, as NVIDIA's recipes do). ``image``: the run's
+    squashfs on the nodes (a path), or a reference by digest from its registry; the manifest's mounts and
+    workdir; every task's output labelled with its rank. Variables whose values differ between ranks (the
+    Paddle launcher's ``POD_IP``) go on each rank's ``--multi-prog`` line (``env NAME=VALUE``); the
+    others through srun's environment (an MPI target's ranks all get the head's, as mpirun gives them)."""
     first = plans[0]
     volumes = first.container.get("volumes", {})
     for src, m in volumes.items():
@@ -123,6 +126,8 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
                       for src, m in volumes.items())
     env = dict(first.container["environment"])
+    if manifest.launch.kind != "mpi":
+        env = {k: v for k, v in env.items() if all(p.container["environment"].get(k) == v for p in plans)}
     bad_env = sorted(k for k in env if not ENV_NAME.match(k))
     if bad_env:
         raise UsageError(f"environment name {bad_env[0]!r} cannot go to pyxis: --container-env is a "
@@ -137,18 +142,24 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     if manifest.launch.kind == "mpi":
         per_node = pyxis_tasks_per_node(manifest, cell)
         argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
-        return ([head[0], "--mpi=pmix", *head[1:], f"--nodes={cell.nodes}",
+        return ([head[0], f"--mpi={mpi}", *head[1:], f"--nodes={cell.nodes}",
                  f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *opts, "--",
                  *argv], env, None)
     for p in plans:
-        bad = next((t for t in p.command.command if any(c in t for c in "\n\r\0")), None)
+        bad = next((t for t in rank_argv(p, env) if any(c in t for c in "\n\r\0")), None)
         if bad is not None:
             raise UsageError(f"rank {p.command.rank}'s command holds a line break or NUL in {bad!r}: a "
                              "--multi-prog file takes one line per rank",
-                             hint="remove line breaks from launch.command and args")
-    text = "".join(f"{p.command.rank} {shlex.join(p.command.command)}\n" for p in plans)
+                             hint="remove line breaks from launch.command, its args and the environment")
+    text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env))}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
              *opts, "--multi-prog", conf], env, text)
+
+
+def rank_argv(plan: Any, shared: Mapping[str, str]) -> list[str]:
+    """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank."""
+    own = [f"{k}={v}" for k, v in sorted(plan.container["environment"].items()) if k not in shared]
+    return [*(["env", *own] if own else []), *plan.command.command]
 
 
 def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
