@@ -204,6 +204,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("warn", manifest.synthetic_data))
     need = max(c.nodes for c in cells)
     sched = make_scheduler(hosts, manifest, cells, opts.scheduler, progress)
+    opts = replace(opts, images=sched.image_options(opts.images))  # e.g. no sshd layer under Slurm's PMI
     sched.check(need)  # what the scheduler can refuse, before anything is built or submitted
     progress(Event("step", "checking the pins against the lock file"))
     check_pins(manifest, opts.images, progress=progress)

@@ -34,3 +34,72 @@ def test_each_paddle_rank_gets_its_own_pod_ip_not_the_first_ranks():
     assert "--container-env=GLOO_SOCKET_IFNAME,PYTHONUNBUFFERED" in argv
     assert conf == (f"0 env POD_IP=10.0.0.1 {PADDLE}\n"
                     f"1 env POD_IP=10.0.0.2 {PADDLE}\n")
+
+
+def test_the_image_step_imports_by_digest_into_a_node_local_file_once_and_holds_it():
+    from repro.run.schedulers.slurm.enroot import IMPORT_SCRIPT, enroot_uri, image_argv, image_file
+
+    assert enroot_uri("127.0.0.1:5000/repro-test/repro/cpu-torch:2.13.0@" + DIGEST) == \
+        "docker://127.0.0.1:5000#repro-test/repro/cpu-torch:2.13.0@" + DIGEST
+    assert enroot_uri("nvcr.io/nvidia/pytorch:24.01-py3@" + DIGEST) == "docker://nvcr.io#nvidia/pytorch:24.01-py3@" + DIGEST
+    assert enroot_uri("library/debian@" + DIGEST) == "docker://library/debian@" + DIGEST  # Docker Hub
+    run = "20261126T025713Z-torch-rn50-cpu-637b78"
+    assert image_file({}, run, "torch-rn50-cpu") == f"/tmp/repro-{run}.sqsh"
+    assert image_file({"image_dir": "/local/"}, run, "torch-rn50-cpu") == f"/local/repro-{run}.sqsh"
+    # kept for later runs: named after the target, reused only where its recorded digest is the lock's
+    assert image_file({"image_dir": "/local", "keep_image": "True"}, run, "t") == "/local/repro-t.sqsh"
+    argv = image_argv("42", ["n1", "n2"], "127.0.0.1:5000/a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, False)
+    assert argv == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
+                    "--overlap", "--label", "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
+                    "docker://127.0.0.1:5000#a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, "no"]
+
+
+def test_cell_steps_start_from_the_runs_squashfs_and_mpi_through_the_chosen_pmi():
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)))
+    argv, env, conf = pyxis_step(m, cell, plan_cell(m, cell, hosts), "/local/repro-run.sqsh",
+                                 pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/c", mpi="pmi2")
+    assert argv == ["srun", "--mpi=pmi2", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-bad-exit=1",
+                    "--job-name=repro-2n1g-fp32-bs8", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--container-image=/local/repro-run.sqsh", "--no-container-mount-home",
+                    "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS", "--",
+                    "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
+                    "64", "--precision", "fp32"]
+    assert conf is None and env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                                    "OMP_NUM_THREADS": "2"}
+
+
+def test_an_image_that_only_runs_under_pmi_has_no_sshd_layer_and_says_so():
+    from repro.images import build
+    from repro.images.lock import Pins
+    from repro.images.refs import parse_ref
+    from repro.images.render import render_build
+
+    m, torch = find_target("mpi-rn50-cpu"), find_target("torch-rn50-cpu")
+    base = parse_ref("127.0.0.1:5000/repro-test/debian:bookworm", DIGEST)
+    assert "# then the mpi layer" in render_build(m, base)
+    pmi = render_build(m, base, sshd=False)
+    assert "# then the mpi layer" not in pmi and "repro mpi layer" not in pmi
+    assert pmi.endswith("\n# no mpi layer: the ranks start through Slurm's PMI (pyxis), not mpirun over ssh\n")
+    assert [build.variant(m), build.variant(m, sshd=False), build.variant(torch)] == ["sshd", "pmi", None]
+    # a different image: its own build digest and label, so neither variant is mistaken for the other
+    assert build.build_inputs_sha256(m, sshd=False) != build.build_inputs_sha256(m)
+    assert build.build_inputs_sha256(torch, sshd=False) == build.build_inputs_sha256(torch)
+    labels = build.identity_labels(m, base, "sha256:x", sshd=False)
+    assert labels["repro.mpi.variant"] == "pmi" and "repro.mpi.variant" not in build.identity_labels(torch, base, "x")
+    # the run's lock records which variant was built
+    pins = Pins({"base": base}, variant="pmi").to_json(m)
+    assert pins["variant"] == "pmi" and "variant" not in Pins({"base": base}).to_json(m)
+
+
+def test_pyxis_mpi_runs_build_the_pmi_variant_through_the_scheduler():
+    from repro.images import ImagesOptions
+    from repro.run.schedulers import make_scheduler
+
+    m = find_target("mpi-rn50-cpu")
+    for option, sshd in (("slurm:container=pyxis", False), ("slurm:container=docker", True), (None, True)):
+        sched = make_scheduler(two_nodes(), m, select_cells(m), option)
+        assert sched.image_options(ImagesOptions()).build.sshd is sshd, option
+    torch = find_target("torch-rn50-cpu")
+    sched = make_scheduler(two_nodes(), torch, select_cells(torch), "slurm:container=pyxis")
+    assert sched.image_options(ImagesOptions()).build.sshd is True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from repro.digest import sha256_file
 from repro.errors import UsageError
 from repro.spec.hosts import Hosts
 from repro.images import registry
-from repro.images.build import BuildOptions, Built, build_image, find_current
+from repro.images.build import BuildOptions, Built, build_image, find_current, variant
 from repro.images.distribute import NodeResult, distribute
 from repro.images.engine import connect
 from repro.events import Event, Progress, ignore
@@ -82,6 +82,7 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
                              f"dockerfiles/{manifest.image['build']['dockerfile']}; "
                              "there is no digest to pull", hint="drop --pull (or use --build)")
         image_id, built = _built_image(local, manifest, pins.images["base"], opts, progress)
+        pins = replace(pins, variant=variant(manifest, opts.build.sshd))
         names = [manifest.image["build"]["tag"]]
         registry_ref = None
         reference = names[0]

@@ -62,6 +62,9 @@ class BuildOptions:
     no_cache: bool = False
     git_mirrors: Mirrors = ()             # (prefix, replacement) pairs for source URLs (--git-mirror)
     run_id: str | None = None             # the run the build is part of: its check containers carry the id
+    #: an mpi target's image gets the sshd layer mpirun reaches the other ranks through; False where its ranks
+    #: start through Slurm's PMI (pyxis), which needs none
+    sshd: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,17 +100,26 @@ def tree_sha256(root: Path) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str) -> dict[str, str]:
+def variant(manifest: Manifest, sshd: bool = True) -> str | None:
+    """Which image an mpi target gets: ``sshd`` (mpirun starts the other ranks through it) or ``pmi`` (its
+    ranks start through Slurm's PMI: no sshd layer); None for the other launch kinds."""
+    if manifest.launch.kind != "mpi":
+        return None
+    return "sshd" if sshd else "pmi"
+
+
+def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str, sshd: bool = True) -> dict[str, str]:
     """The labels that say what an image was built from (without the time it was built)."""
     src = manifest.source or {}
-    return {
+    mpi = variant(manifest, sshd)
+    return {**({"repro.mpi.variant": mpi} if mpi else {}),
         "org.opencontainers.image.source": src.get("repository", ""),
         "org.opencontainers.image.revision": src.get("commit", ""),
         "org.opencontainers.image.base.name": base.tagged,
         "org.opencontainers.image.base.digest": base.digest,
         "repro.target": manifest.id,
         "repro.manifest.sha256": manifest.sha256,
-        "repro.build.sha256": build_inputs_sha256(manifest),
+        "repro.build.sha256": build_inputs_sha256(manifest, sshd),
         "repro.dockerfile.sha256": dockerfile_sha,
         "repro.rdma": rdma_layer.describe(manifest),
         "repro.kit.version": __version__,
@@ -119,12 +131,15 @@ def identity_labels(manifest: Manifest, base: Ref, dockerfile_sha: str) -> dict[
 TRACE_ONLY = ("repro.manifest.sha256", "repro.target")
 
 
-def build_inputs_sha256(manifest: Manifest) -> str:
-    """A digest of everything in a manifest that goes into its image: the build section, source, RDMA."""
+def build_inputs_sha256(manifest: Manifest, sshd: bool = True) -> str:
+    """A digest of everything in a manifest that goes into its image: the build section, source, RDMA, and
+    for an mpi target the sshd layer (or that its variant has none)."""
     inputs = {"build": manifest.data["image"]["build"], "source": manifest.data.get("source"),
               "rdma": manifest.data.get("rdma")}
-    if manifest.launch.kind == "mpi":
+    if variant(manifest, sshd) == "sshd":
         inputs["sshd"] = render_sshd_layer("BASE")
+    elif variant(manifest, sshd) == "pmi":
+        inputs["mpi"] = "pmi"
     lock = deps.deps_lock_path(manifest)
     if deps.declared(manifest) is not None and lock.is_file():
         inputs["requirements_lock"] = lock.read_text(encoding="utf-8")
@@ -139,7 +154,7 @@ def find_current(client: docker.DockerClient, manifest: Manifest, base: Ref,
     image = local_image(client, manifest.image["build"]["tag"])
     if image is None:
         return None
-    want = identity_labels(manifest, base, tree_sha256(dockerfile_dir(manifest, opts)))
+    want = identity_labels(manifest, base, tree_sha256(dockerfile_dir(manifest, opts)), opts.sshd)
     have = image.labels or {}
     return image if all(have.get(k) == v for k, v in want.items() if k not in TRACE_ONLY) else None
 
@@ -150,7 +165,7 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
     started = time.monotonic()
     df_dir = dockerfile_dir(manifest, opts)
     tag = parse_ref(manifest.image["build"]["tag"])
-    labels = {**identity_labels(manifest, base, tree_sha256(df_dir)),
+    labels = {**identity_labels(manifest, base, tree_sha256(df_dir), opts.sshd),
               "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
               **opts.extra_labels}
     root = work_dir(opts)
@@ -167,7 +182,7 @@ def build_image(client: docker.DockerClient, manifest: Manifest, base: Ref, opts
                 image_id, versions, extra = _rdma(client, manifest, image_id, scratch / "rdma", logfile, opts,
                                                   progress, created)
                 labels.update(extra)
-            if manifest.launch.kind == "mpi":
+            if variant(manifest, opts.sshd) == "sshd":
                 image_id = _sshd(client, image_id, scratch / "sshd", logfile, opts, progress, created)
             check_no_ca(client, image_id, opts.run_id)
             progress(Event("step", "labelling"))

@@ -39,12 +39,15 @@ class Pins:
     sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: file name -> sha256 hex of what the build downloads (the MLNX_OFED bundle), as `repro lock` found it
     files: Mapping[str, str] = field(default_factory=dict)
+    #: the image variant a run built (an mpi target's ``sshd`` or ``pmi``: build.variant), for the run's lock
+    variant: str | None = None
 
     def to_json(self, manifest: Manifest) -> dict[str, Any]:
         return {"lock_version": LOCK_VERSION, "target": manifest.id, "manifest": manifest.path.name,
                 "images": {k: {"ref": r.tagged, "digest": r.digest} for k, r in sorted(self.images.items())},
                 "sources": {k: dict(v) for k, v in sorted(self.sources.items())},
                 **({"files": dict(sorted(self.files.items()))} if self.files else {}),
+                **({"variant": self.variant} if self.variant else {}),
                 "resolved_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 

@@ -60,7 +60,7 @@ def render_dockerfile(text: str, args: Mapping[str, str]) -> str:
 
 
 def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None,
-                 bundle_sha256: str = "") -> str:
+                 bundle_sha256: str = "", sshd: bool = True) -> str:
     """Every Dockerfile the build of ``manifest`` runs, in order, rendered (the dry run).
 
     ``bundle_sha256`` is the checksum `repro lock` recorded for an MLNX_OFED bundle the
@@ -87,6 +87,8 @@ def render_build(manifest: Manifest, base: Ref, dockerfiles: Path | None = None,
             parts.append(f"# {rdma_layer.bundle_name(manifest)}.tgz must have sha256 "
                          + (f"{sha} ({'rdma.sha256' if rdma.sha256 else 'recorded by repro lock'})" if sha
                             else "<not recorded: run repro lock; the build refuses an unverified bundle>"))
-    if manifest.launch.kind == "mpi":
+    if manifest.launch.kind == "mpi" and sshd:
         parts += ["", "# then the mpi layer", render_sshd_layer(BUILT).rstrip("\n")]
+    elif manifest.launch.kind == "mpi":
+        parts += ["", "# no mpi layer: the ranks start through Slurm's PMI (pyxis), not mpirun over ssh"]
     return "\n".join(parts) + "\n"

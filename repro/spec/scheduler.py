@@ -21,6 +21,7 @@ WORDS = re.compile(rf"^{_NAME}(,{_NAME})*$")
 HOSTLIST = re.compile(rf"^{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*$")
 TIME = re.compile(r"^(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?"
                   r"|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)$")
+PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 _FEATURE = re.compile(rf"{_NAME}(\*[0-9]{{1,5}})?")
 MEMORY = re.compile(r"^[0-9]{1,9}[KMGT]?$")
 #: one ``#SBATCH`` option: a long option, ``=`` and a value without whitespace, quotes or shell metacharacters
@@ -159,6 +160,11 @@ SETTINGS: dict[str, Setting] = {
     "container": Setting(_choice("docker", "pyxis", "apptainer"), "docker"),
     "sif_dir": Setting(lambda v: None if re.match(r"^/[A-Za-z0-9_.+@/-]*$", v) else
                        "is not an absolute path of letters, digits and _ . + @ / -", "/shared/sif"),
+    # pyxis: Slurm's PMI for MPI targets, the node-local folder of the run's squashfs, and whether to keep it
+    "mpi": Setting(_choice("pmix", "pmi2"), "pmix"),
+    "image_dir": Setting(_pattern(PATH, "an absolute path of letters, digits, '_', '.', '-' and '/'"),
+                         "/tmp"),
+    "keep_image": Setting(_choice("yes", "no", "true", "false", "True", "False"), "no"),
 }
 #: the GPU request of each ``gpu_request`` (``--gpus-per-node=N`` unless the site says otherwise)
 GPU_REQUEST = {"gpus-per-node": "--gpus-per-node={}", "gres": "--gres=gpu:{}", "none": ""}

@@ -20,6 +20,7 @@ from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 
 if TYPE_CHECKING:
+    from repro.images import ImagesOptions
     from repro.nodes.preflight import NodeReport
     from repro.run.cell import LogSink, NodeResult
 
@@ -62,6 +63,11 @@ class Scheduler(abc.ABC):
                     log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
         """Run one repeat of ``cell`` on ``hosts``: one result per rank; raise CellFailed if any failed, and
         leave nothing running on any path out."""
+
+    def image_options(self, options: ImagesOptions) -> ImagesOptions:
+        """How this scheduler needs the image made (e.g. without the sshd layer where Slurm's PMI starts an
+        mpi target's ranks); by default as given."""
+        return options
 
     def facts(self) -> dict[str, Any] | None:
         """What the provenance records of the scheduler (None: nothing beyond the nodes)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.events import Event
+from repro.images import ImagesOptions
 from repro.nodes.preflight import NodeReport
 from repro.run.cell import LogSink, NodeResult
 from repro.run.schedulers import SCHEDULERS
@@ -30,6 +31,7 @@ from repro.run.schedulers.slurm.commands import SchedulerStopped
 from repro.run.schedulers.slurm.detached import Detach, check_container, render_detached, submit, write_job
 from repro.run.schedulers.slurm.dockerstep import AgentStep
 from repro.run.schedulers.slurm.jobfiles import slurm_state
+from repro.run.schedulers.slurm.imagestep import RunImage
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
 from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
                                                render_sbatch, srun_argv, step_spec)
@@ -53,6 +55,7 @@ class SlurmScheduler(Scheduler):
                  progress: Callable[[Event], None] | None = None) -> None:
         super().__init__(config, manifest, cells, hosts, progress)
         self.allocation = Allocation(config, manifest, cells, hosts, self.progress)
+        self.allocation.run_image = RunImage(self.allocation)
         self.cfg = dict(self.allocation.cfg)
 
     @property
@@ -69,6 +72,13 @@ class SlurmScheduler(Scheduler):
         registry)."""
         return self.allocation.container == "docker"
 
+    def image_options(self, options: ImagesOptions) -> ImagesOptions:
+        """Under pyxis an mpi target's ranks start through Slurm's PMI: its image needs no sshd layer."""
+        if self.allocation.container == "pyxis" and self.manifest is not None \
+                and self.manifest.launch.kind == "mpi":
+            return dataclasses.replace(options, build=dataclasses.replace(options.build, sshd=False))
+        return options
+
     def check(self, need: int, *, preflight: bool = False) -> None:
         self.allocation.check(need, preflight=preflight)
 
@@ -76,7 +86,10 @@ class SlurmScheduler(Scheduler):
         return self.allocation.open(need, preflight=preflight)
 
     def facts(self) -> dict[str, Any]:
-        return self.allocation.facts()
+        facts = self.allocation.facts()
+        if self.allocation.run_image.facts:
+            facts["image"] = self.allocation.run_image.facts
+        return facts
 
     def close(self, interrupted: bool = False) -> None:
         try:

@@ -50,6 +50,7 @@ class Allocation:
         self.checked = False
         self.probed: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}  # what a runtime made for the allocation (apptainer: the SIF)
+        self.run_image: Any = None  # under pyxis: the run's image on the nodes (imagestep.RunImage)
 
     @property
     def container(self) -> str:
@@ -116,6 +117,22 @@ class Allocation:
                              "--container-image (the pyxis plugin is not installed)",
                              hint="use container: docker where nodes run a Docker engine, or install pyxis "
                                   "and enroot")
+        self._check_mpi()
+
+    def _check_mpi(self) -> None:
+        """Under pyxis an MPI target's ranks start through Slurm's PMI (``mpi``, pmix by default): srun here
+        must offer it."""
+        mpi_target = self.manifest is not None and self.manifest.launch.kind == "mpi"
+        if self.container != "pyxis" or not (mpi_target or "mpi" in self.cfg):
+            return
+        want = self.cfg.get("mpi", "pmix")
+        offered = [w for w in cli(["srun", "--mpi=list"]).stdout.split() if w.isidentifier()]
+        if want not in offered:
+            plugins = [w for w in offered if w in ("pmix", "pmi2", "cray_shasta", "none")]
+            raise UsageError(f"{self.where('mpi')}: {want}, but `srun --mpi=list` here offers "
+                             f"{', '.join(plugins) or 'no MPI plugin'}",
+                             hint="set mpi: to one srun offers and the image's MPI supports (pmix, pmi2); "
+                                  "srun loads mpi/pmix only where libpmix is installed")
 
     def _check_partition(self, need: int) -> int | None:
         """The partition exists and has ``need`` nodes; returns the time limit set, in seconds."""

@@ -1,5 +1,6 @@
-"""``container: pyxis``: a cell's job step starts every rank in an enroot container of the image (by
-digest, from its registry); enroot's containers end with the step, so there is none to remove."""
+"""``container: pyxis``: a cell's job step starts every rank in an enroot container made from the run's
+squashfs (imported once per node for the run: ``imagestep``); pyxis creates a fresh container filesystem
+for each step and removes it when the step ends, so there is none for the kit to remove."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ class PyxisStep(CellStep):
     """One cell as a pyxis job step: each task's labelled output goes to its node's log (``per_node``
     tasks a node under ``srun --mpi=pmix``); a task's exit status comes from srun's own report of it."""
 
+    @staticmethod
+    def release(alloc: Allocation) -> None:
+        """The run's image off the nodes (the image step removes it), while the job still runs."""
+        alloc.run_image.release()
+
     @classmethod
     def make(cls, alloc: Allocation, job: CellJob) -> PyxisStep:
         manifest, cell = job.manifest, job.cell
@@ -25,8 +31,12 @@ class PyxisStep(CellStep):
         names = [p.command.node.name for p in plans]
         job.log_dir.mkdir(parents=True, exist_ok=True)
         conf_path = job.log_dir / "multi-prog.conf"
-        argv, env, conf = pyxis_step(manifest, cell, plans, str(job.image or plans[0].image),
-                                     pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path))
+        # cells/KEY/rN in the run directory: the run's image step logs beside the cells
+        squashfs = alloc.run_image.path(str(job.image or plans[0].image), [n.name for n in job.hosts.nodes],
+                                        job.run_id, manifest.id, job.log_dir.parents[2])
+        argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
+                                     pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
+                                     mpi=alloc.cfg.get("mpi", "pmix"))
         if conf is not None:
             conf_path.write_text(conf, encoding="utf-8")
         per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])

@@ -1,0 +1,72 @@
+"""The run's image under pyxis, imported once per node: what the kit runs for it, as text and argv (pure).
+
+One job step of the allocation (``image_argv``) runs ``IMPORT_SCRIPT`` once on every node for as long as
+the run holds the nodes: it says which enroot the node has, imports the image by digest into a squashfs
+file in a node-local folder (``image_file``) with a record of the digest it imported beside it, says it
+is ready, and waits. Every cell step then starts its containers from that file (``--container-image=PATH``:
+pyxis creates a fresh container filesystem from it for each step and removes it when the step ends), so
+every repeat starts from the image's own root filesystem. When the step is stopped (the end of the run,
+Ctrl-C, or Slurm ending the job at its time limit) the script removes the file, unless the user keeps it
+(``keep_image``). A kept file is named after the target and reused by a later run only when the digest it
+was imported from is the one that run locks.
+
+The values reach the script as its arguments (``sh -c SCRIPT sh URI FILE DIGEST KEEP``), never inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+#: The node's side of the image step. Lines marked ``##repro`` are the kit's: ``step JOB.STEP``, ``enroot
+#: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``ready``,
+#: ``error TEXT``, ``removed``. Everything else is enroot's own output.
+IMPORT_SCRIPT = r"""say() { printf '##repro %s\n' "$*"; }
+say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
+if ! command -v enroot >/dev/null 2>&1; then say error "enroot is not on the PATH srun gave the job step"; exit 3; fi
+say enroot "$(enroot version 2>&1 | head -n 1)"
+f=$2
+drop() { if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi; }
+trap 'drop "$@"; say removed; exit 0' TERM INT HUP
+if [ "$4" = yes ] && [ -f "$f" ] && [ -f "$f.digest" ]; then
+  say reused "$(cat -- "$f.digest")"
+else
+  rm -f -- "$f" "$f.digest" "$f.part"
+  mkdir -p -- "${f%/*}" || { say error "cannot create ${f%/*}"; exit 4; }
+  enroot import --output "$f.part" -- "$1" || { rm -f -- "$f.part"; say error "enroot import failed"; exit 5; }
+  printf '%s\n' "$3" > "$f.digest" && mv -- "$f.part" "$f" || { say error "cannot write $f"; exit 6; }
+  say imported "$3"
+fi
+say ready
+while :; do sleep 60 & wait $!; done
+"""
+DEFAULT_DIR = "/tmp"
+YES = ("yes", "true", "True")
+
+
+def enroot_uri(image: str) -> str:
+    """A pinned reference (``REGISTRY/PATH@sha256:...``) as enroot imports it: ``docker://REGISTRY#PATH@...``
+    (enroot needs the ``#`` between the registry and the path; a reference without a registry host is
+    Docker Hub's)."""
+    registry, _, path = image.partition("/")
+    if path and ("." in registry or ":" in registry or registry == "localhost"):
+        return f"docker://{registry}#{path}"
+    return f"docker://{image}"
+
+
+def keep(cfg: Mapping[str, str]) -> bool:
+    return str(cfg.get("keep_image", "no")) in YES
+
+
+def image_file(cfg: Mapping[str, str], run_id: str, target: str) -> str:
+    """Where each node keeps the run's squashfs: ``image_dir`` (node-local, default /tmp), named after the run
+    (removed at its end), or after the target where the user keeps it for later runs."""
+    folder = str(cfg.get("image_dir") or DEFAULT_DIR).rstrip("/") or ""
+    return f"{folder}/repro-{target if keep(cfg) else run_id}.sqsh"
+
+
+def image_argv(job: str, nodes: Sequence[str], image: str, path: str, digest: str, kept: bool) -> list[str]:
+    """The job step that imports ``image`` once on each node into ``path`` and holds it for the run."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh", enroot_uri(image), path, digest,
+            "yes" if kept else "no"]
