@@ -103,3 +103,16 @@ def test_pyxis_mpi_runs_build_the_pmi_variant_through_the_scheduler():
     torch = find_target("torch-rn50-cpu")
     sched = make_scheduler(two_nodes(), torch, select_cells(torch), "slurm:container=pyxis")
     assert sched.image_options(ImagesOptions()).build.sshd is True
+
+
+def test_preflight_under_pyxis_reads_each_nodes_enroot_version():
+    from repro.run.schedulers.slurm.render import PREFLIGHT_STEP, preflight_argv
+    from repro.run.schedulers.slurm.steps import enroot_probe
+
+    argv = preflight_argv("7", ["n1"], enroot=True)
+    assert argv[:-1] == preflight_argv("7", ["n1"])[:-1]
+    assert argv[-1] == ('printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
+                        + PREFLIGHT_STEP[-1])
+    assert enroot_probe(["enroot 4.1.2"]).detail == "enroot 4.1.2" and enroot_probe(["enroot 4.1.2"]).value == "pyxis"
+    assert enroot_probe(["enroot -"]).value is None
+    assert enroot_probe(["enroot -"]).reason == "no enroot on the PATH srun gives job steps (pyxis needs it on every node)"

@@ -73,11 +73,17 @@ PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c",
                   'printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; exec sh -s']
 
 
-def preflight_argv(job: str, nodes: Sequence[str]) -> list[str]:
+#: Under pyxis, the step says the node's enroot version first (``enroot VERSION``, or ``enroot -`` where the
+#: job step finds none on its PATH).
+PREFLIGHT_ENROOT = 'printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
+
+
+def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False) -> list[str]:
     """The job step that runs preflight's probe script once on each node, output labelled by task."""
+    step = [*PREFLIGHT_STEP[:-1], PREFLIGHT_ENROOT + PREFLIGHT_STEP[-1]] if enroot else PREFLIGHT_STEP
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
-            "--job-name=repro-preflight", "--", *PREFLIGHT_STEP]
+            "--job-name=repro-preflight", "--", *step]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,

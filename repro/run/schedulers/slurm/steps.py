@@ -202,13 +202,14 @@ class JobStep:
 class LineSink:
     """A rank's lines kept in memory (the preflight step's reports are read from them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock_line: int = 2) -> None:
         self.lines: list[str] = []
-        self.arrival: float | None = None  # when the second line (the node's clock) came
+        self.clock_line = clock_line
+        self.arrival: float | None = None  # when the node's clock line (by default the second) came
 
     def write(self, data: bytes) -> None:
         self.lines.append(data.decode().rstrip("\n"))
-        if len(self.lines) == 2:
+        if len(self.lines) == self.clock_line:
             self.arrival = time.time()
 
     def flush(self) -> None:
@@ -227,13 +228,15 @@ class PreflightStep(JobStep):
         self.nodes, self.dataset = list(nodes), dataset
         names = [n.name for n in nodes]
         script = probe_script(Node(names[0], names[0]), dataset)  # docker_host None: each node's own engine
-        self.tasks = [LineSink() for _ in names]
-        super().__init__(alloc, preflight_argv(str(alloc.job), names), Demux(self.tasks),
+        self.enroot = alloc.container == "pyxis"
+        self.tasks = [LineSink(3 if self.enroot else 2) for _ in names]
+        super().__init__(alloc, preflight_argv(str(alloc.job), names, self.enroot), Demux(self.tasks),
                          stdin=script.encode())
 
     def reports(self, engines: bool) -> list[NodeReport]:
         assert self.proc is not None
         by_node = {t.lines[0]: t for t in self.tasks if t.lines}
+        skip = 2 if self.enroot else 1  # the node's name (and under pyxis its enroot version), then the probe
         why = " ".join(" | ".join(self.demux.other[-3:]).split())[:300] or \
             f"srun exit status {self.proc.returncode}"
         out = []
@@ -243,11 +246,19 @@ class PreflightStep(JobStep):
                 out.append(NodeReport(n.name, n.address, Probe(reason=reason)))
                 continue
             task = by_node[n.name]
-            report = node_report(n, "\n".join(task.lines[1:]) + "\n", Probe(detail="srun"), task.arrival,
-                                 f"exit {self.proc.returncode}", self.dataset)
-            # under pyxis, enroot runs the containers: the node needs no Docker engine
-            out.append(report if engines else replace(report, docker=Probe("pyxis", detail="enroot")))
+            report = node_report(n, "\n".join(task.lines[skip:]) + "\n", Probe(detail="srun"),
+                                 task.arrival, f"exit {self.proc.returncode}", self.dataset)
+            # under pyxis, enroot runs the containers: the node needs no Docker engine, but enroot
+            out.append(report if engines else replace(report, docker=enroot_probe(task.lines[1:2])))
         return out
+
+
+def enroot_probe(lines: Sequence[str]) -> Probe:
+    """The node's enroot as preflight's step under pyxis said it (``enroot VERSION`` or ``enroot -``)."""
+    version = lines[0].partition(" ")[2].strip() if lines and lines[0].startswith("enroot ") else "-"
+    if version == "-":
+        return Probe(reason="no enroot on the PATH srun gives job steps (pyxis needs it on every node)")
+    return Probe("pyxis", detail=f"enroot {version}")
 
 
 @dataclass
