@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 #: ``error TEXT``, ``removed``. Everything else is enroot's own output.
 IMPORT_SCRIPT = r"""say() { printf '##repro %s\n' "$*"; }
 say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
-if ! command -v enroot >/dev/null 2>&1; then say error "enroot is not on the PATH srun gave the job step"; exit 3; fi
+command -v enroot >/dev/null 2>&1 || { say error "enroot is not on the PATH srun gave the job step"; exit 3; }
 say enroot "$(enroot version 2>&1 | head -n 1)"
 f=$2
 drop() { if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi; }
@@ -32,7 +32,8 @@ if [ "$4" = yes ] && [ -f "$f" ] && [ -f "$f.digest" ]; then
 else
   rm -f -- "$f" "$f.digest" "$f.part"
   mkdir -p -- "${f%/*}" || { say error "cannot create ${f%/*}"; exit 4; }
-  enroot import --output "$f.part" -- "$1" || { rm -f -- "$f.part"; say error "enroot import failed"; exit 5; }
+  enroot import --output "$f.part" -- "$1" \
+    || { rm -f -- "$f.part"; say error "enroot import failed"; exit 5; }
   printf '%s\n' "$3" > "$f.digest" && mv -- "$f.part" "$f" || { say error "cannot write $f"; exit 6; }
   say imported "$3"
 fi

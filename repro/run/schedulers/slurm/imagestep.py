@@ -36,7 +36,8 @@ class ImageStep(JobStep):
         self.sinks = [FileSink(log_dir / f"{i}-{n}.log") for i, n in enumerate(names)]
         self.nodes: list[dict[str, Any]] = [{"node": n} for n in names]
         demux = Demux(self.sinks, control=self.control)
-        super().__init__(alloc, image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg)), demux)
+        argv = image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg))
+        super().__init__(alloc, argv, demux)
 
     def control(self, rank: int, word: str, rest: str) -> None:
         node = self.nodes[rank]

@@ -333,6 +333,9 @@ class CellStep(JobStep, abc.ABC):
     def finish(self) -> None:
         for s in self.sinks:
             s.close()
+        if self.demux.other:  # srun's and slurmstepd's own lines (pyxis's errors among them), for the user
+            (self.job.log_dir / "srun-output.txt").write_text("\n".join(self.demux.other) + "\n",
+                                                              encoding="utf-8")
         ended = stamp()
         for r, tail in zip(self.results, self.demux.tails):
             r.ended = r.ended or ended
