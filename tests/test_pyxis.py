@@ -111,8 +111,11 @@ def test_preflight_under_pyxis_reads_each_nodes_enroot_version():
 
     argv = preflight_argv("7", ["n1"], enroot=True)
     assert argv[:-1] == preflight_argv("7", ["n1"])[:-1]
-    assert argv[-1] == ('printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
-                        + PREFLIGHT_STEP[-1])
+    # after the node's name, before the probe script
+    assert argv[-1] == ('printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; '
+                        'printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
+                        'exec sh -s')
+    assert PREFLIGHT_STEP[-1] == 'printf "%s\\n" "${SLURMD_NODENAME:-$(hostname)}"; exec sh -s'
     assert enroot_probe(["enroot 4.1.2"]).detail == "enroot 4.1.2" and enroot_probe(["enroot 4.1.2"]).value == "pyxis"
     assert enroot_probe(["enroot -"]).value is None
     assert enroot_probe(["enroot -"]).reason == "no enroot on the PATH srun gives job steps (pyxis needs it on every node)"

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 #: The node's side of the image step. Lines marked ``##repro`` are the kit's: ``step JOB.STEP``, ``enroot
-#: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``ready``,
+#: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``path PATH`` (the
+#: image's own PATH, from the /etc/environment enroot wrote into the squashfs), ``ready``,
 #: ``error TEXT``, ``removed``. Everything else is enroot's own output.
 IMPORT_SCRIPT = r"""say() { printf '##repro %s\n' "$*"; }
 say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
@@ -37,6 +38,7 @@ else
   printf '%s\n' "$3" > "$f.digest" && mv -- "$f.part" "$f" || { say error "cannot write $f"; exit 6; }
   say imported "$3"
 fi
+say path "$(unsquashfs -cat "$f" etc/environment 2>/dev/null | sed -n 's/^PATH=//p' | head -n 1)"
 say ready
 while :; do sleep 60 & wait $!; done
 """

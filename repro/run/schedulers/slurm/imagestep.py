@@ -43,7 +43,7 @@ class ImageStep(JobStep):
         node = self.nodes[rank]
         if word in ("imported", "reused"):
             node.update(action=word, digest=rest.strip(), at=stamp())
-        elif word in ("enroot", "error", "ready", "removed"):
+        elif word in ("enroot", "error", "ready", "removed", "path"):
             node[word] = rest.strip() or True
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -100,6 +100,13 @@ class RunImage:
         self.step: ImageStep | None = None
         self.facts: dict[str, Any] = {}
 
+    @property
+    def env(self) -> dict[str, str]:
+        """The image's own PATH for every task (pyxis gave the test cluster's tasks the default PATH, not
+        the image's: the kit sets it)."""
+        found = self.step.nodes[0].get("path") if self.step is not None else None
+        return {"PATH": found} if isinstance(found, str) and found else {}
+
     def path(self, image: str, nodes: list[str], run_id: str, target: str, run_dir: Path) -> str:
         """The squashfs every node holds of ``image`` (a pinned reference), imported now if not yet."""
         if self.step is not None:
@@ -115,7 +122,11 @@ class RunImage:
         self.step = ImageStep(self.alloc, nodes, image, path, digest, run_dir / "image")
         self.step.start()
         self.facts = {"image": image, "file": path, "kept": keep(self.alloc.cfg), "nodes": self.step.nodes}
-        self.step.wait_ready(IMPORT_TIMEOUT_S)
+        try:
+            self.step.wait_ready(IMPORT_TIMEOUT_S)
+        except BaseException:
+            self.release()
+            raise
         self.facts["ready_s"] = round(time.monotonic() - t0, 3)
         self.alloc.progress(Event("info", "image ready: " + "; ".join(
             f"{n['node']} {n['action']} ({n.get('enroot', '?')})" for n in self.step.nodes)))

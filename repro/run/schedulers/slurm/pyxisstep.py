@@ -36,7 +36,7 @@ class PyxisStep(CellStep):
                                         job.run_id, manifest.id, job.log_dir.parents[2])
         argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
                                      pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
-                                     mpi=alloc.cfg.get("mpi", "pmix"))
+                                     mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env)
         if conf is not None:
             conf_path.write_text(conf, encoding="utf-8")
         per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])

@@ -80,7 +80,8 @@ PREFLIGHT_ENROOT = 'printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -
 
 def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False) -> list[str]:
     """The job step that runs preflight's probe script once on each node, output labelled by task."""
-    step = [*PREFLIGHT_STEP[:-1], PREFLIGHT_ENROOT + PREFLIGHT_STEP[-1]] if enroot else PREFLIGHT_STEP
+    last = PREFLIGHT_STEP[-1].replace("exec sh -s", PREFLIGHT_ENROOT + "exec sh -s") if enroot else None
+    step = [*PREFLIGHT_STEP[:-1], last] if last else PREFLIGHT_STEP
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
             "--job-name=repro-preflight", "--", *step]
@@ -112,7 +113,8 @@ def pyxis_uri(image: str) -> str:
 
 
 def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
-               conf: str, mpi: str = "pmix") -> tuple[list[str], dict[str, str], str | None]:
+               conf: str, mpi: str = "pmix", image_env: Mapping[str, str] | None = None,
+               ) -> tuple[list[str], dict[str, str], str | None]:
     """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the
     environment srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
     ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=MPI``, Slurm's
@@ -120,7 +122,8 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     squashfs on the nodes (a path), or a reference by digest from its registry; the manifest's mounts and
     workdir; every task's output labelled with its rank. Variables whose values differ between ranks (the
     Paddle launcher's ``POD_IP``) go on each rank's ``--multi-prog`` line (``env NAME=VALUE``); the
-    others through srun's environment (an MPI target's ranks all get the head's, as mpirun gives them)."""
+    others through srun's environment (an MPI target's ranks all get the head's, as mpirun gives them).
+    ``image_env`` (the image's own PATH) is set on every task's command line with ``env``."""
     first = plans[0]
     volumes = first.container.get("volumes", {})
     for src, m in volumes.items():
@@ -148,6 +151,8 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     if manifest.launch.kind == "mpi":
         per_node = pyxis_tasks_per_node(manifest, cell)
         argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        if image_env:
+            argv = ["env", *(f"{k}={v}" for k, v in sorted(image_env.items())), *argv]
         return ([head[0], f"--mpi={mpi}", *head[1:], f"--nodes={cell.nodes}",
                  f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *opts, "--",
                  *argv], env, None)
@@ -157,14 +162,16 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
             raise UsageError(f"rank {p.command.rank}'s command holds a line break or NUL in {bad!r}: a "
                              "--multi-prog file takes one line per rank",
                              hint="remove line breaks from launch.command, its args and the environment")
-    text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env))}\n" for p in plans)
+    text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env, image_env))}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
              *opts, "--multi-prog", conf], env, text)
 
 
-def rank_argv(plan: Any, shared: Mapping[str, str]) -> list[str]:
-    """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank."""
-    own = [f"{k}={v}" for k, v in sorted(plan.container["environment"].items()) if k not in shared]
+def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str] | None = None) -> list[str]:
+    """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank
+    (and the ``image_env`` every rank gets)."""
+    own = [f"{k}={v}" for k, v in sorted({**(image_env or {}), **plan.container["environment"]}.items())
+           if k not in shared]
     return [*(["env", *own] if own else []), *plan.command.command]
 
 
