@@ -7,7 +7,8 @@ is ready, and waits. Every cell step then starts its containers from that file (
 pyxis creates a fresh container filesystem from it for each step and removes it when the step ends), so
 every repeat starts from the image's own root filesystem. When the step is stopped (the end of the run,
 Ctrl-C, or Slurm ending the job at its time limit) the script removes the file, unless the user keeps it
-(``keep_image``). A kept file is named after the target and reused by a later run only when the digest it
+(``keep_image``), and any container pyxis left of the job (``pyxis_JOB.STEP``, or ``pyxis_JOB_...`` where
+pyxis runs with ``container_scope=job``: a step killed while pyxis made its container leaves one). A kept file is named after the target and reused by a later run only when the digest it
 was imported from is the one that run locks.
 
 The values reach the script as its arguments (``sh -c SCRIPT sh URI FILE DIGEST KEEP``), never inside it.
@@ -26,7 +27,10 @@ say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
 command -v enroot >/dev/null 2>&1 || { say error "enroot is not on the PATH srun gave the job step"; exit 3; }
 say enroot "$(enroot version 2>&1 | head -n 1)"
 f=$2
-drop() { if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi; }
+drop() {
+  if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi
+  enroot list | grep -E "^pyxis_${SLURM_JOB_ID}[._]" | while read -r c; do enroot remove -f -- "$c"; done
+}
 trap 'drop "$@"; say removed; exit 0' TERM INT HUP
 if [ "$4" = yes ] && [ -f "$f" ] && [ -f "$f.digest" ]; then
   say reused "$(cat -- "$f.digest")"

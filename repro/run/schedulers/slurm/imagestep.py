@@ -116,8 +116,8 @@ class RunImage:
             raise RunFailed(f"pyxis runs images by digest; {image} has none",
                             hint="give --push REGISTRY for a built image, or pin the registry image")
         path = image_file(self.alloc.cfg, run_id, target)
-        self.alloc.progress(Event("step", f"importing {image} on {len(nodes)} node(s) into {path} "
-                                          "(enroot, once for the run)"))
+        self.alloc.progress(Event("step", f"the image on {len(nodes)} node(s): {image} into {path} "
+                                          "(enroot import, once for the run)"))
         t0 = time.monotonic()
         self.step = ImageStep(self.alloc, nodes, image, path, digest, run_dir / "image")
         self.step.start()

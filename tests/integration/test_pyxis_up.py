@@ -1,0 +1,214 @@
+"""``repro up`` under the test cluster's Slurm with ``container: pyxis`` (scripts/test-cluster builds pyxis and
+enroot), for real, across its 2 nodes:
+
+- torch-rn50-cpu: the run's image is imported once per node (enroot's own "Fetching image manifest" line,
+  counted in each node's import log), every cell step starts from that squashfs (pyxis imports nothing),
+  each rank's output lands in its own log in the run directory, and at the end the squashfs is gone from
+  both nodes and no enroot container of the job is left;
+- mpi-rn50-cpu: the ranks start through Slurm's PMIx (``mpi: pmix``; Debian's Open MPI in the image is
+  built against PMIx and has no PMI-2 client), from the image variant without the sshd layer;
+- Ctrl-C while a cell runs: exit 130, the job cancelled, the squashfs removed from both nodes, no enroot
+  container left, the repeat pending (``--resume`` finishes it);
+- a kept squashfs whose recorded digest is not the run's lock fails the run before any cell.
+
+The session imports each image once: the runs after the first keep the squashfs (``keep_image: yes`` in a
+folder of this session's own, removed at the end), except the run that checks the removal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm, pytest.mark.pyxis]
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = Path(os.environ.get("REPRO_TEST_WHEELS", "/opt/wheels"))
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@pytest.fixture(scope="module")
+def env(cluster: dict) -> dict[str, str]:
+    """The login node's environment: enroot on the PATH srun passes to job steps, as a site installs it."""
+    enroot_dir = str(Path(cluster["pyxis"]["enroot"]).parent)
+    return {**os.environ, "DOCKER_HOST": cluster["docker_host"], "REPRO_SSH_CONFIG": cluster["ssh"]["config"],
+            "SLURM_CONF": cluster["slurm_conf"], "PYTHONUNBUFFERED": "1",
+            "PATH": f"{enroot_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+@pytest.fixture(scope="module")
+def image_dir(cluster: dict):
+    """A node-local folder of this session's own (each node sees its own under the same path)."""
+    name = f"repro-test-pyxis-{uuid.uuid4().hex[:8]}"
+    yield f"{cluster['pyxis']['node_local']}/tmp/{name}"
+    for node in cluster["nodes"]:
+        shutil.rmtree(Path(cluster["work_dir"]) / "nodes" / node["name"] / "local" / "tmp" / name,
+                      ignore_errors=True)
+
+
+def on_node(cluster: dict, node: str, path: str) -> Path:
+    """What ``path`` (under the node-local folder) is on ``node``, seen from here."""
+    local = cluster["pyxis"]["node_local"]
+    assert path.startswith(local + "/")
+    return Path(cluster["work_dir"]) / "nodes" / node / "local" / path[len(local) + 1:]
+
+
+def inventory(cluster: dict, folder: Path, image_dir: str, keep: bool, **more: str) -> Path:
+    f = folder / f"hosts-{'keep' if keep else 'once'}.yaml"
+    section = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxis",
+               "image_dir": image_dir, "keep_image": "yes" if keep else "no", **more}
+    f.write_text(Path(cluster["hosts_file"]).read_text() + "scheduler: " + json.dumps(section) + "\n")
+    return f
+
+
+@pytest.fixture(scope="module")
+def targets(cpu_torch: dict, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> dict[str, Path]:
+    """torch-rn50-cpu and mpi-rn50-cpu on the session's cpu-torch base (its build is reused), on ports of their
+    own; the torch cell runs 60 steps, long enough to be interrupted."""
+    d = tmp_path_factory.mktemp("pyxis-targets")
+    base = next(line for line in cpu_torch["manifest"].read_text().splitlines() if "base: {ref:" in line)
+    out = {}
+    for key, name, port in (("torch", "torch-rn50-cpu", "master_port: 29500"),
+                            ("mpi", "mpi-rn50-cpu", "ssh_port: 12345")):
+        text = (ROOT / "manifests" / f"{name}.yaml").read_text().replace(port, port[:-2] + "88")
+        path = d / f"{name}.yaml"
+        path.write_text("\n".join(base if "base: {ref:" in ln else ln for ln in text.splitlines()) + "\n")
+        subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True,
+                       cwd=ROOT, env=env)
+        out[key] = path
+    return out
+
+
+def up(target: Path, hosts: Path, out: Path, cluster: dict, env: dict[str, str], *more: str,
+       timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "repro", "up", str(target), "--hosts", str(hosts), "--out", str(out),
+            "--cells", "nodes=2", "--repeats", "1", "--wheels", str(WHEELS),
+            "--push", f"{cluster['registry']}/repro-test", *(["--ca-bundle", str(CA)] if CA.is_file() else []),
+            *more]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def run_dir_of(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def enroot_containers(cluster: dict, job: str) -> list[str]:
+    """The enroot containers pyxis made for ``job`` (``pyxis_JOB.STEP``) still on the nodes."""
+    out = []
+    for node in cluster["nodes"]:
+        data = Path(cluster["work_dir"]) / "nodes" / node["name"] / "local" / "enroot" / "data" / "user-0"
+        out += [f"{node['name']}:{p.name}" for p in data.glob(f"pyxis_{job}.*")] if data.is_dir() else []
+    return out
+
+
+def imports_per_node(run: Path) -> dict[str, int]:
+    """enroot's own line, once per import, in each node's image step log."""
+    return {p.stem.split("-", 1)[1]: sum(1 for ln in p.read_text().splitlines()
+                                         if ln.rstrip().endswith("Fetching image manifest"))
+            for p in sorted((run / "image").glob("*.log"))}
+
+
+def test_torch_two_nodes_one_import_per_node_and_nothing_left(cluster, env, targets, image_dir, tmp_path):
+    hosts = inventory(cluster, tmp_path, image_dir, keep=False)
+    done = up(targets["torch"], hosts, tmp_path / "runs", cluster, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| 2 workers (2 nodes) |" in done.stdout and "| 2 workers (2 nodes) | —" not in done.stdout
+    run = run_dir_of(tmp_path / "runs")
+    assert imports_per_node(run) == {"rc-node1": 1, "rc-node2": 1}
+    prov = json.loads((run / "provenance.json").read_text())
+    alloc = prov["scheduler"][0]
+    image = alloc["image"]
+    digest = image["image"].rpartition("@")[2]
+    assert [(n["node"], n["action"], n["digest"], n["enroot"]) for n in image["nodes"]] == [
+        ("rc-node1", "imported", digest, "4.1.2"), ("rc-node2", "imported", digest, "4.1.2")]
+    step = next(s for s in alloc["steps"] if s["cell"] == "2n1g-fp32-bs8")
+    assert f"--container-image={image['file']}" in step["srun"]
+    logs = run / "cells" / "2n1g-fp32-bs8" / "r1"
+    assert sorted(p.name for p in logs.glob("*.log")) == ["0-rc-node1.log", "1-rc-node2.log"]
+    assert "pyxis: imported" not in (logs / "srun-output.txt").read_text() if (logs / "srun-output.txt").exists() \
+        else True
+    # removed from both nodes at the end; no container of the job left
+    for node in ("rc-node1", "rc-node2"):
+        assert not on_node(cluster, node, image["file"]).exists()
+    assert enroot_containers(cluster, alloc["job_id"]) == []
+
+
+def test_mpi_ranks_start_through_pmix_without_sshd(cluster, env, targets, image_dir, tmp_path):
+    hosts = inventory(cluster, tmp_path, image_dir, keep=True, mpi="pmix")
+    done = up(targets["mpi"], hosts, tmp_path / "runs", cluster, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = run_dir_of(tmp_path / "runs")
+    assert json.loads((run / "manifest.lock.json").read_text())["variant"] == "pmi"
+    prov = json.loads((run / "provenance.json").read_text())
+    assert next(iter(prov["nodes"].values()))["image"]["labels"]["repro.mpi.variant"] == "pmi" \
+        if isinstance(prov.get("nodes"), dict) else True
+    step = next(s for s in prov["scheduler"][0]["steps"] if s["cell"] == "2n1g-fp32-bs8")
+    assert step["srun"][:2] == ["srun", "--mpi=pmix"] and "mpirun" not in step["srun"]
+    head = (run / "cells" / "2n1g-fp32-bs8" / "r1" / "0-rc-node1.log").read_text()
+    assert "rank 0 of 2" in head, head[-2000:]
+    assert "rank 1 of 2" in (run / "cells" / "2n1g-fp32-bs8" / "r1" / "1-rc-node2.log").read_text()
+
+
+def test_ctrl_c_cancels_the_job_removes_the_image_and_resumes(cluster, env, targets, image_dir, tmp_path):
+    hosts = inventory(cluster, tmp_path, image_dir + "-once", keep=False)
+    argv = [sys.executable, "-m", "repro", "up", str(targets["torch"]), "--hosts", str(hosts), "--out",
+            str(tmp_path / "runs"), "--json-logs", "--cells", "nodes=2", "--repeats", "1", "--wheels", str(WHEELS),
+            "--push", f"{cluster['registry']}/repro-test", *(["--ca-bundle", str(CA)] if CA.is_file() else [])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    job, lines = None, []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line)
+        ev = json.loads(line) if line.startswith("{") else {}
+        text = ev.get("message") or ""
+        if text.startswith("Slurm job ") and job is None:
+            job = text.split()[2].rstrip(":")
+        if text.startswith("image ready"):  # the image on both nodes, the cell's step starting
+            break
+    else:
+        raise AssertionError("".join(lines[-20:]))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    state = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True, env=env,
+                           timeout=30).stdout
+    assert "JobState=CANCELLED" in state
+    run = run_dir_of(tmp_path / "runs")
+    status = json.loads((run / "state.json").read_text())["cells"]["2n1g-fp32-bs8"]["repeats"]["1"]
+    assert (status["status"], status["why"]) == ("pending", "interrupted")
+    file = json.loads((run / "provenance.json").read_text())["scheduler"][0]["image"]["file"]
+    for node in ("rc-node1", "rc-node2"):
+        assert not on_node(cluster, node, file).exists()
+        assert not on_node(cluster, node, file + ".part").exists()
+    assert enroot_containers(cluster, str(job)) == []
+
+
+def test_a_kept_image_of_another_digest_fails_the_run(cluster, env, targets, image_dir, tmp_path):
+    """The squashfs the mpi test kept, its record on one node changed to another digest."""
+    hosts = inventory(cluster, tmp_path, image_dir, keep=True)
+    kept = on_node(cluster, "rc-node2", f"{image_dir}/repro-mpi-rn50-cpu.sqsh.digest")
+    if not kept.exists():
+        pytest.fail("the mpi test keeps the squashfs this test changes (run them together)")
+    real = kept.read_text()
+    kept.write_text("sha256:" + "0" * 64 + "\n")
+    try:
+        done = up(targets["mpi"], hosts, tmp_path / "runs", cluster, env)
+    finally:
+        kept.write_text(real)
+    assert done.returncode != 0
+    assert (f"rc-node2: {image_dir}/repro-mpi-rn50-cpu.sqsh holds sha256:{'0' * 64} (imported earlier and "
+            f"kept), the run locks {real.strip()}") in done.stderr, done.stderr[-2000:]
+    assert "rc-node1:" not in done.stderr.split("enroot):")[1].split("hint:")[0]
+    assert "Traceback" not in done.stderr
+    recorded = yaml.safe_load((run_dir_of(tmp_path / "runs") / "hosts.yaml").read_text())
+    assert recorded["scheduler"]["keep_image"] == "yes"
