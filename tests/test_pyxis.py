@@ -119,3 +119,16 @@ def test_preflight_under_pyxis_reads_each_nodes_enroot_version():
     assert enroot_probe(["enroot 4.1.2"]).detail == "enroot 4.1.2" and enroot_probe(["enroot 4.1.2"]).value == "pyxis"
     assert enroot_probe(["enroot -"]).value is None
     assert enroot_probe(["enroot -"]).reason == "no enroot on the PATH srun gives job steps (pyxis needs it on every node)"
+
+
+def test_every_task_gets_the_images_own_path_on_its_command_line():
+    path = {"PATH": "/opt/venv/bin:/usr/bin:/bin"}
+    m, cell = cell_of("paddle-rn50-cpu", 2)
+    _, _, conf = pyxis_step(m, cell, plan_cell(m, cell, two_nodes()), "/local/x.sqsh",
+                            pyxis_head("42", ["n1", "n2"], "s"), "/c", image_env=path)
+    assert conf == (f"0 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.1 {PADDLE}\n"
+                    f"1 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.2 {PADDLE}\n")
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    argv, _, _ = pyxis_step(m, cell, plan_cell(m, cell, two_nodes()), "/local/x.sqsh",
+                            pyxis_head("42", ["n1", "n2"], "s"), "/c", image_env=path)
+    assert argv[argv.index("--") + 1:][:3] == ["env", "PATH=/opt/venv/bin:/usr/bin:/bin", "python3"]

@@ -8,8 +8,9 @@ pyxis creates a fresh container filesystem from it for each step and removes it 
 every repeat starts from the image's own root filesystem. When the step is stopped (the end of the run,
 Ctrl-C, or Slurm ending the job at its time limit) the script removes the file, unless the user keeps it
 (``keep_image``), and any container pyxis left of the job (``pyxis_JOB.STEP``, or ``pyxis_JOB_...`` where
-pyxis runs with ``container_scope=job``: a step killed while pyxis made its container leaves one). A kept file is named after the target and reused by a later run only when the digest it
-was imported from is the one that run locks.
+pyxis runs with ``container_scope=job``: a step killed while pyxis made its container leaves one). A kept
+file is named after the target and reused by a later run only when the digest it was imported from is the
+one that run locks.
 
 The values reach the script as its arguments (``sh -c SCRIPT sh URI FILE DIGEST KEEP``), never inside it.
 """
@@ -21,7 +22,7 @@ from collections.abc import Mapping, Sequence
 #: The node's side of the image step. Lines marked ``##repro`` are the kit's: ``step JOB.STEP``, ``enroot
 #: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``path PATH`` (the
 #: image's own PATH, from the /etc/environment enroot wrote into the squashfs), ``ready``,
-#: ``error TEXT``, ``removed``. Everything else is enroot's own output.
+#: ``error TEXT``, ``released``. Everything else is enroot's own output.
 IMPORT_SCRIPT = r"""say() { printf '##repro %s\n' "$*"; }
 say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
 command -v enroot >/dev/null 2>&1 || { say error "enroot is not on the PATH srun gave the job step"; exit 3; }
@@ -31,7 +32,7 @@ drop() {
   if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi
   enroot list | grep -E "^pyxis_${SLURM_JOB_ID}[._]" | while read -r c; do enroot remove -f -- "$c"; done
 }
-trap 'drop "$@"; say removed; exit 0' TERM INT HUP
+trap 'drop "$@"; say released; exit 0' TERM INT HUP
 if [ "$4" = yes ] && [ -f "$f" ] && [ -f "$f.digest" ]; then
   say reused "$(cat -- "$f.digest")"
 else

@@ -43,7 +43,7 @@ class ImageStep(JobStep):
         node = self.nodes[rank]
         if word in ("imported", "reused"):
             node.update(action=word, digest=rest.strip(), at=stamp())
-        elif word in ("enroot", "error", "ready", "removed", "path"):
+        elif word in ("enroot", "error", "ready", "released", "path"):
             node[word] = rest.strip() or True
 
     def wait_ready(self, timeout_s: float) -> None:
