@@ -25,6 +25,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,11 +49,19 @@ def allocate(partition: str | None, minutes: int) -> tuple[str, list[str]]:
     job = run(argv).stdout.strip().split(";")[0]
     if not job:
         sys.exit("sbatch failed")
+    try:
+        return job, wait_running(job)
+    except BaseException:  # stopped while the job waits in the queue: it must not stay there
+        run(["scancel", job])
+        raise
+
+
+def wait_running(job: str) -> list[str]:
     while True:
         shown = run(["scontrol", "show", "job", "-o", job]).stdout.split()
         info = dict(t.split("=", 1) for t in shown if "=" in t)
         if info.get("JobState") == "RUNNING":
-            return job, run(["scontrol", "show", "hostnames", info["NodeList"]]).stdout.split()
+            return run(["scontrol", "show", "hostnames", info["NodeList"]]).stdout.split()
         if info.get("JobState") not in ("PENDING", "CONFIGURING"):
             sys.exit(f"job {job} is {info.get('JobState')}")
         time.sleep(0.5)
@@ -128,4 +137,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` and kill: the job is cancelled
     main()
