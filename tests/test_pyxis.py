@@ -132,3 +132,17 @@ def test_every_task_gets_the_images_own_path_on_its_command_line():
     argv, _, _ = pyxis_step(m, cell, plan_cell(m, cell, two_nodes()), "/local/x.sqsh",
                             pyxis_head("42", ["n1", "n2"], "s"), "/c", image_env=path)
     assert argv[argv.index("--") + 1:][:3] == ["env", "PATH=/opt/venv/bin:/usr/bin:/bin", "python3"]
+
+
+def test_the_plan_shows_the_pmi_the_hosts_file_chooses(tmp_path):
+    import shlex
+
+    from repro.run.schedulers import scheduled_plan
+
+    f = tmp_path / "hosts.yaml"
+    f.write_text("schema_version: 1\ndefaults: {gpus: 0}\nnodes:\n  - {name: n1, address: 10.0.0.1}\n"
+                 "  - {name: n2, address: 10.0.0.2}\nscheduler: {kind: slurm, container: pyxis, mpi: pmi2}\n")
+    m, cell = cell_of("mpi-rn50-cpu", 2)
+    _, text = scheduled_plan(m, [cell], f, None)
+    step = next(shlex.split(ln.strip()[2:]) for ln in text.splitlines() if ln.startswith("  $ srun"))
+    assert step[:2] == ["srun", "--mpi=pmi2"]
