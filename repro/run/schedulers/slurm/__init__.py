@@ -5,8 +5,9 @@
 ``steps``: what every job step shares (srun's labelled output split by rank, a timeout, the stop), the
 preflight step and what every cell step shares; one module per kind of cell step, named in ``CELL_STEPS``
 by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers/agent.py``, on every
-node), ``pyxisstep`` (``srun --container-image``) and ``apptainerstep`` (``apptainer exec`` of a SIF built
-once per run; ``apptainer`` renders it).
+node), ``pyxisstep`` (``srun --container-image``, from the run's squashfs that ``imagestep`` imports once
+per node and holds for the run; ``enroot``: what that step runs, as text) and ``apptainerstep``
+(``apptainer exec`` of a SIF built once per run; ``apptainer`` renders it).
 
 Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
 Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.

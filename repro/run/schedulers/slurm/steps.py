@@ -14,8 +14,10 @@ MPI targets keep their own ``mpirun`` inside the allocation (the head container 
 through the per-run sshd in each node's container): Slurm's PMI does not reach into containers the Docker
 engine starts, and the images' Open MPI needs no Slurm support.
 
-``container: pyxis``: srun starts every rank in an enroot container of the image (``render.pyxis_step``);
-MPI targets use ``srun --mpi=pmix`` with one task per rank, as NVIDIA's recipes do. No engine on the nodes.
+``container: pyxis``: srun starts every rank in an enroot container made from the run's squashfs, which one
+step per run imports on every node and holds (``imagestep``, ``enroot``; ``render.pyxis_step``); MPI targets
+use ``srun --mpi=pmix`` (or the ``mpi:`` setting) with one task per rank, as NVIDIA's recipes do. No engine on
+the nodes.
 """
 
 from __future__ import annotations
