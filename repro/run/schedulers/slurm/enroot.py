@@ -12,7 +12,11 @@ pyxis runs with ``container_scope=job``: a step killed while pyxis made its cont
 file is named after the target and reused by a later run only when the digest it was imported from is the
 one that run locks.
 
-The values reach the script as its arguments (``sh -c SCRIPT sh URI FILE DIGEST KEEP``), never inside it.
+A job Slurm ends at its time limit can kill a step while pyxis still makes its container, which then stays
+on the node: a resumed run's image step first removes the containers of the run's earlier jobs (``OLD``).
+
+The values reach the script as its arguments (``sh -c SCRIPT sh URI FILE DIGEST KEEP OLD``), never inside
+it; job ids are digits only.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ say step "$SLURM_JOB_ID.$SLURM_STEP_ID"
 command -v enroot >/dev/null 2>&1 || { say error "enroot is not on the PATH srun gave the job step"; exit 3; }
 say enroot "$(enroot version 2>&1 | head -n 1)"
 f=$2
+sweep() { enroot list | grep -E "^pyxis_$1[._]" | while read -r c; do enroot remove -f -- "$c"; done; }
 drop() {
   if [ "$4" != yes ]; then rm -f -- "$f" "$f.digest" "$f.part"; fi
-  enroot list | grep -E "^pyxis_${SLURM_JOB_ID}[._]" | while read -r c; do enroot remove -f -- "$c"; done
+  sweep "$SLURM_JOB_ID"
 }
+for old in $5; do sweep "$old"; done
 trap 'drop "$@"; say released; exit 0' TERM INT HUP
 if [ "$4" = yes ] && [ -f "$f" ] && [ -f "$f.digest" ]; then
   say reused "$(cat -- "$f.digest")"
@@ -72,9 +78,11 @@ def image_file(cfg: Mapping[str, str], run_id: str, target: str) -> str:
     return f"{folder}/repro-{target if keep(cfg) else run_id}.sqsh"
 
 
-def image_argv(job: str, nodes: Sequence[str], image: str, path: str, digest: str, kept: bool) -> list[str]:
-    """The job step that imports ``image`` once on each node into ``path`` and holds it for the run."""
+def image_argv(job: str, nodes: Sequence[str], image: str, path: str, digest: str, kept: bool,
+               earlier: Sequence[str] = ()) -> list[str]:
+    """The job step that imports ``image`` once on each node into ``path`` and holds it for the run;
+    ``earlier``: the run's earlier jobs, whose leftover containers it removes first."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
             "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh", enroot_uri(image), path, digest,
-            "yes" if kept else "no"]
+            "yes" if kept else "no", " ".join(j for j in earlier if j.isdigit())]

@@ -9,6 +9,7 @@ Slurm ends (time limit, scancel) stops it the same way.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -30,13 +31,13 @@ class ImageStep(JobStep):
     """The step holding the run's squashfs on every node; ``nodes`` gathers what each node said."""
 
     def __init__(self, alloc: Allocation, names: list[str], image: str, path: str, digest: str,
-                 log_dir: Path) -> None:
+                 log_dir: Path, earlier: list[str] | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.names, self.path, self.digest = names, path, digest
         self.sinks = [FileSink(log_dir / f"{i}-{n}.log") for i, n in enumerate(names)]
         self.nodes: list[dict[str, Any]] = [{"node": n} for n in names]
         demux = Demux(self.sinks, control=self.control)
-        argv = image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg))
+        argv = image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg), earlier or [])
         super().__init__(alloc, argv, demux)
 
     def control(self, rank: int, word: str, rest: str) -> None:
@@ -91,6 +92,15 @@ class ImageStep(JobStep):
                 s.close()
 
 
+def earlier_jobs(run_dir: Path) -> list[str]:
+    """The Slurm jobs a resumed run ran in before (its provenance's allocations)."""
+    try:
+        record = json.loads((run_dir / "provenance.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(a.get("job_id")) for a in record.get("scheduler") or [] if str(a.get("job_id", "")).isdigit()]
+
+
 class RunImage:
     """The run's image on the allocated nodes: imported once (the first cell that needs it), the same file
     for every later cell and repeat, released with the allocation."""
@@ -119,7 +129,8 @@ class RunImage:
         self.alloc.progress(Event("step", f"the image on {len(nodes)} node(s): {image} into {path} "
                                           "(enroot import, once for the run)"))
         t0 = time.monotonic()
-        self.step = ImageStep(self.alloc, nodes, image, path, digest, run_dir / "image")
+        self.step = ImageStep(self.alloc, nodes, image, path, digest, run_dir / "image",
+                              earlier_jobs(run_dir))
         self.step.start()
         self.facts = {"image": image, "file": path, "kept": keep(self.alloc.cfg), "nodes": self.step.nodes}
         try:
