@@ -256,7 +256,8 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
                                          mpi=str(cfg.get("mpi", "pmix")),
                                          per_node=pyxis_tasks_per_node(manifest, cell))
     else:
-        argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf, mpi=str(cfg.get("mpi", "pmix")))
+        argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf,
+                                     mpi=str(cfg.get("mpi", "pmix")))
     lines = [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
     lines.append(f"  $ {shlex.join(redact_argv(argv))}")
     if text is not None:
