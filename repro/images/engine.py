@@ -5,6 +5,8 @@ ssh://) or, by default, ``ssh://user@address`` to the engine its SSH login sees.
 through paramiko with host keys verified against known_hosts (``~/.ssh/known_hosts``
 plus any ``UserKnownHostsFile`` of the ssh config, ``@cert-authority`` lines included); an
 unknown host is refused, never added; ProxyJump and ssh-agent keys work as with ``ssh``.
+Each API connection to a node is an SSH channel running ``docker system dial-stdio``; one that
+the node has closed while it sat in the pool is replaced, never reused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import docker
 import paramiko
 from docker.transport import SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnectionPool
 
 from repro.errors import EnvironmentUnavailable
 from repro.nodes import ssh as nodes
@@ -46,6 +49,22 @@ def connect(docker_host: str | None = None, *, where: str = "this machine") -> d
         target = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         raise EnvironmentUnavailable(f"the Docker engine of {where} ({target}) is not answering",
                                      hint=START_HINT) from e
+
+
+class _LiveChannelPool(SSHConnectionPool):
+    """docker-py's pool of SSH channels, which hands out a pooled one unchecked. The node closes
+    idle ones: dockerd ends an API connection that has waited 5 minutes for its next request (the
+    header timeout of its API server), dial-stdio exits and sshd closes the channel. Reusing such a
+    channel fails with "Socket is closed" (after a long cell: the inspect and remove of cleanup), so
+    a channel the node has closed, or begun to close, is dropped and a new one opened instead."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)
+        channel = conn.sock
+        if channel is not None and (channel.closed or channel.eof_received):
+            conn.close()
+            return self._new_conn()
+        return conn
 
 
 class _VerifiedSSH(SSHHTTPAdapter):
@@ -82,6 +101,18 @@ class _VerifiedSSH(SSHHTTPAdapter):
             self.ssh_params["sock"] = self._jump.open_gateway()
         elif "proxycommand" in found:
             self.ssh_params["sock"] = paramiko.ProxyCommand(found["proxycommand"])
+
+    def get_connection(self, url: str, proxies: Any = None) -> SSHConnectionPool:
+        """The pool for ``url`` (docker-py keeps one per URL), one that never hands out a closed channel."""
+        with self.pools.lock:
+            pool = self.pools.get(url)
+            if pool is None:
+                if self.ssh_client.get_transport() is None:
+                    self._connect()
+                pool = _LiveChannelPool(ssh_client=self.ssh_client, timeout=self.timeout,
+                                        maxsize=self.max_pool_size, host=self.ssh_host)
+                self.pools[url] = pool
+        return pool
 
     def close(self) -> None:
         super().close()
