@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import RunFailed
-from repro.run.cell import CellFailed, NodeResult
+from repro.run.cell import NodeResult
 from repro.run.launchers.base import fill
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, seen_argv,
                                                   sif_path, unseen)
-from repro.run.schedulers.slurm.commands import cli, stamp
+from repro.run.schedulers.slurm.commands import cli
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
-from repro.run.schedulers.slurm.steps import CellJob, CellStep, task_exits
+from repro.run.schedulers.slurm.steps import CellJob, TaskStep
 
 SIF_BUILD_S = 3600  # an NGC image of 10-20 GB converts in minutes; an hour bounds a stuck registry
 
 
-class ApptainerStep(CellStep):
+class ApptainerStep(TaskStep):
     """One cell as a job step of ``apptainer exec`` tasks: each task's labelled output goes to its node's log
     (``per_node`` tasks a node for MPI targets); a task's exit status comes from srun's own report of it."""
 
@@ -98,33 +98,5 @@ class ApptainerStep(CellStep):
                 return
         Path(built["sif"]).unlink(missing_ok=True)
 
-    def start(self) -> None:
-        super().start()
-        started = stamp()
-        for r in self.results:
-            r.started = started
-            self.job.emit(("started", r.node, started))
-
-    def follow(self, events: Any) -> None:
-        for kind, rank, text in events:
-            self.job.emit((kind, self.results[rank].node, text))
-
     def record(self) -> dict[str, Any]:
-        return {"cell": self.job.cell.key, "srun": self.argv, "env": sorted(self.env or {}),
-                "sif": self.alloc.extra.get("apptainer", {}).get("sif"),
-                "submitted": stamp(self.submitted), "exit_code": self.proc.returncode if self.proc else None,
-                "started": {r.node: r.started for r in self.results}}
-
-    def outcome(self) -> list[NodeResult]:
-        codes = task_exits(self.demux.other, [r.node for r in self.results])
-        for r in self.results:
-            r.exit_code = codes.get(r.node, 0 if self.proc.returncode == 0 else None)
-            if self.timed_out:
-                r.error = self.timeout_error()
-            elif r.exit_code is None:
-                r.error = "the job step ended without the task's exit: " + " | ".join(self.demux.other[-3:])
-            self.job.emit(("exited", r.node, str(r.exit_code)))
-        if not all(r.ok for r in self.results):
-            self.ended_by_slurm(self.alloc.job_state())
-            raise CellFailed(self.job.cell, self.results)
-        return self.results
+        return {**super().record(), "sif": self.alloc.extra.get("apptainer", {}).get("sif")}

@@ -4,18 +4,16 @@ for each step and removes it when the step ends, so there is none for the kit to
 
 from __future__ import annotations
 
-from typing import Any
 
-from repro.run.cell import CellFailed, NodeResult
+from repro.run.cell import NodeResult
 from repro.run.launchers.base import fill
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
-from repro.run.schedulers.slurm.commands import stamp
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
-from repro.run.schedulers.slurm.steps import CellJob, CellStep, task_exits
+from repro.run.schedulers.slurm.steps import CellJob, TaskStep
 
 
-class PyxisStep(CellStep):
+class PyxisStep(TaskStep):
     """One cell as a pyxis job step: each task's labelled output goes to its node's log (``per_node``
     tasks a node under ``srun --mpi=pmix``); a task's exit status comes from srun's own report of it."""
 
@@ -46,33 +44,3 @@ class PyxisStep(CellStep):
         results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
                               program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
         return cls(alloc, job, results, argv, per_node=per_node, env=env)
-
-    def start(self) -> None:
-        super().start()
-        started = stamp()
-        for r in self.results:
-            r.started = started
-            self.job.emit(("started", r.node, started))
-
-    def follow(self, events: Any) -> None:
-        for kind, rank, text in events:
-            self.job.emit((kind, self.results[rank].node, text))
-
-    def record(self) -> dict[str, Any]:
-        return {"cell": self.job.cell.key, "srun": self.argv, "env": sorted(self.env or {}),
-                "submitted": stamp(self.submitted), "exit_code": self.proc.returncode if self.proc else None,
-                "started": {r.node: r.started for r in self.results}}
-
-    def outcome(self) -> list[NodeResult]:
-        codes = task_exits(self.demux.other, [r.node for r in self.results])
-        for r in self.results:
-            r.exit_code = codes.get(r.node, 0 if self.proc.returncode == 0 else None)
-            if self.timed_out:
-                r.error = self.timeout_error()
-            elif r.exit_code is None:
-                r.error = "the job step ended without the task's exit: " + " | ".join(self.demux.other[-3:])
-            self.job.emit(("exited", r.node, str(r.exit_code)))
-        if not all(r.ok for r in self.results):
-            self.ended_by_slurm(self.alloc.job_state())
-            raise CellFailed(self.job.cell, self.results)
-        return self.results

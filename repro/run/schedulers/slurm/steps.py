@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from repro.nodes.preflight import NodeReport, Probe, node_report, probe_script
-from repro.run.cell import FileSink, LogSink, NodeResult
+from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import (ENDED_BY_SLURM, LABELLED, SchedulerStopped, sigint_ignored,
                                                  stamp)
@@ -353,3 +353,38 @@ class CellStep(JobStep, abc.ABC):
             raise SchedulerStopped(f"Slurm ended job {self.alloc.job} ({state}) while cell "
                                    f"{self.job.cell.key} ran",
                                    hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
+
+
+class TaskStep(CellStep):
+    """A cell whose ranks are srun's own tasks in a container runtime (pyxis, Apptainer): every rank starts
+    with the step, its lines come labelled with its task, and its exit status from srun's report of it."""
+
+    def start(self) -> None:
+        super().start()
+        started = stamp()
+        for r in self.results:
+            r.started = started
+            self.job.emit(("started", r.node, started))
+
+    def follow(self, events: Any) -> None:
+        for kind, rank, text in events:
+            self.job.emit((kind, self.results[rank].node, text))
+
+    def record(self) -> dict[str, Any]:
+        return {"cell": self.job.cell.key, "srun": self.argv, "env": sorted(self.env or {}),
+                "submitted": stamp(self.submitted), "exit_code": self.proc.returncode if self.proc else None,
+                "started": {r.node: r.started for r in self.results}}
+
+    def outcome(self) -> list[NodeResult]:
+        codes = task_exits(self.demux.other, [r.node for r in self.results])
+        for r in self.results:
+            r.exit_code = codes.get(r.node, 0 if self.proc.returncode == 0 else None)
+            if self.timed_out:
+                r.error = self.timeout_error()
+            elif r.exit_code is None:
+                r.error = "the job step ended without the task's exit: " + " | ".join(self.demux.other[-3:])
+            self.job.emit(("exited", r.node, str(r.exit_code)))
+        if not all(r.ok for r in self.results):
+            self.ended_by_slurm(self.alloc.job_state())
+            raise CellFailed(self.job.cell, self.results)
+        return self.results
