@@ -5,8 +5,9 @@ directory's ``job/`` folder and submits it with ``sbatch --chdir=RUN_DIR``; the 
 exits. The script holds the allocation, then, in order: the node list (``job/nodes``, names and NodeAddr
 from Slurm), a check that every node sees the run directory (``job/shared/``: each node reads back the token
 the kit wrote; the batch host compares), the image on every node (docker: a pull by digest from the
-registry), the host probe (preflight's own script, ``job/probe/``), and every cell's repeats as job steps,
-each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own report into
+registry; pyxis: the attached path's image step, one import a node held for the run, its squashfs removed
+when the script exits), the host probe (preflight's own script, ``job/probe/``), and every cell's repeats
+as job steps, each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own report into
 ``job/steps/KEY/rNaA.srun`` (repeat N, attempt A), the agent's marks (docker) into
 ``job/steps/KEY/rNaA-RANK.marks``. Each step
 start and end is a line of ``job/events``, written by the batch host alone: ``repro status`` and
@@ -36,6 +37,7 @@ from repro.errors import RunFailed, UsageError
 from repro.nodes.preflight import probe_script
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.commands import cli, stamp
+from repro.run.schedulers.slurm.enroot import IMPORT_TIMEOUT_S, image_argv, image_file, keep
 from repro.run.schedulers.slurm.render import (AGENT, preflight_argv, pyxis_head, pyxis_step,
                                                pyxis_tasks_per_node, render_sbatch, srun_argv, step_spec)
 from repro.spec.hosts import Hosts, Node
@@ -44,7 +46,8 @@ from repro.spec.manifest import Cell, Manifest
 JOB_DIR = "job"
 EVENTS, NODES, TOKEN, SUBMITTED = "job/events", "job/nodes", "job/token", "job/submitted.json"
 JOBID, REPEAT = "__REPRO_JOB__", "__REPRO_R__"
-_TOKEN = re.compile(r"__REPRO_(?:JOB|R|[NA]\d+)__")
+IMAGE_PATH = "__REPRO_PATH__"  # the image's own PATH (pyxis), read from the node's squashfs once imported
+_TOKEN = re.compile(r"__REPRO_(?:JOB|R|PATH|[NA]\d+)__")
 #: a cell's job step as the script writes it: what comes before ``timeout … srun …`` and after it, the files
 #: it reads (``job/in/``) and the lines that fill them in
 Step = tuple[str, list[str], str, dict[str, str], list[str]]
@@ -284,20 +287,38 @@ class Docker:
 
 
 class Pyxis:
-    """``container: pyxis``: each repeat the pyxis job step, its environment from ``job/in/KEY.env`` (the
-    values never in argv), each rank's command from ``job/in/KEY.multi-prog.conf``."""
+    """``container: pyxis``: the image imported once on every node for the run (``enroot.image_argv``, the
+    attached path's image step, in the background), its digest checked against the lock, its squashfs
+    removed when the script exits (``trap``); each repeat the pyxis job step from that squashfs with the
+    image's own PATH on every task, its environment from ``job/in/KEY.env`` (the values never in argv), each
+    rank's command from ``job/in/KEY.multi-prog.conf``."""
+
+    @staticmethod
+    def squashfs(d: Detach) -> tuple[str, str]:
+        """The node-local file every step starts from, and the digest it must hold."""
+        if "@" not in d.image:
+            raise UsageError(f"pyxis runs images by digest; {d.image} has none",
+                             hint="give --push REGISTRY for a built image, or pin the registry image")
+        return image_file(d.cfg, d.run_id, d.manifest.id), d.image.rpartition("@")[2]
 
     @staticmethod
     def prologue(d: Detach, every: Sequence[str]) -> list[str]:
-        return []
+        path, digest = Pyxis.squashfs(d)
+        names = [n.name for n in stand_ins(d.hosts, d.need).nodes]
+        step = detached(image_argv(JOBID, names, d.image, path, digest, keep(d.cfg)), "job/image/%n-%N.log")
+        return ["# the image once on every node for the run: enroot imports it by digest into a node-local",
+                "# squashfs and holds it; stopped (TERM) when this script exits, its script removes the file",
+                "mkdir -p job/image", f"{sh_line(step)} 2> job/image/srun.err &", "REPRO_IMAGE=$!",
+                *IMAGE_WAIT.replace("{need}", str(d.need)).replace("{timeout}", str(IMPORT_TIMEOUT_S))
+                .replace("{digest}", shlex.quote(digest)).replace("{file}", shlex.quote(path)).splitlines()]
 
     @staticmethod
     def step(d: Detach, cell: Cell, hosts: Hosts) -> Step:
         plans = plan_cell(d.manifest, cell, hosts)
         key = cell.key
         head = pyxis_head(JOBID, [p.command.node.name for p in plans], f"repro-{key}")
-        argv, env, conf = pyxis_step(d.manifest, cell, plans, d.image, head,
-                                     f"job/run/{key}.multi-prog.conf")
+        argv, env, conf = pyxis_step(d.manifest, cell, plans, Pyxis.squashfs(d)[0], head,
+                                     f"job/run/{key}.multi-prog.conf", image_env={"PATH": IMAGE_PATH})
         inputs = {f"{key}.env": "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))}
         fills = [f"fill {key}.env"]
         if conf is not None:
@@ -310,6 +331,42 @@ class Pyxis:
     @staticmethod
     def after_failure(d: Detach, cell: Cell, hosts: Hosts) -> list[str]:
         return []
+
+
+#: the batch host's side of the pyxis image step: on exit, the step stopped as the attached path stops it
+#: (``scancel --signal=TERM STEP``); until every node says ``ready``, a node's error or the step's end ends
+#: the job; each node's digest checked against the lock; the image's PATH filled in for ``__REPRO_PATH__``
+IMAGE_WAIT = r"""release() {
+  s=$(sed -n 's/^##repro step //p' "job/image/0-$REPRO_N0.log" 2>/dev/null | head -n 1)
+  case "$s" in ""|*[!0-9.]*) kill -TERM "$REPRO_IMAGE" 2>/dev/null;; *) scancel --signal=TERM -- "$s";; esac
+  wait "$REPRO_IMAGE"
+}
+trap release EXIT
+trap 'exit 143' TERM INT HUP
+j=0 w=0
+while [ "$j" -lt {need} ]; do
+  eval "n=\$REPRO_N$j"
+  f="job/image/$j-$n.log"
+  if grep -q '^##repro ready' "$f" 2>/dev/null; then
+    got=$(sed -n -e 's/^##repro imported //p' -e 's/^##repro reused //p' "$f" | head -n 1)
+    [ "$got" = {digest} ] || quit 4 "node $n: {file} holds ${got:-no digest}, the run locks "{digest}
+    j=$((j + 1))
+    continue
+  fi
+  e=$(sed -n 's/^##repro error //p' "$f" 2>/dev/null | head -n 1)
+  [ -z "$e" ] || quit 4 "the image on node $n: $e ($f)"
+  kill -0 "$REPRO_IMAGE" 2>/dev/null || quit 4 "the image step ended before node $n was ready (job/image/)"
+  [ "$w" -lt {timeout} ] || quit 4 "node $n did not make the image ready within {timeout} s ($f)"
+  sleep 1
+  w=$((w + 1))
+done
+REPRO_PATH=$(sed -n 's/^##repro path //p' "job/image/0-$REPRO_N0.log" | head -n 1)
+case "$REPRO_PATH" in
+  ""|*[!A-Za-z0-9._:/+-]*)
+    quit 4 "the image's PATH (etc/environment in its squashfs) is empty or not plain folders: $REPRO_PATH";;
+esac
+SUBST="$SUBST -e s|__REPRO_PATH__|$REPRO_PATH|g"
+event imported {need}"""
 
 
 CONTAINERS: dict[str, Any] = {"docker": Docker, "pyxis": Pyxis}

@@ -54,6 +54,8 @@ say ready
 while :; do sleep 60 & wait $!; done
 """
 DEFAULT_DIR = "/tmp"
+#: how long every node gets to import the image (a 20 GB NGC image over a slow link takes tens of minutes)
+IMPORT_TIMEOUT_S = 3 * 3600
 YES = ("yes", "true", "True")
 
 

@@ -20,11 +20,8 @@ from repro.events import Event
 from repro.run.cell import FileSink
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import cli, stamp
-from repro.run.schedulers.slurm.enroot import image_argv, image_file, keep
+from repro.run.schedulers.slurm.enroot import IMPORT_TIMEOUT_S, image_argv, image_file, keep
 from repro.run.schedulers.slurm.steps import STOP_WAIT_S, Demux, JobStep
-
-#: how long every node gets to import the image (a 20 GB NGC image over a slow link takes tens of minutes)
-IMPORT_TIMEOUT_S = 3 * 3600
 
 
 class ImageStep(JobStep):

@@ -3,7 +3,8 @@
 
 ``job/submitted.json`` (written by ``repro up --detach``): the job id, when and from where it was submitted,
 the repeats and attempts the script runs. ``job/events`` (the batch host's lines, in order): ``job ID
-NODELIST``, ``shared N``, ``pulled``, ``start KEY R A``, ``exit KEY R A CODE``, ``end CODE TEXT``.
+NODELIST``, ``shared N``, ``pulled`` or ``imported N``, ``start KEY R A``, ``exit KEY R A CODE``, ``end CODE
+TEXT``.
 ``job/nodes``: ``RANK NAME ADDRESS`` a line. ``job/shared/RANK-NAME``: the token each node read.
 """
 

@@ -1,0 +1,119 @@
+"""The detached batch script under ``container: pyxis``: the image imported once per node for the run by the
+attached path's own image step (``enroot.image_argv``), every cell step started from that squashfs with the
+image's PATH on every task, and the batch host's side of the image step run with ``sh`` against stand-ins
+for srun, scancel, enroot and unsquashfs (the node script itself is the real one): the digest checked, the
+PATH filled in, the squashfs removed when the script exits.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from repro.run.plan import select_cells
+from repro.run.schedulers.slurm.detached import JOBID, Detach, Pyxis, detached, render_detached, sh_line
+from repro.run.schedulers.slurm.enroot import image_argv
+from repro.spec.hosts import load_hosts
+from repro.spec.manifest import find_target
+
+DATA = Path(__file__).parent / "data" / "detach"
+DIGEST = "sha256:" + "a" * 64
+IMAGE = f"127.0.0.1:5000/repro-test/repro/cpu-paddle@{DIGEST}"
+SLURM = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxis"}
+
+
+def pyxis_detach(target: str, nodes: int, **cfg: str) -> Detach:
+    m = find_target(target)
+    return Detach(m, select_cells(m, [{"nodes": nodes}]), load_hosts(DATA / "hosts-cpu.yaml"),
+                  {**SLURM, **cfg}, IMAGE, run_id="RUN", repeats=2)
+
+
+def test_the_image_step_is_the_attached_paths_and_runs_once():
+    script = render_detached(pyxis_detach("paddle-rn50-cpu", 2)).text
+    step = detached(image_argv(JOBID, ["__REPRO_N0__", "__REPRO_N1__"], IMAGE, "/tmp/repro-RUN.sqsh", DIGEST,
+                               False), "job/image/%n-%N.log")
+    assert script.count(sh_line(step) + " 2> job/image/srun.err &\n") == 1
+    assert script.count("enroot import --output") == 1
+    steps = [ln for ln in script.splitlines() if "--container-image=" in ln]
+    assert len(steps) == 1 and "--container-image=/tmp/repro-RUN.sqsh " in steps[0]
+    assert script.index("trap release EXIT") < script.index("event imported 2") < script.index("fill 2n1g")
+
+
+def test_every_task_gets_the_images_path():
+    paddle = render_detached(pyxis_detach("paddle-rn50-cpu", 2))
+    ranks = paddle.inputs["2n1g-fp32-bs8.multi-prog.conf"].splitlines()
+    assert len(ranks) == 2 and all(r.split()[1:3] == ["env", "PATH=__REPRO_PATH__"] for r in ranks)
+    mpi = render_detached(pyxis_detach("mpi-rn50-cpu", 2)).text
+    assert ' -- env PATH="${REPRO_PATH}" python3 ' in mpi
+
+
+def test_kept_images_are_named_after_the_target():
+    script = render_detached(pyxis_detach("paddle-rn50-cpu", 2, keep_image="yes", image_dir="/scratch")).text
+    assert " /scratch/repro-paddle-rn50-cpu.sqsh " + DIGEST + " yes '' " in script
+
+
+#: srun runs the step's command on node ``n0`` in its own process group, which the step's TERM goes to (as
+#: slurmstepd signals a task); scancel TERMs srun
+STUBS = {
+    "srun": """#!/bin/sh
+out=
+while [ "$1" != -- ]; do case "$1" in --output=*) out=${1#--output=};; esac; shift; done
+shift
+SLURM_JOB_ID=7 SLURM_STEP_ID=3 setsid "$@" > "$(echo "$out" | sed 's/%n/0/; s/%N/n0/')" 2>&1 &
+task=$!
+echo $$ > "$STUBS/srun.pid"
+trap 'kill -TERM -$task' TERM
+wait
+wait $task
+""",
+    "scancel": """#!/bin/sh
+echo "$@" >> "$STUBS/scancel.args"
+kill -TERM "$(cat "$STUBS/srun.pid")"
+""",
+    "enroot": """#!/bin/sh
+case "$1" in version) echo 4.1.2;; import) echo squashfs > "$3";; esac
+""",
+    "unsquashfs": """#!/bin/sh
+printf 'LANG=C\\nPATH=/opt/conda/bin:/usr/bin:/bin\\n'
+""",
+}
+
+
+def run_prologue(tmp: Path, d: Detach) -> tuple[subprocess.CompletedProcess[str], str]:
+    """The script's image lines between a stand-in of its prologue (one node, ``n0``) and its end."""
+    stubs = tmp / "stubs"
+    stubs.mkdir()
+    for name, text in STUBS.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    body = "\n".join(["set -u", 'event() { echo "$*" >> events; }', 'quit() { event end "$@"; exit "$1"; }',
+                      "REPRO_N0=n0 SUBST=", *Pyxis.prologue(d, []), 'echo "$SUBST" > subst', "quit 0 done"])
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUBS": str(stubs), "SLURM_JOB_ID": "7"}
+    out = subprocess.run(["sh", "-c", body], cwd=tmp, env=env, capture_output=True, text=True, timeout=30)
+    return out, (tmp / "events").read_text()
+
+
+def test_the_script_checks_the_digest_fills_the_path_and_removes_the_file(tmp_path: Path):
+    d = pyxis_detach("paddle-rn50-cpu", 1, image_dir=str(tmp_path / "node"))
+    out, events = run_prologue(tmp_path, d)
+    assert out.returncode == 0, out.stderr
+    assert events == "imported 1\nend 0 done\n"
+    assert (tmp_path / "subst").read_text() == " -e s|__REPRO_PATH__|/opt/conda/bin:/usr/bin:/bin|g\n"
+    assert (tmp_path / "stubs" / "scancel.args").read_text() == "--signal=TERM -- 7.3\n"
+    log = [ln for ln in (tmp_path / "job" / "image" / "0-n0.log").read_text().splitlines() if "##repro" in ln]
+    assert log[-3:] == ["##repro path /opt/conda/bin:/usr/bin:/bin", "##repro ready", "##repro released"]
+    assert list((tmp_path / "node").iterdir()) == []  # the squashfs and its digest record removed
+
+
+def test_a_kept_image_of_another_digest_ends_the_job(tmp_path: Path):
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "repro-paddle-rn50-cpu.sqsh").write_text("squashfs")
+    (node / "repro-paddle-rn50-cpu.sqsh.digest").write_text("sha256:" + "b" * 64 + "\n")
+    d = pyxis_detach("paddle-rn50-cpu", 1, image_dir=str(node), keep_image="yes")
+    out, events = run_prologue(tmp_path, d)
+    assert out.returncode == 4
+    assert events == (f"end 4 node n0: {node}/repro-paddle-rn50-cpu.sqsh holds sha256:{'b' * 64}, the run "
+                      f"locks {DIGEST}\n")
+    assert sorted(p.name for p in node.iterdir()) == ["repro-paddle-rn50-cpu.sqsh",
+                                                      "repro-paddle-rn50-cpu.sqsh.digest"]  # kept: the user's
