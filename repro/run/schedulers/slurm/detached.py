@@ -7,11 +7,10 @@ from Slurm), a check that every node sees the run directory (``job/shared/``: ea
 the kit wrote; the batch host compares), the image on every node (docker: a pull by digest from the
 registry; pyxis: the attached path's image step, one import a node held for the run, its squashfs removed
 when the script exits), the host probe (preflight's own script, ``job/probe/``), and every cell's repeats
-as job steps, each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own report into
-``job/steps/KEY/rNaA.srun`` (repeat N, attempt A), the agent's marks (docker) into
-``job/steps/KEY/rNaA-RANK.marks``. Each step
-start and end is a line of ``job/events``, written by the batch host alone: ``repro status`` and
-``repro report`` need nothing but the run directory.
+as job steps, each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own
+report into ``job/steps/KEY/rNaA.srun`` (repeat N, attempt A), the agent's marks (docker) into
+``job/steps/KEY/rNaA-RANK.marks``. Each step start and end is a line of ``job/events``, written by the
+batch host alone: ``repro status`` and ``repro report`` need nothing but the run directory.
 
 Each srun line is the one the attached path submits (``render.srun_argv``, ``render.pyxis_step``,
 ``render.preflight_argv``), rendered for stand-in nodes whose names and addresses are tokens the script
