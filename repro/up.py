@@ -454,7 +454,8 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
         environment = environment_checks(result.record, result.manifest) if result.record.get("nodes") else []
     except (KeyError, TypeError, ValueError):
         environment = []
-    run.write_text("report.html", render_html([table], environment=environment))
+    png = run.file("report.png").read_bytes() if chart is None else None  # drawn once, for both
+    run.write_text("report.html", render_html([table], environment=environment, chart=png))
     _seal(result, ignore)
     packed = archive.create(run)
     overhead = result.seconds - result.cell_seconds

@@ -157,7 +157,7 @@ cat > repro-multi-prog.conf <<'REPRO_EOF'
 REPRO_EOF
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label \
 '--container-image=registry.example.org:5000#repro/cpu-torch@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' \
---no-container-mount-home --container-env=GLOO_SOCKET_IFNAME --multi-prog repro-multi-prog.conf
+--no-container-mount-home --container-writable --container-env=GLOO_SOCKET_IFNAME --multi-prog repro-multi-prog.conf
 """
 
 
@@ -179,7 +179,7 @@ def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
     text = render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST, {})
     last = shlex.split(text.splitlines()[-1])
     assert last == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
-                    "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
+                    "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS",
                     "--", "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
@@ -193,8 +193,8 @@ def test_pyxis_gpu_cell_mounts_dataset_read_only_and_sets_workdir():
     hosts = Hosts((Node("g1", "10.0.0.1", gpus=8), Node("g2", "10.0.0.2", gpus=8)), data="/data/imagenet")
     last = shlex.split(render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST,
                                     {}).splitlines()[-1])
-    assert last[:9] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
-                        "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home",
+    assert last[:10] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                        "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                         "--container-mounts=/data/imagenet:/data/image:ro",
                         "--container-workdir=/workspace/rn50/PyTorch/Classification/ConvNets"]
 
@@ -267,7 +267,7 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
                       "  env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n  env OMP_NUM_THREADS=2\n"
                       "  $ srun --mpi=pmix --jobid=JOBID --nodelist=n1,n2 --overlap --kill-on-bad-exit=1 "
                       "--job-name=repro-2n1g-fp32-bs8 --nodes=2 --ntasks=2 --ntasks-per-node=1 --label "
-                      "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home "
+                      "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home --container-writable "
                       "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
                       "OMP_NUM_THREADS -- python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
                       "--precision fp32\n")
@@ -287,7 +287,7 @@ def test_pyxis_job_step_in_the_allocation_exact():
                                  pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/runs/r/multi-prog.conf")
     assert argv == ["srun", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-bad-exit=1",
                     "--job-name=repro-2n1g-fp32-bs8", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
-                    "--container-image=127.0.0.1:5000#repro/cpu-torch@" + DIGEST, "--no-container-mount-home",
+                    "--container-image=127.0.0.1:5000#repro/cpu-torch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=GLOO_SOCKET_IFNAME", "--multi-prog", "/runs/r/multi-prog.conf"]
     assert env == {"GLOO_SOCKET_IFNAME": "eth0"}  # to srun's environment, not its argv
     assert conf == "".join(f"{r} {TORCH.format(r=r)}\n" for r in (0, 1))

@@ -45,14 +45,16 @@ CHECK_HEADS = ("check", "status", "published", "observed", "detail")
 
 
 def render_html(results: Sequence[TableResult], *, environment: Sequence[Check] = (),
-                fail_on: set[str] | None = None) -> str:
+                fail_on: set[str] | None = None, chart: bytes | None = None) -> str:
     """One self-contained page: citations, tables with verdict colours, the chart (embedded),
-    environment and deviations from the published hardware, links to the logs."""
+    environment and deviations from the published hardware, links to the logs. ``chart``: the PNG of a
+    one-publication page's chart where it is drawn already (a run's report.png), not drawn again."""
     names = ", ".join(g[0].table.id if g[0].table else g[0].manifest.id for g in groups(results))
     parts = [(f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(names)}: repro report</title>"
               f"<style>{HTML_STYLE}</style></head><body>")]
-    for group in groups(results):
-        parts += _group_html(group)
+    found = groups(results)
+    for group in found:
+        parts += _group_html(group, chart if len(found) == 1 else None)
     if environment:
         parts += _environment_html(environment)
     code = exit_code((c.verdict for r in results for c in r.cells), fail_on)
@@ -65,7 +67,7 @@ def _e(text: Any) -> str:
     return html.escape(shown(str(text)))
 
 
-def _group_html(group: Sequence[TableResult]) -> list[str]:
+def _group_html(group: Sequence[TableResult], chart: bytes | None = None) -> list[str]:
     """One publication (or one measured-only target): citation, protocols, cells, notes, chart."""
     parts = _citation_html(group)
     parts.append("<ul>" + "".join(f"<li><code>{_e(protocol_text(r))}</code></li>" for r in group) + "</ul>")
@@ -74,7 +76,7 @@ def _group_html(group: Sequence[TableResult]) -> list[str]:
     found = notes(group)[2:]
     if found:
         parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{_e(n[2:])}</li>" for n in found if n) + "</ul>")
-    parts.append(_chart_html(group))
+    parts.append(_chart_html(group, chart))
     return parts
 
 
@@ -148,12 +150,14 @@ def _relative_href(path: str) -> str:
     return quote(path.lstrip("/"), safe="/")
 
 
-def _chart_html(group: Sequence[TableResult]) -> str:
+def _chart_html(group: Sequence[TableResult], png: bytes | None = None) -> str:
     """The group's chart as an embedded image; a chart that cannot be drawn is said so on the page."""
-    buf = io.BytesIO()
-    try:
-        plot_report(group, buf)
-    except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the page matters more
-        return f"<p>The chart could not be drawn: {html.escape(shown(str(err)))}</p>"
-    data = base64.b64encode(buf.getvalue()).decode()
+    if png is None:
+        buf = io.BytesIO()
+        try:
+            plot_report(group, buf)
+        except Exception as err:  # noqa: BLE001 - matplotlib raises many kinds; the page matters more
+            return f"<p>The chart could not be drawn: {html.escape(shown(str(err)))}</p>"
+        png = buf.getvalue()
+    data = base64.b64encode(png).decode()
     return f"<img alt='published vs reproduced' src='data:image/png;base64,{data}'>"

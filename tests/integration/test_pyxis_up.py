@@ -10,6 +10,8 @@ enroot), for real, across its 2 nodes:
 - Ctrl-C while a cell runs: exit 130, the job cancelled, no enroot container left, the kept squashfs
   kept, the repeat pending, and ``--resume`` finishes it;
 - a kept squashfs whose recorded digest is not the run's lock fails the run before any cell.
+- paddle-rn50-cpu: each task's POD_IP from its own --multi-prog line, so every rank finds its own node's
+  address (a rank given rank 0's environment would take itself for rank 0) and the replicas stay identical.
 
 The session imports each image once: the torch run checks the removal at its end (``keep_image: no``); the
 mpi runs keep their squashfs (``keep_image: yes``) in a folder of this session's own, removed at the end.
@@ -18,6 +20,7 @@ mpi runs keep their squashfs (``keep_image: yes``) in a folder of this session's
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -219,3 +222,34 @@ def test_a_kept_image_of_another_digest_fails_the_run(cluster, env, targets, ima
     assert "Traceback" not in done.stderr
     recorded = yaml.safe_load((run_dir_of(tmp_path / "runs") / "hosts.yaml").read_text())
     assert recorded["scheduler"]["keep_image"] == "yes"
+
+
+@pytest.fixture(scope="module")
+def paddle_target(cpu_torch: dict, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Path:
+    """paddle-rn50-cpu on the session's pinned base, 10 steps of 2 32x32 images, its lock made."""
+    base = next(line for line in cpu_torch["manifest"].read_text().splitlines() if "base: {ref:" in line)
+    text = (ROOT / "manifests" / "paddle-rn50-cpu.yaml").read_text(encoding="utf-8")
+    for old, new in {'--steps, "15"': '--steps, "10"', '--image-size, "64"': '--image-size, "32"',
+                     "batch_size: [8]": "batch_size: [2]"}.items():
+        assert text.count(old) == 1, f"the shipped manifest changed: {old!r}"
+        text = text.replace(old, new)
+    path = tmp_path_factory.mktemp("pyxis-paddle") / "paddle-rn50-cpu.yaml"
+    path.write_text("\n".join(base if "base: {ref:" in ln else ln for ln in text.splitlines()) + "\n")
+    subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True,
+                   cwd=ROOT, env=env)
+    return path
+
+
+def test_paddle_ranks_each_get_their_own_address(cluster, env, paddle_target, image_dir, tmp_path):
+    """Each task's POD_IP comes from its own --multi-prog line: every rank finds its node's address in --ips
+    (a rank given the first rank's environment would take itself for rank 0)."""
+    hosts = inventory(cluster, tmp_path, image_dir, keep=False)
+    done = up(paddle_target, hosts, tmp_path / "runs", cluster, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = run_dir_of(tmp_path / "runs") / "cells" / "2n1g-fp32-bs2" / "r1"
+    checksums = []
+    for rank, node in enumerate(cluster["nodes"]):
+        log = (logs / f"{rank}-{node['name']}.log").read_text(encoding="utf-8")
+        assert f"rank {rank} of 2 on {node['name']}, endpoint {node['address']}:" in log, log[-3000:]
+        checksums += re.findall(rf"^rank {rank} of 2: parameter checksum (\S+)$", log, re.MULTILINE)
+    assert len(checksums) == 2 and checksums[0] == checksums[1], "data parallelism keeps the replicas identical"

@@ -142,7 +142,9 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
         raise UsageError(f"environment name {bad_env[0]!r} cannot go to pyxis: --container-env is a "
                          "comma-separated list of names",
                          hint="name environment variables with letters, digits and '_' only")
-    opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home"]
+    # writable as a Docker container's root is (paddle's launcher writes log/ in its working directory); each
+    # step's container is a new one made from the image, so nothing written reaches the next repeat
+    opts = [f"--container-image={pyxis_uri(image)}", "--no-container-mount-home", "--container-writable"]
     opts += [f"--container-mounts={mounts}"] if mounts else []
     if "working_dir" in first.container:
         opts.append(f"--container-workdir={first.container['working_dir']}")
