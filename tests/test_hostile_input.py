@@ -89,7 +89,7 @@ def add_lines(*lines: str, after: str) -> Callable[[Any], str]:
 
     def change(doc: Any) -> str:
         out = []
-        for ln in yaml.safe_dump(doc, sort_keys=False).splitlines():
+        for ln in dump(doc).splitlines():
             out.append(ln)
             if ln.startswith(after):
                 out.extend(lines)
@@ -105,8 +105,13 @@ def write(tmp_path: Path, name: str, content: Any) -> Path:
     elif isinstance(content, str):
         p.write_text(content)
     else:
-        p.write_text(yaml.safe_dump(content, sort_keys=False))
+        p.write_text(dump(content))
     return p
+
+
+def dump(doc: Any) -> str:
+    """A document as YAML text, written by libyaml (the hostile part is the content, not the writing)."""
+    return yaml.dump(doc, Dumper=yaml.CSafeDumper, sort_keys=False)
 
 
 CMD = ["launch", "command"]

@@ -22,8 +22,13 @@ GOOD = Path(__file__).resolve().parent / "data" / "good"
 DLPERF = "dlperf-ngc-pytorch-rn50-v100"
 
 
+def shipped() -> list[tuple[Path, dict]]:
+    """Each shipped manifest and its data, read by libyaml (the kit's own reading is what the tests check)."""
+    return [(f, yaml.load(f.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)) for f in manifest_files()]
+
+
 def shipped_ids() -> list[str]:
-    return [yaml.safe_load(f.read_text(encoding="utf-8"))["id"] for f in manifest_files()]
+    return [doc["id"] for _, doc in shipped()]
 
 
 # --- the shipped catalog -----------------------------------------------------------------------------------
@@ -70,8 +75,8 @@ def test_every_shipped_parser_is_registered() -> None:
     from repro.measure.parsers import PARSERS
 
     names = PARSERS.names()
-    for f in manifest_files():
-        parser = yaml.safe_load(f.read_text(encoding="utf-8"))["measure"]["parser"]
+    for f, doc in shipped():
+        parser = doc["measure"]["parser"]
         assert parser in names, f"{f.name}: parser {parser!r} not in {names}"
 
 
