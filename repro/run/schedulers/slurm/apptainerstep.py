@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import RunFailed
-from repro.run.cell import NodeResult
-from repro.run.launchers.base import fill
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, seen_argv,
@@ -40,15 +38,7 @@ class ApptainerStep(TaskStep):
         argv, env, conf = apptainer_step(manifest, cell, plans, sif, head, str(conf_path),
                                          mpi=str(alloc.cfg.get("mpi", "pmix")),
                                          per_node=pyxis_tasks_per_node(manifest, cell))
-        if conf is not None:
-            conf_path.write_text(conf, encoding="utf-8")
-        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
-        mpi = manifest.launch.kind == "mpi"
-        nodes = [p.command.node for p in plans]
-        program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
-        results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
-                              program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
-        return cls(alloc, job, results, argv, per_node=per_node, env=env)
+        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path)
 
     @staticmethod
     def sif(alloc: Allocation, job: CellJob, nodes: list[str]) -> str:

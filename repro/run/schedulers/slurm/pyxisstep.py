@@ -5,8 +5,6 @@ for each step and removes it when the step ends, so there is none for the kit to
 from __future__ import annotations
 
 
-from repro.run.cell import NodeResult
-from repro.run.launchers.base import fill
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
@@ -35,12 +33,4 @@ class PyxisStep(TaskStep):
         argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
                                      pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
                                      mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env)
-        if conf is not None:
-            conf_path.write_text(conf, encoding="utf-8")
-        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
-        mpi = manifest.launch.kind == "mpi"
-        nodes = [p.command.node for p in plans]
-        program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
-        results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
-                              program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
-        return cls(alloc, job, results, argv, per_node=per_node, env=env)
+        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path)

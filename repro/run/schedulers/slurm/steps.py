@@ -36,6 +36,7 @@ from typing import IO, Any, ClassVar
 
 from repro.nodes.preflight import NodeReport, Probe, node_report, probe_script
 from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult
+from repro.run.launchers.base import fill
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import (ENDED_BY_SLURM, LABELLED, SchedulerStopped, sigint_ignored,
                                                  stamp)
@@ -358,6 +359,22 @@ class CellStep(JobStep, abc.ABC):
 class TaskStep(CellStep):
     """A cell whose ranks are srun's own tasks in a container runtime (pyxis, Apptainer): every rank starts
     with the step, its lines come labelled with its task, and its exit status from srun's report of it."""
+
+    @classmethod
+    def from_argv(cls, alloc: Allocation, job: CellJob, plans: Sequence[Any], argv: list[str],
+                  env: Mapping[str, str], conf: str | None, conf_path: Path) -> TaskStep:
+        """The step of a rendered srun line: its --multi-prog file written, a result per rank (an MPI
+        target's ranks all run rank 0's program)."""
+        if conf is not None:
+            conf_path.write_text(conf, encoding="utf-8")
+        per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
+        manifest, cell = job.manifest, job.cell
+        mpi = manifest.launch.kind == "mpi"
+        nodes = [p.command.node for p in plans]
+        program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
+        results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
+                              program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
+        return cls(alloc, job, results, argv, per_node=per_node, env=env)
 
     def start(self) -> None:
         super().start()
