@@ -166,7 +166,8 @@ def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, 
     assert entry["status"] == "done" and entry["attempts"] == 2
     r1 = run / "cells" / "2n1g-fp32-bs8" / "r1"
     assert sorted(p.name for p in r1.iterdir()) == ["0-rc-node1.attempt1", "0-rc-node1.log", "1-rc-node2.attempt1",
-                                                    "1-rc-node2.log"]
+                                                    "1-rc-node2.log", "telemetry-rc-node1.txt",
+                                                    "telemetry-rc-node2.txt", "telemetry.json"]
     assert any("attempt 1/2 failed" in x and "retrying" in x for x in lines)
     assert containers_of(cluster, run.name) == []
 
