@@ -47,24 +47,64 @@ def walk(root: Path, error: type[ReproError], *, max_depth: int = MAX_DEPTH,
 
 
 def remove(root: Path) -> None:
-    """Remove ``root`` and everything under it, however deep (best effort: what cannot go stays)."""
-    root = Path(root)
-    if not root.exists() and not root.is_symlink():
+    """Remove ``root`` and everything under it, however deep (best effort: what cannot go stays).
+
+    Walked through directory descriptors, one open at a time: each step costs the same at any depth,
+    where a path thousands of levels long costs the kernel a lookup per level on every call."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        if not stat.S_ISDIR(os.lstat(root).st_mode):
+            os.unlink(root)
+            return
+        fd = os.open(root, flags)
+    except OSError:
         return
-    stack = [root]
-    dirs: list[Path] = []
-    while stack:
-        p = stack.pop()
-        try:
-            if stat.S_ISDIR(p.lstat().st_mode):
-                dirs.append(p)
-                stack.extend(Path(e.path) for e in os.scandir(p))
+    down: list[tuple[str, set[str]]] = []  # each folder walked into, and what its parent could not remove
+    kept: set[str] = set()  # what could not be removed in the folder ``fd`` is
+    try:
+        while True:
+            sub = _files_removed(fd, kept)
+            if sub is not None:
+                try:
+                    inner = os.open(sub, flags, dir_fd=fd)
+                except OSError:
+                    kept.add(sub)
+                    continue
+                os.close(fd)
+                down.append((sub, kept))
+                fd, kept = inner, set()
+            elif down:
+                outer = os.open("..", flags & ~os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = outer
+                name, kept = down.pop()
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                except OSError:
+                    kept.add(name)
             else:
-                p.unlink()
-        except OSError:
-            continue
-    for d in reversed(dirs):
-        try:
-            d.rmdir()
-        except OSError:
-            continue
+                break
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(root)
+    except OSError:
+        pass
+
+
+def _files_removed(fd: int, kept: set[str]) -> str | None:
+    """Unlink what the folder ``fd`` holds up to its first folder, whose name is returned (None: no folder
+    is left but those in ``kept``, where what could not be removed is added)."""
+    with os.scandir(fd) as entries:
+        for e in entries:
+            if e.name in kept:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                return e.name
+            try:
+                os.unlink(e.name, dir_fd=fd)
+            except OSError:
+                kept.add(e.name)
+    return None

@@ -258,13 +258,15 @@ DEPTH = 1500
 
 @pytest.fixture
 def deep(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Makes trees nested DEPTH levels deep; removes them after (pytest's own clean-up recurses)."""
+    """Makes trees nested DEPTH levels deep; ``repro.tree.remove`` takes them after (pytest's own clean-up
+    recurses)."""
     from repro.tree import remove
 
     made: list[Path] = []
     yield lambda root: made.append(deep_tree(root, DEPTH)) or root
     for root in made:
         remove(root)
+        assert not root.exists()
 
 
 def deep_tree(root: Path, depth: int) -> Path:
@@ -280,6 +282,25 @@ def deep_tree(root: Path, depth: int) -> Path:
     finally:
         os.close(fd)
     return root
+
+
+def test_remove_takes_a_tree_whole_and_follows_no_link(tmp_path: Path) -> None:
+    from repro.tree import remove
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("x")
+    root = deep_tree(tmp_path / "root", 40)  # DEPTH levels: the trees of ``deep``, removed by it
+    (root / "b").mkdir()
+    for i in range(20):
+        (root / "b" / f"f{i}").write_text("x")
+    (root / "b" / "link").symlink_to(outside)
+    (root / "file").write_text("y")
+    remove(root)
+    assert not root.exists() and [p.name for p in outside.iterdir()] == ["kept"]
+    remove(outside / "kept")
+    remove(tmp_path / "absent")
+    assert list(outside.iterdir()) == []
 
 
 def test_a_deep_log_tree_is_exit_2(tmp_path: Path, deep: Any) -> None:

@@ -45,7 +45,7 @@ def plot_report(results: Sequence[TableResult], path: Path | io.BytesIO, fmt: st
     plain_text(fig)
     fig.tight_layout(h_pad=3)
     try:
-        fig.savefig(path, format=fmt, bbox_inches="tight")
+        fig.savefig(path, format=fmt)
     finally:
         plt.close(fig)
 
