@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,32 @@ def _upstream_reason() -> str | None:
 
 _CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "slurm": _slurm_reason, "pyxis": _pyxis_reason,
            "upstream": _upstream_reason}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A session of unit tests alone keeps its temporary files on the machine's tmpfs where it has one: a
+    unit test writes run directories, archives and log trees thousands of times, and a directory made on
+    this kind of machine's journaled disk costs milliseconds. Integration tests keep the disk (a run
+    directory there must be a filesystem the test cluster's nodes and jobs see as an ordinary one)."""
+    shm = Path("/dev/shm")
+    if hasattr(config, "workerinput") or config.option.basetemp or not os.access(shm, os.W_OK):
+        return
+    integration = ROOT / "tests" / "integration"
+    ignored = {Path(p).resolve() for p in config.getoption("ignore") or []}
+    asked = [Path(str(a).split("::")[0]).resolve() for a in config.args]
+    if integration not in ignored and any(a == integration or a in integration.parents or integration in a.parents
+                                          for a in asked):
+        return
+    base = Path(tempfile.mkdtemp(prefix="repro-unit-", dir=shm))
+    config.option.basetemp = str(base)
+
+    def remove() -> None:
+        from repro.tree import remove
+
+        remove(base)
+
+    config.add_cleanup(remove)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
