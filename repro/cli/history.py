@@ -100,9 +100,8 @@ def history(name: tuple[str, ...], cluster: str | None, since: str | None, last:
     store = open_store(store_path(results_path), create=False)
     try:  # the text alone shows only each cell's latest runs: only those are read
         when = hist.parse_since(since) if since else None
-        histories = hist.latest(store.history_latest(name[0], last, cluster=cluster, since=when)) \
-            if fmt == "text" and last and plot is None else \
-            hist.group(store.history(name[0], cluster=cluster, since=when))
+        histories = hist.read(store, name[0], cluster=cluster, since=when,
+                              last=last if fmt == "text" and plot is None else 0)
     finally:
         store.close()
     if not histories:

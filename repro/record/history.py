@@ -1,7 +1,8 @@
 """``repro history``: each cell of a table or target over the recorded runs, beside the published figure.
 
 Pure functions from the store's rows (:meth:`repro.record.store.Store.history`) to a text table per cell,
-tidy records (CSV, JSON: one a cell and run) and, in :mod:`repro.record.history_chart`, a chart.
+tidy records (CSV, JSON: one a cell and run) and, in :mod:`repro.record.history_chart`, a chart; :func:`read`
+reads what each needs of the store (the text: only each cell's latest runs, ``Store.history_latest``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from repro.errors import UsageError
-from repro.record.store import HISTORY_COLUMNS, CellRuns
+from repro.record.store import HISTORY_COLUMNS, CellRuns, Store
 
 RECORD_COLUMNS = ("run", "run_id", "when", "cluster", "table", "target", "cell", "nodes", "gpus", "precision",
                   "batch_size", "unit", "published", "value", "interval_low", "interval_high", "repeats",
@@ -87,6 +88,16 @@ def group(rows: Sequence[tuple[Any, ...]]) -> list[CellHistory]:
     for h in out.values():  # recorded mostly in time order already: a near-linear sort
         h.runs.sort(key=lambda r: (r[STARTED], r[RUN_NO]))
     return list(out.values())
+
+
+def read(store: Store, name: str, *, cluster: str | None = None, since: str | None = None,
+         last: int = 0) -> list[CellHistory]:
+    """Each cell of table or target ``name`` over its recorded runs: with ``last`` > 0 only each cell's
+    latest ``last`` runs, and how many there are and their figures' range (what the text shows, read
+    without reading every run); 0: every run (CSV, JSON, the chart, ``--last 0``)."""
+    if last:
+        return latest(store.history_latest(name, last, cluster=cluster, since=since))
+    return group(store.history(name, cluster=cluster, since=since))
 
 
 def latest(cells: Sequence[CellRuns]) -> list[CellHistory]:
