@@ -10,7 +10,11 @@ the same table, or were recorded again (their old record replaced).
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from repro.record.store import Snapshot, open_store
 from repro.verdict.rules import estimate, judge_new_run
 
 TARGET = "ngc-pytorch-rn50-v100"
+ROOT = Path(__file__).resolve().parent.parent
 TABLE = "perf-2.5-v100"
 
 
@@ -93,3 +98,19 @@ def test_the_store_holds_what_the_comparison_needs(store_path: Path) -> None:
     assert len({r[STARTED] for r in runs}) < len({r[RUN_NO] for r in runs})  # runs started at the same time
     assert len({r[RUN_NO] for r in runs}) < 120  # runs recorded again replaced their old record
     assert len({len(h.runs) for h in every}) > 1  # cells missing from some runs
+
+
+def test_the_text_imports_no_heavy_module(store_path: Path) -> None:
+    """`repro history TARGET` (the text) in a process of its own: the store and the text, not the chart's
+    matplotlib, the site's docker and SSH, the manifests' YAML and schemas, nor the other verbs."""
+    code = ("import json, sys\nfrom repro.cli import cli\n"
+            f"cli(['history', {TARGET!r}, '--results', {str(store_path)!r}], standalone_mode=False)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert "repro.cli.history" in loaded and "repro.record.store" in loaded
+    heavy = {"matplotlib", "numpy", "docker", "paramiko", "jsonschema", "yaml", "tabulate", "repro.verdict",
+             "repro.measure", "repro.spec", "repro.run", "repro.cli.site", "repro.cli.tables", "repro.cli.explain"}
+    assert {m for m in loaded if m.split(".")[0] in heavy or ".".join(m.split(".")[:2]) in heavy} == set()
