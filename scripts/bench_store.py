@@ -4,10 +4,16 @@
 1. recording a run: what `repro report RUN` and `repro up` add to a run's end - the run as the store keeps
    it (its facts from the provenance record, its cells, the digest of provenance.json) and its recording,
    into a store that already holds the runs of step 2;
+   Also as a whole process: `repro history import RUN` of that run directory (start-up, imports, the
+   snapshot and its recording), the run's earlier record removed from the store before each;
 2. `repro history TARGET` over 10,000 recorded runs of the target, six cells each (the table, not the
-   chart): the query, the grouping and the text, in the process (wall and CPU time), and as a whole
+   chart): reading the store and the text, in the process (wall and CPU time), and as a whole
    `repro history` process (interpreter start-up and imports included); as it prints by default (each
-   cell's latest 20 runs, and a line over all of them) and with --last 0 (all 60,000 rows).
+   cell's latest 20 runs, and a line over all of them) and with --last 0 (all 60,000 rows);
+3. for comparison, whole `repro --help` and `repro list` processes.
+
+Each figure is given as the best (min) and the median of --repeat runs: on a shared machine the best is
+what the work costs, the median what a user waits under the load of the moment (given too).
 
 The runs are made from the publisher's own logs: a sealed run directory of ngc-pytorch-rn50-v100 as the
 provenance tests make it (one repeat a cell, its rank-0 log the published log, its nodes' probes the
@@ -15,7 +21,7 @@ publication's V100 nodes), judged by the kit; the 10,000 runs are that run's cel
 by a seeded factor (0.9 .. 1.1) and judged again, each with its own digest, recorded one transaction each as
 `repro report` records.
 
-Usage: ``python scripts/bench_store.py [--runs 10000] [--repeat 5] [--json OUT] [--keep STORE]``
+Usage: ``python scripts/bench_store.py [--runs 10000] [--repeat 7] [--json OUT] [--keep STORE]``
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ import argparse
 import json
 import os
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -99,7 +107,8 @@ def time_record(store_path: Path, run: Path, repeat: int) -> list[float]:
 
 
 def time_history(store_path: Path, repeat: int, last: int) -> tuple[list[float], list[float], int, int]:
-    """Wall and CPU seconds of `repro history`'s work in the process: open, query, group, the text."""
+    """Wall and CPU seconds of `repro history`'s work in the process: open, read, the text (as the CLI
+    reads: with --last N only each cell's latest N runs, with --last 0 every run)."""
     from repro.record import history
     from repro.record.store import open_store
 
@@ -107,39 +116,63 @@ def time_history(store_path: Path, repeat: int, last: int) -> tuple[list[float],
     for _ in range(repeat):
         t, c = time.perf_counter(), time.process_time()
         store = open_store(store_path, create=False)
-        found = store.history(TARGET)
+        found = history.read(store, TARGET, last=last)
         store.close()
-        text = history.render_text(history.group(found), last)
+        text = history.render_text(found, last)
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-        rows, chars = len(found), len(text)
+        rows, chars = sum(len(h.runs) for h in found), len(text)
     return wall, cpu, rows, chars
 
 
-def time_process(store_path: Path, repeat: int, *args: str) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds (the child's user + sys) of a whole `repro history` process."""
+def time_process(store_path: Path, repeat: int, *args: str,
+                 before: Callable[[], None] | None = None) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (the child's user + sys) of a whole `repro ARGS...` process, run from the
+    checkout (``-m`` puts the working directory first on the path); ``before`` runs untimed before each."""
     env = {**os.environ, "REPRO_RESULTS": str(store_path), "PYTHONPATH": str(ROOT)}
     wall, cpu = [], []
     for _ in range(repeat):
-        before = os.times()
+        if before:
+            before()
+        start = os.times()
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "repro", "history", TARGET, *args], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "repro", *args], env=env, check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall.append(time.perf_counter() - t)
-        after = os.times()
-        cpu.append(after.children_user + after.children_system
-                   - before.children_user - before.children_system)
+        end = os.times()
+        cpu.append(end.children_user + end.children_system - start.children_user - start.children_system)
     return wall, cpu
 
 
+def forget(store_path: Path, run: Path) -> Callable[[], None]:
+    """Remove ``run``'s record from the store, so that recording it again records it anew."""
+    from repro.record import snapshot
+
+    digest = snapshot.of_path(run).digest
+
+    def drop() -> None:
+        db = sqlite3.connect(store_path)
+        with db:
+            db.execute("DELETE FROM cells WHERE run IN (SELECT id FROM runs WHERE digest = ?)", (digest,))
+            db.execute("DELETE FROM runs WHERE digest = ?", (digest,))
+        db.close()
+    return drop
+
+
 def summary(xs: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
+    return {"min": round(min(xs), 3), "median": round(statistics.median(xs), 3), "max": round(max(xs), 3)}
+
+
+def process(store_path: Path, repeat: int, *args: str,
+            before: Callable[[], None] | None = None) -> dict[str, dict[str, float]]:
+    wall, cpu = time_process(store_path, repeat, *args, before=before)
+    return {"process_wall": summary(wall), "process_cpu": summary(cpu)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="keep the filled store here (and reuse it when it exists)")
     args = ap.parse_args()
@@ -151,13 +184,17 @@ def main() -> None:
         record = time_record(store, run, args.repeat)
         figures: dict[str, object] = {"runs": args.runs, "fill_s": round(filled, 2),
                                       "store_mb": round(store.stat().st_size / 2**20, 1),
+                                      "load_average_before": [round(x, 2) for x in os.getloadavg()],
                                       "record": summary(record)}
+        figures["record_import"] = process(store, args.repeat, "history", "import", str(run),
+                                           before=forget(store, run))
         for name, last in (("history_last20", 20), ("history_all", 0)):
             wall, cpu, rows, chars = time_history(store, args.repeat, last)
-            pwall, pcpu = time_process(store, args.repeat, "--last", str(last))
             figures[name] = {"rows": rows, "chars": chars, "in_process_wall": summary(wall),
-                             "in_process_cpu": summary(cpu), "process_wall": summary(pwall),
-                             "process_cpu": summary(pcpu)}
+                             "in_process_cpu": summary(cpu),
+                             **process(store, args.repeat, "history", TARGET, "--last", str(last))}
+        figures["help"] = process(store, args.repeat, "--help")
+        figures["list"] = process(store, args.repeat, "list")
         figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(figures, indent=1))
     if args.json:

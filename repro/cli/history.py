@@ -98,16 +98,17 @@ def history(name: tuple[str, ...], cluster: str | None, since: str | None, last:
     from repro.record.store import open_store
 
     store = open_store(store_path(results_path), create=False)
-    try:
-        rows = store.history(name[0], cluster=cluster, since=hist.parse_since(since) if since else None)
+    try:  # the text alone shows only each cell's latest runs: only those are read
+        when = hist.parse_since(since) if since else None
+        histories = hist.read(store, name[0], cluster=cluster, since=when,
+                              last=last if fmt == "text" and plot is None else 0)
     finally:
         store.close()
-    if not rows:
+    if not histories:
         raise UsageError(f"no recorded run of {name[0]!r} in {store.path}"
                          + (" with those filters" if cluster or since else ""),
                          hint="`repro report RUN` and `repro up` record runs; `repro history import RUN...` "
                               "loads earlier ones")
-    histories = hist.group(rows)
     echo(hist.render_text(histories, last) if fmt == "text" else hist.RENDERERS[fmt](histories),
          nl=fmt == "text")
     if plot:

@@ -1,7 +1,8 @@
 """``repro history``: each cell of a table or target over the recorded runs, beside the published figure.
 
 Pure functions from the store's rows (:meth:`repro.record.store.Store.history`) to a text table per cell,
-tidy records (CSV, JSON: one a cell and run) and, in :mod:`repro.record.history_chart`, a chart.
+tidy records (CSV, JSON: one a cell and run) and, in :mod:`repro.record.history_chart`, a chart; :func:`read`
+reads what each needs of the store (the text: only each cell's latest runs, ``Store.history_latest``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from repro.errors import UsageError
-from repro.record.store import HISTORY_COLUMNS
-from repro.verdict.report import spreadsheet_safe
+from repro.record.store import HISTORY_COLUMNS, CellRuns, Store
 
 RECORD_COLUMNS = ("run", "run_id", "when", "cluster", "table", "target", "cell", "nodes", "gpus", "precision",
                   "batch_size", "unit", "published", "value", "interval_low", "interval_high", "repeats",
@@ -42,6 +42,10 @@ class CellHistory:
     published: str | None
     unit: str
     runs: list[tuple[Any, ...]] = field(default_factory=list)
+    #: where ``runs`` holds only the latest runs (:func:`latest`): how many there are, their lowest and
+    #: highest figure (None: none has one)
+    count: int | None = None
+    span: tuple[float, float] | None = None
 
     @staticmethod
     def run(row: Sequence[Any]) -> dict[str, Any]:
@@ -86,6 +90,29 @@ def group(rows: Sequence[tuple[Any, ...]]) -> list[CellHistory]:
     return list(out.values())
 
 
+def read(store: Store, name: str, *, cluster: str | None = None, since: str | None = None,
+         last: int = 0) -> list[CellHistory]:
+    """Each cell of table or target ``name`` over its recorded runs: with ``last`` > 0 only each cell's
+    latest ``last`` runs, and how many there are and their figures' range (what the text shows, read
+    without reading every run); 0: every run (CSV, JSON, the chart, ``--last 0``)."""
+    if last:
+        return latest(store.history_latest(name, last, cluster=cluster, since=since))
+    return group(store.history(name, cluster=cluster, since=since))
+
+
+def latest(cells: Sequence[CellRuns]) -> list[CellHistory]:
+    """The cells as :meth:`repro.record.store.Store.history_latest` reads them: each cell's latest runs
+    oldest first, titled by its first recorded row as :func:`group` titles it; what the text shows of
+    every run, without reading them all."""
+    out = []
+    for c in cells:
+        h = CellHistory(c.first[TBL], c.first[TARGET], c.first[CELL], cell_title(CellHistory.run(c.first)),
+                        c.first[PUBLISHED], c.first[UNIT] or "", c.latest[::-1], count=c.count,
+                        span=None if c.low is None or c.high is None else (c.low, c.high))
+        out.append(h)
+    return out
+
+
 def _num(v: float | None, digits: int = 2) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
@@ -126,15 +153,22 @@ def render_text(histories: Sequence[CellHistory], last: int = LAST) -> str:
         where = f"{h.table}: " if h.table else ""
         shown = h.runs[-last:] if last else h.runs
         out += [f"## {where}{h.title}: {published}", "", aligned(HEADERS, _row_cells(shown)), ""]
-        values = [r[VALUE] for r in h.runs if r[VALUE] is not None]
-        earlier = len(h.runs) - len(shown)
-        summary = f"{len(h.runs)} run(s)"
-        summary += f", the latest {len(shown)} shown (--last 0: all)" if earlier else ""
-        if values:
-            summary += (f"; figures {min(values):.2f} .. {max(values):.2f}; latest {_num(h.runs[-1][VALUE])} "
+        count, span = _glance(h)
+        summary = f"{count} run(s)"
+        summary += f", the latest {len(shown)} shown (--last 0: all)" if count > len(shown) else ""
+        if span:
+            summary += (f"; figures {span[0]:.2f} .. {span[1]:.2f}; latest {_num(h.runs[-1][VALUE])} "
                         f"({h.runs[-1][VERDICT]})")
         out += [summary + ".", ""]
     return "\n".join(out)
+
+
+def _glance(h: CellHistory) -> tuple[int, tuple[float, float] | None]:
+    """How many runs a cell has, and their lowest and highest figure."""
+    if h.count is not None:
+        return h.count, h.span
+    values = [r[VALUE] for r in h.runs if r[VALUE] is not None]
+    return len(h.runs), (min(values), max(values)) if values else None
 
 
 def records(histories: Sequence[CellHistory]) -> list[dict[str, Any]]:
@@ -158,6 +192,8 @@ def render_json(histories: Sequence[CellHistory]) -> str:
 
 
 def render_csv(histories: Sequence[CellHistory]) -> str:
+    from repro.verdict.report import spreadsheet_safe  # here: the text's import path stays short
+
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(RECORD_COLUMNS), lineterminator="\n")
     w.writeheader()

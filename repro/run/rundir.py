@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from repro.errors import ProvenanceError, UsageError
+from repro.fastyaml import libyaml
 from repro.redact import Redactor, redact_document, redact_env
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest, canonical_sha256, load_manifest
@@ -61,8 +62,8 @@ MAX_PENDING = 1 << 16
 _LOG_NAME = re.compile(r"^(?:rank)?(\d+)-(.+)\.log$")
 
 #: libyaml's safe dumper and loader where PyYAML has them (the same documents, several times faster)
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = libyaml(yaml.SafeDumper) or yaml.SafeDumper
+_LOADER = libyaml(yaml.SafeLoader) or yaml.SafeLoader
 
 
 def _state_problem(state: Any) -> str | None:

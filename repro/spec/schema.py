@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from repro.errors import InputError, Problem
+from repro.fastyaml import libyaml
 
 if TYPE_CHECKING:  # imported when a document is validated: commands that only parse logs never pay for it
     import jsonschema
@@ -213,7 +214,7 @@ def _compose(text: str) -> tuple[yaml.Node | None, Any]:
 
 
 #: libyaml's SafeLoader where PyYAML was built with it.
-_FAST = getattr(yaml, "CSafeLoader", None)
+_FAST = libyaml(yaml.SafeLoader)
 _FAST_BRACKETS = 1000
 
 
