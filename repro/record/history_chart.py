@@ -34,16 +34,16 @@ def plot_history(histories: Sequence[CellHistory], path: Path | io.BytesIO, fmt:
 
     cols = 1 if len(histories) == 1 else 2
     rows = math.ceil(len(histories) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 1.2 + 3.0 * rows), dpi=130, squeeze=False,
-                             sharex=True)
+    height = 1.0 + 3.0 * rows  # inches: the title and the legend above the panels, 3 per row of panels
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, height), dpi=130, squeeze=False, sharex=True)
     for ax, h in zip(axes.flat, histories):
         _draw_cell(ax, h)
     for ax in list(axes.flat)[len(histories):]:
         ax.set_visible(False)
-    _legend(fig, axes[0][0])
-    fig.suptitle(title or "Each cell over time beside its published figure", fontsize=11)
+    fig.suptitle(title or "Each cell over time beside its published figure", fontsize=11, y=1 - 0.05 / height)
+    _legend(fig, axes[0][0], top=1 - 0.32 / height)
     plain_text(fig)
-    fig.tight_layout(rect=(0, 0, 1, 0.95 if rows > 1 else 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / height))
     try:
         fig.savefig(path, format=fmt, bbox_inches="tight")
     finally:
@@ -75,7 +75,7 @@ def _draw_cell(ax: Any, h: CellHistory) -> None:
     ax.tick_params(labelsize=7)
 
 
-def _legend(fig: Any, ax: Any) -> None:
+def _legend(fig: Any, ax: Any, top: float) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 0.965))
+        fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, top))
