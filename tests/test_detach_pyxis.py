@@ -47,6 +47,16 @@ def test_every_task_gets_the_images_path():
     assert ' -- env PATH="${REPRO_PATH}" python3 ' in mpi
 
 
+def test_mpi_steps_use_the_hosts_files_pmi():
+    """``mpi: pmi2`` reaches the detached step as it reaches the attached one; pmix where it says nothing."""
+    steps = {mpi: [ln for ln in render_detached(pyxis_detach("mpi-rn50-cpu", 2, **cfg)).text.splitlines()
+                   if "--container-image=" in ln]
+             for mpi, cfg in (("pmi2", {"mpi": "pmi2"}), ("pmix", {}))}
+    for mpi, lines in steps.items():
+        assert len(lines) == 1 and lines[0].count(" --mpi=") == 1, lines
+        assert f" srun --output=cells/2n1g-fp32-bs8/r\"${{r}}\"/%n-%N.log --mpi={mpi} --jobid=" in lines[0]
+
+
 def test_kept_images_are_named_after_the_target():
     script = render_detached(pyxis_detach("paddle-rn50-cpu", 2, keep_image="yes", image_dir="/scratch")).text
     assert " /scratch/repro-paddle-rn50-cpu.sqsh " + DIGEST + " yes '' " in script

@@ -317,7 +317,8 @@ class Pyxis:
         key = cell.key
         head = pyxis_head(JOBID, [p.command.node.name for p in plans], f"repro-{key}")
         argv, env, conf = pyxis_step(d.manifest, cell, plans, Pyxis.squashfs(d)[0], head,
-                                     f"job/run/{key}.multi-prog.conf", image_env={"PATH": IMAGE_PATH})
+                                     f"job/run/{key}.multi-prog.conf", mpi=d.cfg.get("mpi", "pmix"),
+                                     image_env={"PATH": IMAGE_PATH})
         inputs = {f"{key}.env": "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))}
         fills = [f"fill {key}.env"]
         if conf is not None:
