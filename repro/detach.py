@@ -18,19 +18,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from repro.errors import UsageError
+from repro.errors import RunFailed, UsageError
 from repro.events import Event, Progress, ignore
 from repro.redact import Redactor
 from repro.run.rundir import DONE, FAILED, RunDir, make_run_id
 from repro.run.schedulers import KEYS, SCHEDULERS, make_scheduler
-from repro.run.schedulers.slurm.jobfiles import JobView, is_detached, rank_marks, read_job, task_codes
+from repro.run.schedulers.slurm.enroot import NOT_READY, image_problems
+from repro.run.schedulers.slurm.jobfiles import (JobView, image_facts, is_detached, rank_marks, read_job,
+                                                 task_codes)
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.spec.manifest import find_target, synthetic
 from repro.up import UpOptions, UpResult
 
 RECORD, IMAGE = "job/record.json", "job/image.json"
 
-__all__ = ["adopt", "is_detached", "status_text", "submit", "view"]
+__all__ = ["adopt", "image_failure", "is_detached", "status_text", "submit", "view"]
 
 
 def submit(target: str | None, opts: UpOptions, progress: Progress = ignore) -> tuple[RunDir, str]:
@@ -145,6 +147,7 @@ def adopt(run_path: Path) -> UpResult:
         raise UsageError(f"{run.path}: job {jv.job_id} ended ({jv.state}) before it named its nodes "
                          f"(job/nodes): nothing ran", hint=f"see {run.file('job')}/batch-*.out")
     run.redactor = Redactor.from_envs(*job_envs(run))
+    image = _image(run, jv)
     _write_state(run, jv)
     for secret in ("in", "run"):
         shutil.rmtree(run.path / "job" / secret, ignore_errors=True)
@@ -160,9 +163,41 @@ def adopt(run_path: Path) -> UpResult:
     _add_commands(run, jv, result, hosts)
     result.seconds = seconds_of(jv.started, jv.last)
     result.cell_seconds = sum(seconds_of(r.started, r.ended) for r in jv.repeats.values())
-    record["scheduler"] = [_job_facts(run, jv, inventory.scheduler or {})]
+    facts = _job_facts(run, jv, inventory.scheduler or {})
+    record["scheduler"] = [{**facts, "image": image} if image else facts]
     run.write_text(f"slurm-{jv.job_id}.sbatch", run.file("job/batch.sbatch").read_text(encoding="utf-8"))
     return result
+
+
+def _image(run: RunDir, jv: JobView) -> dict[str, Any] | None:
+    """Under pyxis, what each node's image step said (``image_facts``), with the seconds from the shared
+    check until every node was ready; where a node's image was not ready or not of the locked digest, the
+    repeats the job never started are pending, stopped by that (``image_failure`` fails the report)."""
+    if jv.submitted.get("container") != "pyxis":
+        return None
+    facts, problems = image_facts(run.path, jv)
+    if "imported" in jv.times and "shared" in jv.times:
+        facts["ready_s"] = seconds_of(jv.times["shared"], jv.times["imported"])
+    for rep in jv.repeats.values():
+        if problems and not rep.attempts:
+            rep.why = f"stopped: {NOT_READY}: {problems[0]}"
+    return facts
+
+
+def image_failure(result: UpResult) -> RunFailed | None:
+    """The error an attached run stops with where a node's image was not ready or held another digest
+    than the run locks (its image step's facts in the provenance record); None where every node's was."""
+    image = next((a.get("image") for a in result.record.get("scheduler") or [] if a.get("image")), None)
+    if not image:
+        return None
+    bad = image_problems(image.get("nodes") or [], str(image.get("file")), str(image.get("image"))
+                         .rpartition("@")[2])
+    if not bad:
+        return None
+    return RunFailed(f"{NOT_READY}:\n  " + "\n  ".join(bad),
+                     hint=f"each node's enroot output is in {result.run.file('job/image')}; a kept image "
+                          f"that differs from the lock: remove {image.get('file')} on the nodes, or set "
+                          "keep_image: no")
 
 
 def job_envs(run: RunDir) -> list[Mapping[str, str]]:

@@ -254,3 +254,44 @@ def test_why_a_repeat_failed_names_what_slurm_or_pyxis_said(tmp_path: Path):
     assert jobfiles.srun_said(run, rep.cell, "1", "1") == \
         "slurmstepd-rc-node1: error: execve(): torchrun: No such file or directory"
     assert jobfiles.srun_said(run, rep.cell, "1", "2") is None
+
+
+def test_a_node_image_of_another_digest_fails_the_report_as_attached(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """A pyxis job whose batch host ended it (exit 4) since rc-node2 kept a squashfs of another digest: `repro
+    report` records what each node's image step said (as the attached path records it), leaves the repeats
+    it never started pending with why, seals the run and fails it with the attached path's error (exit 5)."""
+    from repro.detach import IMAGE, RECORD
+    from repro.record import provenance
+    from repro.run.schedulers.slurm import SlurmScheduler
+
+    monkeypatch.setattr(SlurmScheduler, "job_state", classmethod(lambda cls, job: "FAILED"))
+    image, other, kept = f"127.0.0.1:5000/repro-test/repro/cpu-torch@{DIGEST}", "sha256:" + "b" * 64, "/l/x.sqsh"
+    run = job_dir(tmp_path, EVENTS.splitlines(keepends=True)[0] + "2026-11-26T03:01:11Z shared 2\n"
+                  f"2026-11-26T03:01:30Z end 4 node rc-node2: {kept} holds {other}, the run locks {DIGEST}\n")
+    sub = json.loads((run / SUBMITTED).read_text())
+    (run / SUBMITTED).write_text(json.dumps({**sub, "container": "pyxis", "image": image, "image_file": kept,
+                                             "keep_image": True}))
+    (run / "job" / "batch.sbatch").write_text("#!/bin/sh\n")
+    (run / "job" / "image").mkdir()
+    for i, (name, action, digest) in enumerate([("rc-node1", "imported", DIGEST), ("rc-node2", "reused", other)]):
+        (run / "job" / "image" / f"{i}-{name}.log").write_text(
+            f"##repro step 13.1\n##repro enroot 4.1.2\n##repro {action} {digest}\n##repro path /usr/bin:/bin\n"
+            "##repro ready\n##repro released\n")
+    rd = RunDir.open(run)
+    rd.write_json(RECORD, provenance.new_record(rd, rd.load_manifest(), load_hosts(run / "hosts.yaml")))
+    rd.write_json(IMAGE, {"ref": image, "id": "sha256:" + "c" * 64, "repo_digests": [], "digest": DIGEST,
+                          "labels": {}, "container": {"value": None, "reason": "not probed"}})
+    out = run_cli("report", str(run))
+    assert out.returncode == 5, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (f"the image could not be made ready on every node (enroot):\n  rc-node2: {kept} holds {other} "
+            f"(imported earlier and kept), the run locks {DIGEST}") in out.stderr
+    assert "rc-node1:" not in out.stderr and "Traceback" not in out.stderr
+    alloc = json.loads((run / "provenance.json").read_text())["scheduler"][0]
+    assert alloc["image"] == {"image": image, "file": kept, "kept": True, "nodes": [
+        {"node": n, "enroot": "4.1.2", "action": a, "digest": d, "path": "/usr/bin:/bin", "ready": True,
+         "released": True} for n, a, d in [("rc-node1", "imported", DIGEST), ("rc-node2", "reused", other)]]}
+    why = {(k, n): r["why"] for k, c in json.loads((run / "state.json").read_text())["cells"].items()
+           for n, r in c["repeats"].items() if n in ("1", "2")}  # the repeats the job was to run
+    assert len(why) == 4 and set(why.values()) == {"stopped: the image could not be made ready on every node (enroot): rc-node2: "
+                                 f"{kept} holds {other} (imported earlier and kept), the run locks {DIGEST}"}

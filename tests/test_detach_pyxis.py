@@ -13,6 +13,7 @@ from pathlib import Path
 from repro.run.plan import select_cells
 from repro.run.schedulers.slurm.detached import JOBID, Detach, Pyxis, detached, render_detached, sh_line
 from repro.run.schedulers.slurm.enroot import image_argv
+from repro.run.schedulers.slurm.jobfiles import JobView, image_facts
 from repro.spec.hosts import load_hosts
 from repro.spec.manifest import find_target
 
@@ -113,6 +114,17 @@ def test_the_script_checks_the_digest_fills_the_path_and_removes_the_file(tmp_pa
     log = [ln for ln in (tmp_path / "job" / "image" / "0-n0.log").read_text().splitlines() if "##repro" in ln]
     assert log[-3:] == ["##repro path /opt/conda/bin:/usr/bin:/bin", "##repro ready", "##repro released"]
     assert list((tmp_path / "node").iterdir()) == []  # the squashfs and its digest record removed
+    # what `repro report` records of it: the node's image step as the attached path records it
+    assert image_facts(tmp_path, view_of(d)) == ({
+        "image": IMAGE, "file": f"{tmp_path}/node/repro-RUN.sqsh", "kept": False,
+        "nodes": [{"node": "n0", "enroot": "4.1.2", "action": "imported", "digest": DIGEST,
+                   "path": "/opt/conda/bin:/usr/bin:/bin", "ready": True, "released": True}]}, [])
+
+
+def view_of(d: Detach) -> JobView:
+    """The job as ``repro report`` reads it: submitted as ``up --detach`` records it, on node ``n0``."""
+    return JobView("7", {"container": "pyxis", "image": d.image, "image_file": Pyxis.squashfs(d)[0],
+                         "keep_image": d.cfg.get("keep_image") == "yes"}, nodes=[("n0", "n0")])
 
 
 def test_a_kept_image_of_another_digest_ends_the_job(tmp_path: Path):
@@ -127,3 +139,8 @@ def test_a_kept_image_of_another_digest_ends_the_job(tmp_path: Path):
                       f"locks {DIGEST}\n")
     assert sorted(p.name for p in node.iterdir()) == ["repro-paddle-rn50-cpu.sqsh",
                                                       "repro-paddle-rn50-cpu.sqsh.digest"]  # kept: the user's
+    # `repro report` fails it as the attached path fails it, from what the node's image step said
+    facts, problems = image_facts(tmp_path, view_of(d))
+    assert facts["kept"] is True and facts["nodes"][0]["action"] == "reused"
+    assert problems == [f"n0: {node}/repro-paddle-rn50-cpu.sqsh holds sha256:{'b' * 64} (imported earlier and "
+                        f"kept), the run locks {DIGEST}"]

@@ -348,7 +348,7 @@ def _judge_detached(detached: Any, show: bool, failing: set[str],
                     recording: tuple[Path | None, str | None] | None) -> None:
     """Judge and seal a detached run whose job ended; with ``show``, print its table, record it
     (``recording``: the results store and cluster name; None: --no-record) and exit as `repro up` would."""
-    from repro.detach import adopt
+    from repro.detach import adopt, image_failure
     from repro.up import finish
     from repro.verdict.rules import exit_code
 
@@ -359,6 +359,10 @@ def _judge_detached(detached: Any, show: bool, failing: set[str],
         echo(text, nl=False, color=colour)
         if recording is not None:
             record_finished(result, recording[0], False, recording[1])
+    failure = image_failure(result)  # judged and sealed as far as it got, then failed as an attached run
+    if failure is not None:
+        raise failure
+    if show:
         sys.exit(5 if result.failed else exit_code(result.verdicts, failing))
 
 

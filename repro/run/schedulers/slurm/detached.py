@@ -403,5 +403,7 @@ def submit(run: Path, d: Detach, script_path: Path) -> str:
               "container": d.container, "image": d.image, "timeout_s": manifest.launch.timeout_s,
               "attempts": manifest.retries + 1,
               "repeats": {c.key: min(d.repeats or manifest.repeats, manifest.repeats) for c in d.order()}}
+    if d.container == "pyxis":  # what each node's image step holds, and whether it stays after the run
+        record.update(image_file=Pyxis.squashfs(d)[0], keep_image=keep(d.cfg))
     (run / SUBMITTED).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return job_id

@@ -22,6 +22,7 @@ it; job ids are digits only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: The node's side of the image step. Lines marked ``##repro`` are the kit's: ``step JOB.STEP``, ``enroot
 #: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``path PATH`` (the
@@ -57,6 +58,7 @@ DEFAULT_DIR = "/tmp"
 #: how long every node gets to import the image (a 20 GB NGC image over a slow link takes tens of minutes)
 IMPORT_TIMEOUT_S = 3 * 3600
 YES = ("yes", "true", "True")
+NOT_READY = "the image could not be made ready on every node (enroot)"
 
 
 def enroot_uri(image: str) -> str:
@@ -88,3 +90,35 @@ def image_argv(job: str, nodes: Sequence[str], image: str, path: str, digest: st
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
             "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh", enroot_uri(image), path, digest,
             "yes" if kept else "no", " ".join(j for j in earlier if j.isdigit())]
+
+
+def node_said(node: dict[str, Any], word: str, rest: str, at: str | None = None) -> None:
+    """What one ``##repro WORD REST`` line of a node's image step tells of the node, into ``node``: the
+    action (``imported``/``reused``), the digest and when (``at``), its enroot, the image's PATH, ready,
+    released, an error."""
+    if word in ("imported", "reused"):
+        node.update(action=word, digest=rest.strip(), **({"at": at} if at else {}))
+    elif word in ("enroot", "error", "ready", "released", "path"):
+        node[word] = rest.strip() or True
+
+
+def node_facts(name: str, text: str) -> dict[str, Any]:
+    """A node's image step output (its ``##repro`` lines among enroot's own) as ``node_said`` reads it."""
+    node: dict[str, Any] = {"node": name}
+    for line in text.splitlines():
+        if line.startswith("##repro "):
+            word, _, rest = line[len("##repro "):].partition(" ")
+            node_said(node, word, rest)
+    return node
+
+
+def image_problems(nodes: Sequence[Mapping[str, Any]], path: str, digest: str) -> list[str]:
+    """Each node whose image is not ready, or holds another digest than ``digest`` (the run's lock), and
+    why: one line a node."""
+    bad = [f"{n['node']}: " + str(n.get("error") or ("no enroot output" if "enroot" not in n else
+                                                      "the import did not finish"))
+           for n in nodes if "ready" not in n]
+    bad += [f"{n['node']}: {path} holds {n.get('digest') or 'no digest'}"
+            + (" (imported earlier and kept)" if n.get("action") == "reused" else "")
+            + f", the run locks {digest}" for n in nodes if "ready" in n and n.get("digest") != digest]
+    return bad

@@ -20,7 +20,8 @@ from repro.events import Event
 from repro.run.cell import FileSink
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import cli, stamp
-from repro.run.schedulers.slurm.enroot import IMPORT_TIMEOUT_S, image_argv, image_file, keep
+from repro.run.schedulers.slurm.enroot import (IMPORT_TIMEOUT_S, NOT_READY, image_argv, image_file,
+                                              image_problems, keep, node_said)
 from repro.run.schedulers.slurm.steps import STOP_WAIT_S, Demux, JobStep
 
 
@@ -38,11 +39,7 @@ class ImageStep(JobStep):
         super().__init__(alloc, argv, demux)
 
     def control(self, rank: int, word: str, rest: str) -> None:
-        node = self.nodes[rank]
-        if word in ("imported", "reused"):
-            node.update(action=word, digest=rest.strip(), at=stamp())
-        elif word in ("enroot", "error", "ready", "released", "path"):
-            node[word] = rest.strip() or True
+        node_said(self.nodes[rank], word, rest, stamp())
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until every node is ready; RunFailed naming each node that is not (and why)."""
@@ -51,14 +48,10 @@ class ImageStep(JobStep):
             if self.demux.done.is_set() or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        bad = [f"{n['node']}: " + (n.get("error") or ("no enroot output" if "enroot" not in n else
-                                                      "the import did not finish"))
-               for n in self.nodes if "ready" not in n]
-        bad += [f"{n['node']}: {self.path} holds {n['digest']} (imported earlier and kept), the run locks "
-                f"{self.digest}" for n in self.nodes if "ready" in n and n.get("digest") != self.digest]
+        bad = image_problems(self.nodes, self.path, self.digest)
         if bad:
             tail = " | ".join(self.demux.other[-3:])
-            raise RunFailed("the image could not be made ready on every node (enroot):\n  " + "\n  ".join(bad)
+            raise RunFailed(f"{NOT_READY}:\n  " + "\n  ".join(bad)
                             + (f"\n  srun: {tail}" if tail else ""),
                             hint=f"each node's enroot output is in {self.sinks[0].path.parent}; a kept "
                                  f"image that differs from the lock: remove {self.path} on the nodes, or "

@@ -6,6 +6,8 @@ the repeats and attempts the script runs. ``job/events`` (the batch host's lines
 NODELIST``, ``shared N``, ``pulled`` or ``imported N``, ``start KEY R A``, ``exit KEY R A CODE``, ``end CODE
 TEXT``.
 ``job/nodes``: ``RANK NAME ADDRESS`` a line. ``job/shared/RANK-NAME``: the token each node read.
+``job/image/RANK-NAME.log`` (pyxis): each node's image step, its ``##repro`` lines as the attached path
+reads them (``image_facts``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from repro.errors import ProvenanceError, ReproError
 from repro.run.rundir import DONE, FAILED, PENDING, RUNNING
 from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields
 from repro.run.schedulers.slurm.detached import EVENTS, NODES, SUBMITTED, TOKEN
+from repro.run.schedulers.slurm.enroot import image_problems, node_facts
 from repro.run.schedulers.slurm.steps import task_exits
 
 MAX_EVENTS = 1 << 20  # bytes of job/events read (a run of thousands of repeats writes well under this)
@@ -54,6 +57,7 @@ class JobView:
     repeats: dict[tuple[str, int], Repeat] = field(default_factory=dict)
     last: str | None = None           # the time of the latest event
     state: str | None = None          # Slurm's word on the job, where squeue/sacct can tell
+    times: dict[str, str] = field(default_factory=dict)  # when the job said shared, pulled, imported
 
     @property
     def over(self) -> bool:
@@ -113,6 +117,8 @@ def _events(run: Path, view: JobView, attempts: int) -> None:
             continue
         when, word, rest = m.group(1), m.group(2), (m.group(3) or "").split()
         view.last = when
+        if word in ("shared", "pulled", "imported"):
+            view.times.setdefault(word, when)
         if word == "job":
             view.started = when
         elif word == "shared":
@@ -219,3 +225,25 @@ def task_codes(run: Path, key: str, repeat: int, attempt: int, nodes: list[str])
     path = run / "job" / "steps" / key / f"r{repeat}a{attempt}.srun"
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[:4096] if path.is_file() else []
     return task_exits(lines, nodes)
+
+
+MAX_IMAGE_LOG = 1 << 22  # bytes of a node's image step log read (enroot's own output is a few kB)
+
+
+def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
+    """Under pyxis, the run's image as the job's image step left it on every node (what the attached path
+    records: the reference, the node-local file, kept or not, each node's action, digest, enroot, PATH),
+    and each node whose image was not ready or not of the digest
+    the run locks (``image_problems``)."""
+    sub = view.submitted
+    image, path = str(sub.get("image", "")), str(sub.get("image_file", ""))
+    nodes = []
+    for i, (name, _) in enumerate(view.nodes):
+        log = run / "job" / "image" / f"{i}-{name}.log"
+        text = ""
+        if log.is_file():
+            with log.open("rb") as f:
+                text = f.read(MAX_IMAGE_LOG).decode("utf-8", "replace")
+        nodes.append(node_facts(name, text))
+    facts = {"image": image, "file": path, "kept": bool(sub.get("keep_image")), "nodes": nodes}
+    return facts, image_problems(nodes, path, image.rpartition("@")[2])
