@@ -148,3 +148,31 @@ def test_the_plan_shows_the_pmi_the_hosts_file_chooses(tmp_path):
     _, text = scheduled_plan(m, [cell], f, None)
     step = next(shlex.split(ln.strip()[2:]) for ln in text.splitlines() if ln.startswith("  $ srun"))
     assert step[:2] == ["srun", "--mpi=pmi2"]
+
+
+def test_tf_ps_ranks_write_the_pair_runner_in_their_container_first(tmp_path):
+    """pyxis copies nothing into a container: a tf-ps rank with a parameter server writes the launcher's pair
+    runner itself (its text as one base64 word of its --multi-prog line) before it runs it."""
+    import base64
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    from repro.run.launchers.tf_ps import PAIR_PATH
+    from repro.run.schedulers.slurm.render import WRITE_FILE
+
+    m, cell = cell_of("tf-cnn-ps-cpu", 2)
+    plans = plan_cell(m, cell, two_nodes())
+    _, _, conf = pyxis_step(m, cell, plans, "/l/x.sqsh", pyxis_head("42", ["n1", "n2"], "s"), "/c")
+    runner = (Path(__file__).parents[1] / "repro" / "run" / "launchers" / "tf_ps_pair.py").read_text()
+    b64 = base64.b64encode(runner.encode()).decode()
+    for rank, line in enumerate(conf.splitlines()):
+        words = shlex.split(line)
+        assert words[:7] == [str(rank), "sh", "-c", WRITE_FILE, "sh", b64, PAIR_PATH]
+        assert words[7:] == list(plans[rank].command.command)  # then the rank's command as the launcher made it
+        assert words[8:10] == [PAIR_PATH, "18"]
+    # the wrapper as sh runs it: the file written, then the command run with its arguments and exit status
+    target = tmp_path / "pair.py"
+    argv = ["sh", "-c", WRITE_FILE, "sh", b64, str(target), "sh", "-c", 'echo "$@"; exit 3', "sh", "a b", "c"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout) == (3, "a b c\n") and target.read_text() == runner
