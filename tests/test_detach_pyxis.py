@@ -90,15 +90,15 @@ printf 'LANG=C\\nPATH=/opt/conda/bin:/usr/bin:/bin\\n'
 }
 
 
-def run_prologue(tmp: Path, d: Detach) -> tuple[subprocess.CompletedProcess[str], str]:
-    """The script's image lines between a stand-in of its prologue (one node, ``n0``) and its end."""
+def run_prologue(tmp: Path, d: Detach, end: str = "quit 0 done") -> tuple[subprocess.CompletedProcess[str], str]:
+    """The script's image lines between a stand-in of its prologue (one node, ``n0``) and its ``end``."""
     stubs = tmp / "stubs"
     stubs.mkdir()
     for name, text in STUBS.items():
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     body = "\n".join(["set -u", 'event() { echo "$*" >> events; }', 'quit() { event end "$@"; exit "$1"; }',
-                      "REPRO_N0=n0 SUBST=", *Pyxis.prologue(d, []), 'echo "$SUBST" > subst', "quit 0 done"])
+                      "REPRO_N0=n0 SUBST=", *Pyxis.prologue(d, []), 'echo "$SUBST" > subst', end])
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUBS": str(stubs), "SLURM_JOB_ID": "7"}
     out = subprocess.run(["sh", "-c", body], cwd=tmp, env=env, capture_output=True, text=True, timeout=30)
     return out, (tmp / "events").read_text()
@@ -125,6 +125,21 @@ def view_of(d: Detach) -> JobView:
     """The job as ``repro report`` reads it: submitted as ``up --detach`` records it, on node ``n0``."""
     return JobView("7", {"container": "pyxis", "image": d.image, "image_file": Pyxis.squashfs(d)[0],
                          "keep_image": d.cfg.get("keep_image") == "yes"}, nodes=[("n0", "n0")])
+
+
+def test_slurm_ending_the_job_mid_run_still_removes_the_file(tmp_path: Path):
+    """A node failure, the time limit or scancel: Slurm TERMs the batch script while a cell step runs (here a
+    ``sleep``). The script's EXIT trap still stops the image step, whose node script removes the squashfs; the
+    job's events end without an ``end`` line, so `repro status` and `repro report` take the running repeat
+    for pending, stopped by Slurm (jobfiles, with the state Slurm gives the job: NODE_FAIL, TIMEOUT)."""
+    d = pyxis_detach("paddle-rn50-cpu", 1, image_dir=str(tmp_path / "node"))
+    out, events = run_prologue(tmp_path, d, "event start 1n1g-fp32-bs8 1 1\nsleep 30 > /dev/null 2>&1 & kill -TERM $$; wait")
+    assert out.returncode == 143, out.stderr
+    assert events == "imported 1\nstart 1n1g-fp32-bs8 1 1\n"
+    assert (tmp_path / "stubs" / "scancel.args").read_text() == "--signal=TERM -- 7.3\n"
+    log = [ln for ln in (tmp_path / "job" / "image" / "0-n0.log").read_text().splitlines() if "##repro" in ln]
+    assert log[-2:] == ["##repro ready", "##repro released"]
+    assert list((tmp_path / "node").iterdir()) == []
 
 
 def test_a_kept_image_of_another_digest_ends_the_job(tmp_path: Path):
