@@ -7,6 +7,12 @@ shows it done from the run directory alone; ``repro report RUN_DIR`` judges it a
 ``repro audit`` verifies that. No container of the run is left on a node, and the job's inputs (the agent's
 spec) are gone once it was judged.
 
+Under ``container: pyxis`` (scripts/test-cluster builds pyxis and enroot), the same target and cell, 2
+repeats: the job imports the image once on each node for the whole run (enroot's own "Fetching image
+manifest" line, counted in each node's import log), both repeats start from that squashfs, the squashfs and
+every enroot container of the job are gone at the end, and the sealed provenance holds what each node's
+image step said (the digest it imported, its enroot).
+
 The image is the one the session's cpu_torch fixture built; the manifest is a copy named for this test
 (``detach-torch-rn50-cpu``: the Slurm job carries it) on ports of its own, since other tests may run the same
 target on these nodes at the same time.
@@ -17,8 +23,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import docker
@@ -33,8 +41,13 @@ TARGET = "detach-torch-rn50-cpu"
 
 @pytest.fixture(scope="module")
 def env(cluster: dict) -> dict[str, str]:
+    """The login node's environment; where the cluster has pyxis, enroot on the PATH the job's steps get, as
+    a site installs it."""
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    if cluster.get("pyxis"):
+        path = f"{Path(cluster['pyxis']['enroot']).parent}:{path}"
     return {**os.environ, "DOCKER_HOST": cluster["docker_host"], "REPRO_SSH_CONFIG": cluster["ssh"]["config"],
-            "SLURM_CONF": cluster["slurm_conf"], "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+            "SLURM_CONF": cluster["slurm_conf"], "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), "PATH": path}
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +55,11 @@ def target(cpu_torch: dict, env: dict[str, str], tmp_path_factory: pytest.TempPa
     d = tmp_path_factory.mktemp("detach-target")
     text = cpu_torch["manifest"].read_text()
     assert text.count("id: torch-rn50-cpu\n") == 1 and text.count("master_port: 29500") == 1
+    assert text.count('--image-size, "64"') == 1
     path = d / f"{TARGET}.yaml"
     path.write_text(text.replace("id: torch-rn50-cpu\n", f"id: {TARGET}\n")
-                    .replace("master_port: 29500", "master_port: 29566"))
+                    .replace("master_port: 29500", "master_port: 29566")
+                    .replace('--image-size, "64"', '--image-size, "32"'))  # a quarter of the pixels: faster steps
     subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True, cwd=ROOT,
                    env=env)
     return path
@@ -71,14 +86,17 @@ def containers(cluster: dict, run_id: str) -> list[str]:
     return out
 
 
-def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
+def submit(cluster: dict, env: dict[str, str], target: Path, tmp_path: Path, section: str,
+           repeats: int = 1) -> tuple[str, Path]:
+    """``repro up --detach`` of the 2-node cell with the hosts file's ``scheduler:`` ``section``: the job id
+    and the run directory, once the submitting process exited."""
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(Path(cluster["hosts_file"]).read_text()
-                         + "scheduler: {kind: slurm, partition: debug, time: 30, container: docker}\n")
+    inventory.write_text(Path(cluster["hosts_file"]).read_text() + f"scheduler: {section}\n")
     out = tmp_path / "runs"
     up = repro(env, "up", str(target), "--hosts", str(inventory), "--detach", "--cells", "nodes=2", "--repeats",
-               "1", "--out", str(out), "--wheels", str(WHEELS), "--push", f"{cluster['registry']}/repro-test",
-               *(["--ca-bundle", str(CA)] if CA.is_file() else []), timeout=900)
+               str(repeats), "--out", str(out), "--wheels", str(WHEELS),
+               "--push", f"{cluster['registry']}/repro-test", *(["--ca-bundle", str(CA)] if CA.is_file() else []),
+               timeout=900)
     assert up.returncode == 0, up.stderr[-3000:]
     lines = up.stdout.splitlines()
     assert lines[0].startswith("submitted Slurm job ") and lines[1].startswith("run directory ")
@@ -86,17 +104,26 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     # the submitting process is gone; the job is not over yet (a 2-node torch cell takes tens of seconds)
     assert job_state(env, job) in ("PENDING", "CONFIGURING", "RUNNING"), job_state(env, job)
     assert run.parent == out and (run / "job" / "batch.sbatch").is_file()
-    assert oct((run / "job" / "in" / "2n1g-fp32-bs8.json").stat().st_mode & 0o777) == "0o600"
+    return job, run
 
+
+def wait_over(env: dict[str, str], run: Path) -> dict:
+    """``repro status RUN_DIR --format json`` until the job is over."""
     deadline = time.monotonic() + 1800  # the queue is shared with the other tests' jobs
     while True:
         status = repro(env, "status", str(run), "--format", "json")
         assert status.returncode == 0, status.stderr
         doc = json.loads(status.stdout)
         if doc["over"]:
-            break
+            return doc
         assert time.monotonic() < deadline, doc
         time.sleep(2)
+
+
+def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
+    job, run = submit(cluster, env, target, tmp_path, "{kind: slurm, partition: debug, time: 30, container: docker}")
+    assert oct((run / "job" / "in" / "2n1g-fp32-bs8.json").stat().st_mode & 0o777) == "0o600"
+    doc = wait_over(env, run)
     assert doc["job_id"] == job and doc["shared"] is True and doc["end"][0] == 0, doc
     assert [n for n, _ in doc["nodes"]] == ["rc-node1", "rc-node2"]
     assert [(r["cell"], r["repeat"], r["status"]) for r in doc["repeats"]] == [("2n1g-fp32-bs8", 1, "done")]
@@ -131,3 +158,60 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
 
 def up_digest(run: Path) -> str:
     return json.loads((run / "job" / "submitted.json").read_text())["image"].partition("@")[2]
+
+
+@pytest.fixture
+def image_dir(cluster: dict):
+    """A node-local folder of this test's own (each node sees its own under the same path), removed after."""
+    name = f"repro-test-detach-{uuid.uuid4().hex[:8]}"
+    yield f"{cluster['pyxis']['node_local']}/tmp/{name}"
+    for node in cluster["nodes"]:
+        shutil.rmtree(node_path(cluster, node["name"], "tmp", name), ignore_errors=True)
+
+
+def node_path(cluster: dict, node: str, *parts: str) -> Path:
+    """A node's node-local folder, seen from here."""
+    return Path(cluster["work_dir"]).joinpath("nodes", node, "local", *parts)
+
+
+@pytest.mark.pyxis
+def test_pyxis_walk_away_one_import_per_node(cluster, env, target, image_dir, tmp_path):
+    section = json.dumps({"kind": "slurm", "partition": "debug", "time": "30", "container": "pyxis",
+                          "image_dir": image_dir, "mpi": "pmix"})
+    job, run = submit(cluster, env, target, tmp_path, section, repeats=2)
+    assert oct((run / "job" / "in" / "2n1g-fp32-bs8.env").stat().st_mode & 0o777) == "0o600"
+    doc = wait_over(env, run)
+    assert doc["job_id"] == job and doc["shared"] is True and doc["end"][0] == 0, (
+        doc, (run / "job" / f"batch-{job}.out").read_text()[-3000:])
+    assert [(r["cell"], r["repeat"], r["status"]) for r in doc["repeats"]] == [
+        ("2n1g-fp32-bs8", 1, "done"), ("2n1g-fp32-bs8", 2, "done")]
+    # one import per node for the run: enroot's own line, once per import, in each node's image step log
+    logs = sorted((run / "job" / "image").glob("*.log"))
+    assert [p.name for p in logs] == ["0-rc-node1.log", "1-rc-node2.log"]
+    assert [sum(ln.rstrip().endswith("Fetching image manifest") for ln in p.read_text().splitlines())
+            for p in logs] == [1, 1]
+    for r in (1, 2):  # each repeat's step started every rank from the squashfs, and pyxis imported nothing
+        ranks = run / "cells" / "2n1g-fp32-bs8" / f"r{r}"
+        assert sorted(p.name for p in ranks.glob("*.log")) == ["0-rc-node1.log", "1-rc-node2.log"]
+        assert "pyxis: importing" not in (run / "job" / "steps" / "2n1g-fp32-bs8" / f"r{r}a1.srun").read_text()
+    squashfs = f"{image_dir}/repro-{run.name}.sqsh"
+    local = cluster["pyxis"]["node_local"]
+    for node in ("rc-node1", "rc-node2"):  # removed from both nodes; no enroot container of the job left
+        assert not node_path(cluster, node, squashfs[len(local) + 1:]).exists()
+        data = node_path(cluster, node, "enroot", "data", "user-0")
+        assert sorted(data.glob(f"pyxis_{job}[._]*")) == []
+
+    report = repro(env, "report", str(run), timeout=300)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    row = next(ln for ln in report.stdout.splitlines() if ln.startswith("| 2 workers (2 nodes)"))
+    assert float(row.split("|")[2].split()[0]) > 0 and "(median of 2)" in row  # e.g. "1.59 ±131.3% (median of 2)"
+    assert "2 repeat(s) done, 0 failed" in report.stdout
+    prov = json.loads((run / "provenance.json").read_text())
+    alloc = prov["scheduler"][0]
+    assert alloc["job_id"] == job and alloc["container"] == "pyxis"
+    digest = up_digest(run)
+    assert alloc["image"]["file"] == squashfs and alloc["image"]["kept"] is False
+    assert [(n["node"], n["action"], n["digest"], n["enroot"]) for n in alloc["image"]["nodes"]] == [
+        ("rc-node1", "imported", digest, "4.1.2"), ("rc-node2", "imported", digest, "4.1.2")]
+    audit = repro(env, "audit", str(run), timeout=300)
+    assert audit.returncode == 0, audit.stdout[-3000:]
