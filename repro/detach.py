@@ -185,13 +185,15 @@ def _image(run: RunDir, jv: JobView) -> dict[str, Any] | None:
 
 
 def image_failure(result: UpResult) -> RunFailed | None:
-    """The error an attached run stops with where a node's image was not ready or held another digest
-    than the run locks (its image step's facts in the provenance record); None where every node's was."""
-    image = next((a.get("image") for a in result.record.get("scheduler") or [] if a.get("image")), None)
-    if not image:
+    """The error an attached run stops with where a node's image held another digest than the run locks,
+    or was not ready where the job's script ended the job for that (its image step's facts and the script's
+    exit in the provenance record); None otherwise."""
+    alloc = next((a for a in result.record.get("scheduler") or [] if a.get("image")), None)
+    if alloc is None:
         return None
+    image, ended = alloc["image"], alloc.get("script_exit") or [None]
     bad = image_problems(image.get("nodes") or [], str(image.get("file")), str(image.get("image"))
-                         .rpartition("@")[2])
+                         .rpartition("@")[2], unready=ended[0] == 4)
     if not bad:
         return None
     return RunFailed(f"{NOT_READY}:\n  " + "\n  ".join(bad),

@@ -295,3 +295,25 @@ def test_a_node_image_of_another_digest_fails_the_report_as_attached(tmp_path: P
            for n, r in c["repeats"].items() if n in ("1", "2")}  # the repeats the job was to run
     assert len(why) == 4 and set(why.values()) == {"stopped: the image could not be made ready on every node (enroot): rc-node2: "
                                  f"{kept} holds {other} (imported earlier and kept), the run locks {DIGEST}"}
+
+
+@pytest.mark.parametrize("end,problems", [
+    # the job ended before the image step: the shared-directory check (exit 3), or Slurm (no end line)
+    ("2026-11-26T03:01:11Z end 3 node rc-node2 does not see the run directory /x\n", []),
+    ("", []),
+    # the batch host ended it for the image: the node that said an error, and the one that said nothing
+    ("2026-11-26T03:01:11Z end 4 the image on node rc-node1: enroot import failed (job/image/0-rc-node1.log)\n",
+     ["rc-node1: enroot import failed", "rc-node2: no enroot output"]),
+])
+def test_an_image_not_ready_is_the_images_failure_only_where_the_job_ended_for_it(tmp_path: Path, end, problems):
+    run = job_dir(tmp_path, EVENTS.splitlines(keepends=True)[0] + end)
+    sub = json.loads((run / SUBMITTED).read_text())
+    (run / SUBMITTED).write_text(json.dumps({**sub, "container": "pyxis", "image": f"r/i@{DIGEST}",
+                                             "image_file": "/l/x.sqsh", "keep_image": False}))
+    (run / "job" / "image").mkdir()
+    (run / "job" / "image" / "0-rc-node1.log").write_text("##repro step 13.1\n##repro enroot 4.1.2\n"
+                                                          "##repro error enroot import failed\n")
+    facts, found = jobfiles.image_facts(run, jobfiles.read_job(run, lambda job: "FAILED"))
+    assert found == problems
+    assert facts["nodes"] == [{"node": "rc-node1", "enroot": "4.1.2", "error": "enroot import failed"},
+                              {"node": "rc-node2"}]

@@ -112,12 +112,13 @@ def node_facts(name: str, text: str) -> dict[str, Any]:
     return node
 
 
-def image_problems(nodes: Sequence[Mapping[str, Any]], path: str, digest: str) -> list[str]:
-    """Each node whose image is not ready, or holds another digest than ``digest`` (the run's lock), and
-    why: one line a node."""
+def image_problems(nodes: Sequence[Mapping[str, Any]], path: str, digest: str,
+                   unready: bool = True) -> list[str]:
+    """Each node whose image holds another digest than ``digest`` (the run's lock), and with ``unready``
+    each whose image is not ready, and why: one line a node."""
     bad = [f"{n['node']}: " + str(n.get("error") or ("no enroot output" if "enroot" not in n else
                                                       "the import did not finish"))
-           for n in nodes if "ready" not in n]
+           for n in nodes if unready and "ready" not in n]
     bad += [f"{n['node']}: {path} holds {n.get('digest') or 'no digest'}"
             + (" (imported earlier and kept)" if n.get("action") == "reused" else "")
             + f", the run locks {digest}" for n in nodes if "ready" in n and n.get("digest") != digest]

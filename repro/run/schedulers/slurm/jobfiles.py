@@ -233,8 +233,8 @@ MAX_IMAGE_LOG = 1 << 22  # bytes of a node's image step log read (enroot's own o
 def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
     """Under pyxis, the run's image as the job's image step left it on every node (what the attached path
     records: the reference, the node-local file, kept or not, each node's action, digest, enroot, PATH),
-    and each node whose image was not ready or not of the digest
-    the run locks (``image_problems``)."""
+    and each node whose image was not of the digest the run locks, or not ready where the job's script
+    ended the job for the image (exit 4; not where Slurm or the shared-directory check ended it first)."""
     sub = view.submitted
     image, path = str(sub.get("image", "")), str(sub.get("image_file", ""))
     nodes = []
@@ -246,4 +246,5 @@ def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
                 text = f.read(MAX_IMAGE_LOG).decode("utf-8", "replace")
         nodes.append(node_facts(name, text))
     facts = {"image": image, "file": path, "kept": bool(sub.get("keep_image")), "nodes": nodes}
-    return facts, image_problems(nodes, path, image.rpartition("@")[2])
+    ended_for_image = view.end is not None and view.end[0] == 4
+    return facts, image_problems(nodes, path, image.rpartition("@")[2], unready=ended_for_image)
