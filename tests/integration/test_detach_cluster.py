@@ -1,4 +1,5 @@
-"""``repro up --detach`` on the test cluster's real Slurm (scripts/test-cluster), ``container: docker``.
+"""``repro up --detach`` on the test cluster's real Slurm (scripts/test-cluster), ``container: docker`` and
+``container: pyxis``.
 
 torch-rn50-cpu's 2-node cell, its image pushed to the cluster's registry (``--push``): the submitting process
 exits while the job is still queued or running; the job pulls the image by digest on both nodes, checks that
@@ -15,7 +16,8 @@ image step said (the digest it imported, its enroot).
 
 The image is the one the session's cpu_torch fixture built; the manifest is a copy named for this test
 (``detach-torch-rn50-cpu``: the Slurm job carries it) on ports of its own, since other tests may run the same
-target on these nodes at the same time.
+target on these nodes at the same time, at image size 32 (faster steps). The pyxis test imports the image
+itself: it counts that import, which no other test's kept squashfs (named after its own target) can stand in for.
 """
 
 from __future__ import annotations
