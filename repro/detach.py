@@ -21,7 +21,7 @@ from typing import Any
 from repro.errors import RunFailed, UsageError
 from repro.events import Event, Progress, ignore
 from repro.redact import Redactor
-from repro.run.rundir import DONE, FAILED, RunDir, make_run_id
+from repro.run.rundir import DONE, FAILED, SUMS, RunDir, make_run_id
 from repro.run.schedulers import KEYS, SCHEDULERS, make_scheduler
 from repro.run.schedulers.slurm.enroot import NOT_READY, image_problems
 from repro.run.schedulers.slurm.jobfiles import (JobView, image_facts, is_detached, rank_marks, read_job,
@@ -128,7 +128,10 @@ def status_text(run: RunDir, jv: JobView) -> str:
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(jv.repeats)} repeat(s)")
     if jv.end is not None:
         lines.append(f"the job's script ended: exit {jv.end[0]} ({jv.end[1]}) at {jv.end[2]}")
-    if jv.over:
+    if jv.over and run.file(SUMS).exists():
+        lines.append(f"judged and sealed: repro report {run.path} shows its table, repro audit {run.path} "
+                     "checks it")
+    elif jv.over:
         lines.append(f"judge it and seal its provenance: repro report {run.path}")
     return "\n".join(lines) + "\n"
 

@@ -179,6 +179,18 @@ cell           repeat  status   attempts  started               ended           
     assert f"repro report {run} first" in out.stderr
 
 
+def test_status_of_an_ended_job_says_whether_it_is_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from repro.run.schedulers.slurm import SlurmScheduler
+
+    monkeypatch.setattr(SlurmScheduler, "job_state", classmethod(lambda cls, job: "COMPLETED"))
+    run = job_dir(tmp_path, EVENTS)
+    last = run_cli("status", str(run)).stdout.splitlines()[-1]
+    assert last == f"judge it and seal its provenance: repro report {run}"
+    (run / "SHA256SUMS").write_text("")  # what sealing leaves
+    last = run_cli("status", str(run)).stdout.splitlines()[-1]
+    assert last == f"judged and sealed: repro report {run} shows its table, repro audit {run} checks it"
+
+
 def test_status_of_a_run_that_was_not_detached(tmp_path: Path):
     run = RunDir.create(tmp_path, find_target("torch-rn50-cpu"), load_hosts(DATA / "hosts-cpu.yaml")).path
     out = run_cli("status", str(run))
