@@ -17,6 +17,7 @@ from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, bu
                                                   sif_path, unseen)
 from repro.run.schedulers.slurm.commands import cli
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
+from repro.run.schedulers.slurm.samplerstep import SamplerStep
 from repro.run.schedulers.slurm.steps import CellJob, TaskStep
 
 SIF_BUILD_S = 3600  # an NGC image of 10-20 GB converts in minutes; an hour bounds a stuck registry
@@ -38,7 +39,7 @@ class ApptainerStep(TaskStep):
         argv, env, conf = apptainer_step(manifest, cell, plans, sif, head, str(conf_path),
                                          mpi=str(alloc.cfg.get("mpi", "pmix")),
                                          per_node=pyxis_tasks_per_node(manifest, cell))
-        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path)
+        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path, SamplerStep(alloc, job, names))
 
     @staticmethod
     def sif(alloc: Allocation, job: CellJob, nodes: list[str]) -> str:

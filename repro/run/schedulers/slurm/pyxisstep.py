@@ -8,6 +8,7 @@ from __future__ import annotations
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
+from repro.run.schedulers.slurm.samplerstep import SamplerStep
 from repro.run.schedulers.slurm.steps import CellJob, TaskStep
 
 
@@ -33,4 +34,4 @@ class PyxisStep(TaskStep):
         argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
                                      pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
                                      mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env)
-        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path)
+        return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path, SamplerStep(alloc, job, names))

@@ -2,8 +2,8 @@
 
 The allocation's batch script (``render_sbatch``), a docker-mode cell's job step (``srun_argv`` running the
 agent, ``step_spec`` on its stdin), the preflight job step (``preflight_argv``), a pyxis cell's job step
-(``pyxis_step``) and the batch script that runs one on its own (``render_pyxis``), and what ``repro plan``
-shows of them all (``render_plan_slurm``).
+(``pyxis_step``), the telemetry sampler's step beside it (``sampler_srun``), the batch script that runs a
+pyxis cell on its own (``render_pyxis``), and what ``repro plan`` shows of them all (``render_plan_slurm``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from repro import labels
 from repro.errors import UsageError
+from repro.nodes.telemetry import sampler_argv
 from repro.redact import redact_argv, redact_text
 from repro.run.launchers.base import fill
 from repro.run.plan import docker_run_flags, plan_cell
@@ -66,6 +67,16 @@ def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
             "--kill-on-bad-exit=1", f"--job-name={step}", "--", "python3", "-c",
             AGENT.read_text(encoding="utf-8")]
+
+
+def sampler_srun(job: str, nodes: Sequence[str], step: str, max_s: float) -> list[str]:
+    """The telemetry sampler's job step beside a pyxis or Apptainer cell: one task per node on the host itself
+    (no container options), output labelled by task; ``max_s``: the cell's deadline (the sampler ends by
+    itself a margin after it). No ``--kill-on-bad-exit``: a node without python3 loses its own telemetry, not
+    the other nodes'."""
+    return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            f"--job-name={step}", "--", *sampler_argv(max_s)]
 
 
 #: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the

@@ -358,13 +358,17 @@ class CellStep(JobStep, abc.ABC):
 
 class TaskStep(CellStep):
     """A cell whose ranks are srun's own tasks in a container runtime (pyxis, Apptainer): every rank starts
-    with the step, its lines come labelled with its task, and its exit status from srun's report of it."""
+    with the step, its lines come labelled with its task, and its exit status from srun's report of it.
+    ``sampler``: the telemetry sampler's own job step on the same nodes (``samplerstep``), begun just before
+    the cell's step and ended after it on every way out."""
+
+    sampler: Any = None
 
     @classmethod
     def from_argv(cls, alloc: Allocation, job: CellJob, plans: Sequence[Any], argv: list[str],
-                  env: Mapping[str, str], conf: str | None, conf_path: Path) -> TaskStep:
+                  env: Mapping[str, str], conf: str | None, conf_path: Path, sampler: Any = None) -> TaskStep:
         """The step of a rendered srun line: its --multi-prog file written, a result per rank (an MPI
-        target's ranks all run rank 0's program)."""
+        target's ranks all run rank 0's program), the sampler's step beside it."""
         if conf is not None:
             conf_path.write_text(conf, encoding="utf-8")
         per_node = int(next(a for a in argv if a.startswith("--ntasks-per-node=")).partition("=")[2])
@@ -374,9 +378,13 @@ class TaskStep(CellStep):
         program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
         results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
                               program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
-        return cls(alloc, job, results, argv, per_node=per_node, env=env)
+        step = cls(alloc, job, results, argv, per_node=per_node, env=env)
+        step.sampler = sampler
+        return step
 
     def start(self) -> None:
+        if self.sampler is not None:
+            self.sampler.begin()
         super().start()
         started = stamp()
         for r in self.results:
@@ -387,10 +395,18 @@ class TaskStep(CellStep):
         for kind, rank, text in events:
             self.job.emit((kind, self.results[rank].node, text))
 
+    def finish(self) -> None:
+        try:
+            if self.sampler is not None:
+                self.sampler.end()
+        finally:
+            super().finish()
+
     def record(self) -> dict[str, Any]:
         return {"cell": self.job.cell.key, "srun": self.argv, "env": sorted(self.env or {}),
                 "submitted": stamp(self.submitted), "exit_code": self.proc.returncode if self.proc else None,
-                "started": {r.node: r.started for r in self.results}}
+                "started": {r.node: r.started for r in self.results},
+                **({"telemetry": self.sampler.record()} if self.sampler is not None else {})}
 
     def outcome(self) -> list[NodeResult]:
         codes = task_exits(self.demux.other, [r.node for r in self.results])
