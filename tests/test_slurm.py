@@ -270,7 +270,11 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
                       "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home --container-writable "
                       "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
                       "OMP_NUM_THREADS -- python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
-                      "--precision fp32\n")
+                      "--precision fp32\n"
+                      "  telemetry (a job step of its own beside it, on each host, no container):\n"
+                      "    $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
+                      "--label --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
+                      "4194304 1500\n")  # launch.timeout_s 900 and the sampler's margin, 600 s
     f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
     hosts, text = scheduled_plan(m, [cell], f, None)
     assert [n.name for n in hosts.nodes] == ["node1", "node2"]

@@ -4,11 +4,13 @@ enroot), for real, across its 2 nodes:
 - torch-rn50-cpu: the run's image is imported once per node (enroot's own "Fetching image manifest" line,
   counted in each node's import log), every cell step starts from that squashfs (pyxis imports nothing),
   each rank's output lands in its own log in the run directory, and at the end the squashfs is gone from
-  both nodes and no enroot container of the job is left;
+  both nodes and no enroot container of the job is left; the telemetry sampler's own job step samples both
+  hosts' CPUs while the cell runs, into the repeat's telemetry files and summary (and the results store),
+  and stops with the cell;
 - mpi-rn50-cpu: the ranks start through Slurm's PMIx (``mpi: pmix``; Debian's Open MPI in the image is
   built against PMIx and has no PMI-2 client), from the image variant without the sshd layer;
-- Ctrl-C while a cell runs: exit 130, the job cancelled, no enroot container left, the kept squashfs
-  kept, the repeat pending, and ``--resume`` finishes it;
+- Ctrl-C while a cell runs: exit 130, the job cancelled, no enroot container or sampler left, the kept
+  squashfs kept, the repeat pending, and ``--resume`` finishes it;
 - a kept squashfs whose recorded digest is not the run's lock fails the run before any cell.
 - paddle-rn50-cpu: each task's POD_IP from its own --multi-prog line, so every rank finds its own node's
   address (a rank given rank 0's environment would take itself for rank 0) and the replicas stay identical.
@@ -24,14 +26,18 @@ import re
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
+
+from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm, pytest.mark.pyxis]
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +121,53 @@ def enroot_containers(cluster: dict, job: str) -> list[str]:
     return out
 
 
+def samplers_of(job: str) -> list[str]:
+    """The telemetry sampler processes of Slurm job ``job`` still running on this machine, where the namespace
+    nodes' job steps run (its source is in its argv; its job in its environment)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes()
+            if b"The telemetry sampler: one per node" in argv and \
+                    f"SLURM_JOB_ID={job}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                out.append(proc.name)
+        except OSError:  # gone meanwhile
+            continue
+    return out
+
+
+def iso(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def check_telemetry(run: Path, cell: str, job: str) -> None:
+    """Both hosts sampled by the sampler's step from about the cell's start to its end, summarised beside the
+    samples and in the results store, and no sampler of the job left."""
+    rep = run / "cells" / cell / "r1"
+    assert sorted(p.name for p in rep.glob("telemetry-*.txt")) == ["telemetry-rc-node1.txt", "telemetry-rc-node2.txt"]
+    prov = json.loads((run / "provenance.json").read_text())
+    step = next(s for s in prov["scheduler"][0]["steps"] if s["cell"] == cell)
+    assert step["telemetry"]["sampled"] == ["rc-node1", "rc-node2"], step["telemetry"]
+    assert step["telemetry"]["srun"][-4] == "<repro/nodes/sampler.py>"
+    assert not any(a.startswith("--container") for a in step["telemetry"]["srun"])  # on the host itself
+    ran = {c["node"]: c for c in prov["commands"] if c["cell"] == cell}
+    saved = json.loads((rep / "telemetry.json").read_text())
+    for node in ("rc-node1", "rc-node2"):
+        path = rep / f"telemetry-{node}.txt"
+        stream = parse_stream(node, path.open())
+        assert stream.no_gpu and stream.gpu == [] and stream.containers == []
+        assert len(stream.load) >= 3 and len(stream.stat) == len(stream.load)
+        times = [float(ln.split()[1]) for ln in path.read_text().splitlines() if ln.startswith("loadavg ")]
+        start, end = iso(ran[node]["started"]), iso(ran[node]["ended"])
+        assert times[0] <= start + 2 and end - 3 <= times[-1] <= end + 1, (times[0], times[-1], start, end)
+        assert saved[node]["cpu"]["samples"] == len(stream.load) and saved[node]["gpu"] is None
+    with sqlite3.connect(f"file:{os.environ['REPRO_RESULTS']}?mode=ro", uri=True) as db:
+        (stored,) = db.execute("SELECT c.telemetry FROM cells c JOIN runs r ON r.id = c.run WHERE r.run_id = ? "
+                               "AND c.cell = ?", (run.name, cell)).fetchone()
+    assert json.loads(stored)["cpu"]["samples"] == sum(saved[n]["cpu"]["samples"] for n in saved)
+    assert samplers_of(job) == []
+
+
 def imports_per_node(run: Path) -> dict[str, int]:
     """enroot's own line, once per import, in each node's image step log."""
     return {p.stem.split("-", 1)[1]: sum(1 for ln in p.read_text().splitlines()
@@ -145,6 +198,7 @@ def test_torch_two_nodes_one_import_per_node_and_nothing_left(cluster, env, targ
     for node in ("rc-node1", "rc-node2"):
         assert not on_node(cluster, node, image["file"]).exists()
     assert enroot_containers(cluster, alloc["job_id"]) == []
+    check_telemetry(run, "2n1g-fp32-bs8", str(alloc["job_id"]))
 
 
 def test_mpi_ranks_start_through_pmix_without_sshd(cluster, env, targets, image_dir, tmp_path):
@@ -193,6 +247,9 @@ def test_ctrl_c_cancels_the_job_leaves_no_container_and_resumes(cluster, env, ta
     status = json.loads((run / "state.json").read_text())["cells"]["2n1g-fp32-bs8"]["repeats"]["1"]
     assert (status["status"], status["why"]) == ("pending", "interrupted")
     assert enroot_containers(cluster, str(job)) == []
+    assert samplers_of(str(job)) == []
+    sampled = run / "cells" / "2n1g-fp32-bs8" / "r1" / "telemetry-rc-node1.txt"  # until the interruption
+    assert parse_stream("rc-node1", sampled.open()).load, sampled.read_text()[-2000:]
     for node in ("rc-node1", "rc-node2"):  # kept, as asked
         assert on_node(cluster, node, f"{image_dir}/repro-mpi-rn50-cpu.sqsh").is_file()
     done = subprocess.run([sys.executable, "-m", "repro", "up", "--resume", str(run), "--cells", "nodes=2",

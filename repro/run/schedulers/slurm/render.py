@@ -260,8 +260,9 @@ def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, 
 
 def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: Cell, plans: Sequence[Any],
                image: str) -> list[str]:
-    """One cell's job step as ``repro plan`` shows it: srun's environment, argv and --multi-prog file (pyxis,
-    apptainer), or srun running the agent and each node's ``docker create`` (docker)."""
+    """One cell's job step as ``repro plan`` shows it: srun's environment, argv and --multi-prog file and the
+    telemetry sampler's step (pyxis, apptainer), or srun running the agent and each node's ``docker create``
+    (docker)."""
     names = [p.command.node.name for p in plans]
     conf = "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf"
     if runtime == "docker":
@@ -286,7 +287,9 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     if text is not None:
         lines.append("  multi-prog.conf:")
         lines += [f"    {redact_text(ln)}" for ln in text.splitlines()]
-    return lines
+    sampler = sampler_srun("JOBID", names, f"repro-{cell.key}-telemetry", manifest.launch.timeout_s)
+    return lines + ["  telemetry (a job step of its own beside it, on each host, no container):",
+                    f"    $ {shlex.join(sampler[:-4])} <repro/nodes/sampler.py> {shlex.join(sampler[-3:])}"]
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
