@@ -7,7 +7,8 @@ preflight step and what every cell step shares; one module per kind of cell step
 by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers/agent.py``, on every
 node), ``pyxisstep`` (``srun --container-image``, from the run's squashfs that ``imagestep`` imports once
 per node and holds for the run; ``enroot``: what that step runs, as text) and ``apptainerstep``
-(``apptainer exec`` of a SIF built once per run; ``apptainer`` renders it).
+(``apptainer exec`` of a SIF built once per run; ``apptainer`` renders it); beside each of these two,
+``samplerstep``: the telemetry sampler as a job step of its own on each host.
 
 Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
 Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.
