@@ -273,13 +273,8 @@ class Store:
         """Every recorded cell of table or target ``name`` with its run, in no order (sorting 10,000 runs'
         cells in SQL costs more than :func:`repro.record.history.group` does in Python), as plain tuples
         of HISTORY_COLUMNS (what 10,000 runs' cells cost least to read)."""
-        where, params = ["(c.tbl = ? OR c.target = ?)"], [name, name]
-        if cluster is not None:
-            where.append("r.cluster = ?")
-            params.append(cluster)
-        if since is not None:
-            where.append("r.started >= ?")
-            params.append(since)
+        where, params = _run_filters(cluster, since, "r.")
+        where, params = ["(c.tbl = ? OR c.target = ?)", *where], [name, name, *params]
         return self._plain(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM cells c JOIN runs r ON r.id = c.run "
                            f"WHERE {' AND '.join(where)}", params)
 
@@ -289,13 +284,7 @@ class Store:
         first recorded (their lowest rowid), without reading every row: the count and the figures' range
         from a covering index (cells_by_target, cells_by_table), the ``last`` (> 0) latest rows by walking
         the runs newest first (the index runs_started) until there are ``last``."""
-        runs, params = [], []
-        if cluster is not None:
-            runs.append("cluster = ?")
-            params.append(cluster)
-        if since is not None:
-            runs.append("started >= ?")
-            params.append(since)
+        runs, params = _run_filters(cluster, since)
         only = f" AND run IN (SELECT id FROM runs WHERE {' AND '.join(runs)})" if runs else ""
         glance = "min(rowid), count(*)" + (", min(value), max(value)" if runs else "")
         cells = self._plain(f"SELECT tbl, target, cell, {glance} FROM cells WHERE target = ?{only} "
@@ -454,3 +443,15 @@ def _migrate(store: Store, upto: int) -> None:
         if upto > version:
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {upto}")
+
+
+def _run_filters(cluster: str | None, since: str | None, prefix: str = "") -> tuple[list[str], list[str]]:
+    """The conditions on a run (its cluster, its start no earlier than ``since``) and their parameters."""
+    where, params = [], []
+    if cluster is not None:
+        where.append(f"{prefix}cluster = ?")
+        params.append(cluster)
+    if since is not None:
+        where.append(f"{prefix}started >= ?")
+        params.append(since)
+    return where, params
