@@ -37,7 +37,27 @@ def test_the_image_step_is_the_attached_paths_and_runs_once():
     assert script.count("enroot import --output") == 1
     steps = [ln for ln in script.splitlines() if "--container-image=" in ln]
     assert len(steps) == 1 and "--container-image=/tmp/repro-RUN.sqsh " in steps[0]
-    assert script.index("trap release EXIT") < script.index("event imported 2") < script.index("fill 2n1g")
+    trap = script.index("trap 'unsample; release' EXIT")
+    assert trap < script.index("event imported 2") < script.index("fill 2n1g")
+
+
+def test_each_repeat_samples_with_the_attached_paths_sampler_step_stopped_after_the_cell():
+    """The sampler's step is the attached path's (``render.sampler_srun``), its source the kit's sampler from
+    ``job/sampler.py``, begun before the cell's step and stopped (``unsample``) right after it."""
+    from repro.nodes.telemetry import SAMPLER, sampler_argv
+    from repro.run.schedulers.slurm.render import sampler_srun
+
+    d = pyxis_detach("paddle-rn50-cpu", 2)
+    script = render_detached(d)
+    assert script.files["sampler.py"] == SAMPLER.read_text()
+    attached = sampler_srun(JOBID, ["__REPRO_N0__", "__REPRO_N1__"], "repro-2n1g-fp32-bs8-telemetry", 900)
+    assert attached[-6:] == sampler_argv(900)
+    step = detached([*attached[:-5], "job/sampler.py", *attached[-3:]],
+                    "job/steps/2n1g-fp32-bs8/r__REPRO_R__a__REPRO_ATTEMPT__-telemetry-%n-%N.txt")
+    lines = script.text.splitlines()
+    at = lines.index(f'    {sh_line(step)} 2> "job/steps/2n1g-fp32-bs8/r${{r}}a$attempt-telemetry.srun" &')
+    assert lines[at - 1].startswith("    begin 2n1g") and lines[at + 1].startswith("    sampling $! ")
+    assert "--container-image=" in lines[at + 2] and lines[at + 3:at + 5] == ["    code=$?", "    unsample"]
 
 
 def test_every_task_gets_the_images_path():
