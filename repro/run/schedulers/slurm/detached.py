@@ -158,21 +158,7 @@ REPRO_RUN_ID=${RUN_DIR##*/}
 mkdir -p job/steps job/shared job/probe job/run && chmod 700 job/run
 event() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> job/events; }
 quit() { event end "$@"; exit "$1"; }
-REPRO_SAMPLER=
-sampling() {  # srun of a repeat's telemetry sampler (in the background), its files' prefix, its node count:
-  # the cell's step waits until every node's sampler wrote its first line, its step ended, or {ready} s passed
-  REPRO_SAMPLER=$1 j=0 w=0
-  while [ "$j" -lt "$3" ] && [ "$w" -lt {ready} ] && kill -0 "$1" 2>/dev/null; do
-    eval "n=\$REPRO_N$j"
-    if [ -s "$2-$j-$n.txt" ]; then j=$((j + 1)); else sleep 1; w=$((w + 1)); fi
-  done
-}
-unsample() {  # the sampler's step stopped (srun passes TERM on to every node's sampler), and waited for
-  [ -z "$REPRO_SAMPLER" ] || { kill -TERM "$REPRO_SAMPLER" 2>/dev/null; wait "$REPRO_SAMPLER"; }
-  REPRO_SAMPLER=
-}
-trap unsample EXIT
-event job "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST"
+{sampling}event job "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST"
 # the allocation's nodes in rank order, each with the address Slurm gives it (NodeAddr)
 i=0 SUBST= failed=0
 : > job/nodes
@@ -193,6 +179,24 @@ begin() {  # cell, repeat, attempt: a fresh log folder (an earlier attempt's log
   event start "$1" "$2" "$3"
 }
 """
+
+#: a repeat's telemetry sampler step, begun in the background (``sampling``) and stopped once the cell's step
+#: ended (``unsample``), and on the script's exit whatever ended it
+SAMPLING = r"""REPRO_SAMPLER=
+sampling() {  # srun of a repeat's telemetry sampler (in the background), its files' prefix, its node count:
+  # the cell's step waits until every node's sampler wrote its first line, its step ended, or {ready} s passed
+  REPRO_SAMPLER=$1 j=0 w=0
+  while [ "$j" -lt "$3" ] && [ "$w" -lt {ready} ] && kill -0 "$1" 2>/dev/null; do
+    eval "n=\$REPRO_N$j"
+    if [ -s "$2-$j-$n.txt" ]; then j=$((j + 1)); else sleep 1; w=$((w + 1)); fi
+  done
+}
+unsample() {  # the sampler's step stopped (srun passes TERM on to every node's sampler), and waited for
+  [ -z "$REPRO_SAMPLER" ] || { kill -TERM "$REPRO_SAMPLER" 2>/dev/null; wait "$REPRO_SAMPLER"; }
+  REPRO_SAMPLER=
+}
+trap unsample EXIT
+""".replace("{ready}", str(SAMPLER_READY_S))
 
 SHARED = r"""# the run directory is one directory on every node: each node reads the token back
 {srun} > /dev/null 2>&1
@@ -222,7 +226,7 @@ def render_detached(d: Detach) -> Script:
     head = [f"# repro up --detach: {d.manifest.id}, {len(d.cells)} cell(s), in the run directory this job "
             "starts in (sbatch --chdir=RUN_DIR);",
             "# `repro status RUN_DIR` shows its progress, `repro report RUN_DIR` judges it once it ended",
-            PROLOGUE.replace("{need}", str(need)).replace("{ready}", str(SAMPLER_READY_S)).rstrip("\n")]
+            PROLOGUE.replace("{need}", str(need)).replace("{sampling}", SAMPLING).rstrip("\n")]
     every = ["srun", f"--jobid={JOBID}", f"--nodes={need}", f"--ntasks={need}", "--ntasks-per-node=1",
              f"--nodelist={','.join(names)}", "--overlap"]
     shared = [*every, "--job-name=repro-shared", "--output=${RUN_DIR}/job/shared/%n-%N", "--", "cat",
