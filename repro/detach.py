@@ -140,8 +140,8 @@ def status_text(run: RunDir, jv: JobView) -> str:
 def adopt(run_path: Path) -> UpResult:
     """A detached run whose job is over, as ``repro up`` leaves a run: state.json from the job's events,
     the provenance record completed (the nodes, their host and image facts, every rank's command, the
-    job), the job's inputs removed (per-run keys, secret values). ``repro.up.finish`` then judges and
-    seals it."""
+    job), each repeat's telemetry files and summary written, the job's inputs removed (per-run keys, secret
+    values). ``repro.up.finish`` then judges and seals it."""
     run, jv = view(run_path)
     if not jv.over:
         raise UsageError(f"{run.path}: job {jv.job_id} is {jv.state or 'not over'}; nothing to judge yet",

@@ -9,8 +9,11 @@ registry; pyxis: the attached path's image step, one import a node held for the 
 when the script exits), the host probe (preflight's own script, ``job/probe/``), and every cell's repeats
 as job steps, each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own
 report into ``job/steps/KEY/rNaA.srun`` (repeat N, attempt A), the agent's marks (docker) into
-``job/steps/KEY/rNaA-RANK.marks``. Each step start and end is a line of ``job/events``, written by the
-batch host alone: ``repro status`` and ``repro report`` need nothing but the run directory.
+``job/steps/KEY/rNaA-RANK.marks``; beside each repeat's step the attached path's telemetry sampler step
+(``render.sampler_srun``, the sampler from ``job/sampler.py``), begun in the background just before it and
+stopped once it ended (and by the script's exit trap), each node's lines into
+``job/steps/KEY/rNaA-telemetry-RANK-NODE.txt``. Each step start and end is a line of ``job/events``, written
+by the batch host alone: ``repro status`` and ``repro report`` need nothing but the run directory.
 
 Each srun line is the one the attached path submits (``render.srun_argv``, ``render.pyxis_step``,
 ``render.preflight_argv``), rendered for stand-in nodes whose names and addresses are tokens the script
