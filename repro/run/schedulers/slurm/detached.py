@@ -194,7 +194,7 @@ sampling() {  # srun of a repeat's telemetry sampler (in the background), its fi
     if [ -s "$2-$j-$n.txt" ]; then j=$((j + 1)); else sleep 1; w=$((w + 1)); fi
   done
 }
-unsample() {  # the sampler's step stopped (srun passes TERM on to every node's sampler), and waited for
+unsample() {  # the sampler's step ended (srun, on TERM, has Slurm kill every node's sampler), waited for
   [ -z "$REPRO_SAMPLER" ] || { kill -TERM "$REPRO_SAMPLER" 2>/dev/null; wait "$REPRO_SAMPLER"; }
   REPRO_SAMPLER=
 }
