@@ -140,8 +140,8 @@ def status_text(run: RunDir, jv: JobView) -> str:
 def adopt(run_path: Path) -> UpResult:
     """A detached run whose job is over, as ``repro up`` leaves a run: state.json from the job's events,
     the provenance record completed (the nodes, their host and image facts, every rank's command, the
-    job), the job's inputs removed (per-run keys, secret values). ``repro.up.finish`` then judges and
-    seals it."""
+    job), each repeat's telemetry files and summary written, the job's inputs removed (per-run keys, secret
+    values). ``repro.up.finish`` then judges and seals it."""
     run, jv = view(run_path)
     if not jv.over:
         raise UsageError(f"{run.path}: job {jv.job_id} is {jv.state or 'not over'}; nothing to judge yet",
@@ -164,6 +164,7 @@ def adopt(run_path: Path) -> UpResult:
     result = UpResult(run, manifest, record, cells=[c for c in manifest.cells()
                                                      if any(k == c.key for k, _ in jv.repeats)])
     _add_commands(run, jv, result, hosts)
+    _add_telemetry(run, jv)
     result.seconds = seconds_of(jv.started, jv.last)
     result.cell_seconds = sum(seconds_of(r.started, r.ended) for r in jv.repeats.values())
     facts = _job_facts(run, jv, inventory.scheduler or {})
@@ -283,6 +284,29 @@ def _add_commands(run: RunDir, jv: JobView, result: UpResult, hosts: Hosts) -> N
                                        image=jv.submitted.get("image", ""),
                                        started=started or "", ended=rep.ended, exit_code=exit_code,
                                        workdir=manifest.launch.workdir, log=log)
+
+
+def _add_telemetry(run: RunDir, jv: JobView) -> None:
+    """Each repeat's telemetry, from its last attempt's sampler step (``job/steps/KEY/rNaA-telemetry-I-NODE
+    .txt``), through ``TelemetryFiles`` as the attached path's lines: each node's ``telemetry-NODE.txt``
+    in the repeat's directory, bounded, and ``telemetry.json``."""
+    from repro.run.sampling import TelemetryFiles, read_bounded
+    from repro.run.schedulers.slurm.detached import telemetry_output
+
+    names = {n for n, _ in jv.nodes}
+    for (key, r), rep in sorted(jv.repeats.items()):
+        if not rep.attempts:
+            continue
+        pattern = telemetry_output(key, r, rep.attempts).replace("%n-%N", "*")
+        files = TelemetryFiles(run.log_dir(key, r))
+        for path in sorted(run.path.glob(pattern)):
+            node = path.name.removeprefix(f"r{r}a{rep.attempts}-telemetry-").removesuffix(".txt")
+            node = node.partition("-")[2]
+            if node not in names:  # a file the job's nodes did not write
+                continue
+            for line in read_bounded(path).splitlines():
+                files.write(node, line)
+        files.close()
 
 
 def _job_facts(run: RunDir, jv: JobView, settings: Mapping[str, str]) -> dict[str, Any]:

@@ -329,3 +329,29 @@ def test_an_image_not_ready_is_the_images_failure_only_where_the_job_ended_for_i
     assert found == problems
     assert facts["nodes"] == [{"node": "rc-node1", "enroot": "4.1.2", "error": "enroot import failed"},
                               {"node": "rc-node2"}]
+
+
+def test_judging_copies_each_repeats_last_attempt_telemetry_as_the_attached_path_writes_it(tmp_path: Path):
+    """The sampler's job step wrote each node's lines to ``job/steps/KEY/rNaA-telemetry-I-NODE.txt`` (the
+    kit's sampler as it ran on rc-node1 of the test cluster, its lines as srun --output writes them): the
+    repeat's ``telemetry-NODE.txt`` holds the last attempt's lines and ``telemetry.json`` what they say, as
+    the attached path's ``TelemetryFiles`` writes them; an earlier attempt's and a stray file are left."""
+    from repro.detach import _add_telemetry
+    from repro.nodes.telemetry import repeat_summary, summary
+
+    lines = (Path(__file__).parent / "data" / "telemetry" / "cpu-sampler-rc-node1.txt").read_text()
+    sampled = "".join(lines.splitlines(keepends=True)[1:])  # the kit's own `containers` line: not a sampler's
+    run = job_dir(tmp_path, EVENTS)
+    steps = run / "job" / "steps" / "1n1g-fp32-bs8"
+    steps.mkdir(parents=True)
+    (steps / "r2a2-telemetry-0-rc-node1.txt").write_text(sampled)
+    (steps / "r2a1-telemetry-0-rc-node1.txt").write_text("telemetry v1 interval_ms=1000 max_bytes=4194304\n")
+    (steps / "r2a2-telemetry-0-elsewhere.txt").write_text(sampled)
+    _add_telemetry(RunDir.open(run), jobfiles.read_job(run, lambda job: "RUNNING"))
+    r2 = run / "cells" / "1n1g-fp32-bs8" / "r2"
+    assert sorted(p.name for p in r2.iterdir()) == ["telemetry-rc-node1.txt", "telemetry.json"]
+    assert (r2 / "telemetry-rc-node1.txt").read_text() == sampled
+    written = json.loads((r2 / "telemetry.json").read_text())
+    assert written == repeat_summary(r2) and written["rc-node1"]["cpu"]["samples"] == 13
+    assert not (run / "cells" / "1n1g-fp32-bs8" / "r1").exists()  # its attempt's step wrote nothing
+    assert summary(run, "1n1g-fp32-bs8")["repeats"] == {2: written}

@@ -10,8 +10,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from repro.run.plan import select_cells
-from repro.run.schedulers.slurm.detached import JOBID, Detach, Pyxis, detached, render_detached, sh_line
+from repro.run.schedulers.slurm.detached import (JOBID, SAMPLING, Detach, Pyxis, _sampler_lines, detached,
+                                                render_detached, sh_line, stand_ins)
 from repro.run.schedulers.slurm.enroot import image_argv
 from repro.run.schedulers.slurm.jobfiles import JobView, image_facts
 from repro.spec.hosts import load_hosts
@@ -37,7 +40,27 @@ def test_the_image_step_is_the_attached_paths_and_runs_once():
     assert script.count("enroot import --output") == 1
     steps = [ln for ln in script.splitlines() if "--container-image=" in ln]
     assert len(steps) == 1 and "--container-image=/tmp/repro-RUN.sqsh " in steps[0]
-    assert script.index("trap release EXIT") < script.index("event imported 2") < script.index("fill 2n1g")
+    trap = script.index("trap 'unsample; release' EXIT")
+    assert trap < script.index("event imported 2") < script.index("fill 2n1g")
+
+
+def test_each_repeat_samples_with_the_attached_paths_sampler_step_stopped_after_the_cell():
+    """The sampler's step is the attached path's (``render.sampler_srun``), its source the kit's sampler from
+    ``job/sampler.py``, begun before the cell's step and stopped (``unsample``) right after it."""
+    from repro.nodes.telemetry import SAMPLER, sampler_argv
+    from repro.run.schedulers.slurm.render import sampler_srun
+
+    d = pyxis_detach("paddle-rn50-cpu", 2)
+    script = render_detached(d)
+    assert script.files["sampler.py"] == SAMPLER.read_text()
+    attached = sampler_srun(JOBID, ["__REPRO_N0__", "__REPRO_N1__"], "repro-2n1g-fp32-bs8-telemetry", 900)
+    assert attached[-6:] == sampler_argv(900)
+    step = detached([*attached[:-5], "job/sampler.py", *attached[-3:]],
+                    "job/steps/2n1g-fp32-bs8/r__REPRO_R__a__REPRO_ATTEMPT__-telemetry-%n-%N.txt")
+    lines = script.text.splitlines()
+    at = lines.index(f'    {sh_line(step)} 2> "job/steps/2n1g-fp32-bs8/r${{r}}a$attempt-telemetry.srun" &')
+    assert lines[at - 1].startswith("    begin 2n1g") and lines[at + 1].startswith("    sampling $! ")
+    assert "--container-image=" in lines[at + 2] and lines[at + 3:at + 5] == ["    code=$?", "    unsample"]
 
 
 def test_every_task_gets_the_images_path():
@@ -98,7 +121,7 @@ def run_prologue(tmp: Path, d: Detach, end: str = "quit 0 done") -> tuple[subpro
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     body = "\n".join(["set -u", 'event() { echo "$*" >> events; }', 'quit() { event end "$@"; exit "$1"; }',
-                      "REPRO_N0=n0 SUBST=", *Pyxis.prologue(d, []), 'echo "$SUBST" > subst', end])
+                      SAMPLING, "REPRO_N0=n0 SUBST=", *Pyxis.prologue(d, []), 'echo "$SUBST" > subst', end])
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUBS": str(stubs), "SLURM_JOB_ID": "7"}
     out = subprocess.run(["sh", "-c", body], cwd=tmp, env=env, capture_output=True, text=True, timeout=30)
     return out, (tmp / "events").read_text()
@@ -159,3 +182,44 @@ def test_a_kept_image_of_another_digest_ends_the_job(tmp_path: Path):
     assert facts["kept"] is True and facts["nodes"][0]["action"] == "reused"
     assert problems == [f"n0: {node}/repro-paddle-rn50-cpu.sqsh holds sha256:{'b' * 64} (imported earlier and "
                         f"kept), the run locks {DIGEST}"]
+
+
+def sampler_processes(cwd: Path) -> list[str]:
+    """This machine's processes running the kit's sampler from ``cwd``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if b"job/sampler.py" in (proc / "cmdline").read_bytes().split(b"\0") and \
+                    (proc / "cwd").resolve() == cwd.resolve():
+                out.append(proc.name)
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("end,code", [("code=0\n    unsample\nquit 0 done", 0),  # the cell's step ended
+                                      ("quit 5 'the cell failed'", 5),  # any other way out of the script
+                                      ("kill -TERM $$; wait", 143)])  # Slurm ended the job (TERM)
+def test_the_repeats_sampler_samples_from_before_the_cell_and_is_stopped_on_every_way_out(tmp_path, end, code):
+    """The repeat's sampler lines as the script holds them, with the kit's real sampler and a stand-in srun
+    (one node): the cell's step begins once the node's sampler wrote its first line; once the script goes
+    on, or ends however it ends, no sampler is left and its file holds what it said."""
+    d = pyxis_detach("paddle-rn50-cpu", 1, image_dir=str(tmp_path / "node"))
+    cell = d.order()[0]
+    (tmp_path / "job" / "steps" / cell.key).mkdir(parents=True)
+    (tmp_path / "job" / "sampler.py").write_text(render_detached(d).files["sampler.py"])
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text(STUBS["srun"])
+    (stubs / "srun").chmod(0o755)
+    body = "\n".join(["set -u", 'event() { echo "$*" >> events; }', 'quit() { event end "$@"; exit "$1"; }',
+                      "trap 'exit 143' TERM", SAMPLING, "REPRO_N0=n0 r=1 attempt=1",
+                      *_sampler_lines(d, cell, stand_ins(d.hosts, 1)), 'event cell "$(cat job/steps/*/r1a1-telemetry-0-n0.txt)"',
+                      end])
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUBS": str(stubs), "SLURM_JOB_ID": "7"}
+    out = subprocess.run(["sh", "-c", body], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == code, out.stderr
+    assert (tmp_path / "events").read_text().startswith("cell telemetry v1 interval_ms=1000 max_bytes=4194304")
+    assert sampler_processes(tmp_path) == []
+    said = (tmp_path / "job" / "steps" / cell.key / "r1a1-telemetry-0-n0.txt").read_text().splitlines()
+    assert said[0] == "telemetry v1 interval_ms=1000 max_bytes=4194304"

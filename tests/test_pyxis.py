@@ -159,7 +159,7 @@ def test_tf_ps_ranks_write_the_pair_runner_in_their_container_first(tmp_path):
     from pathlib import Path
 
     from repro.run.launchers.tf_ps import PAIR_PATH
-    from repro.run.schedulers.slurm.render import WRITE_FILE
+    from repro.run.schedulers.slurm.rankfiles import WRITE_FILE
 
     m, cell = cell_of("tf-cnn-ps-cpu", 2)
     plans = plan_cell(m, cell, two_nodes())

@@ -353,3 +353,24 @@ def test_a_run_directory_keeps_the_gpus_a_resumed_allocation_asks_for(tmp_path: 
     cfg = scheduler_config(again.scheduler, None)
     assert render_sbatch(cfg, "j", 2, gpus=again.gpus) == script("--partition=gpu", "--gres=gpu:8", "--mem=0",
                                                                  "--signal=B:USR1@120", "--comment=rn50")
+
+
+def test_apptainer_tf_ps_ranks_write_the_pair_runner_in_their_container_first():
+    """As under pyxis (render.rank_argv): the tf-ps launcher's pair runner is a file of the rank's own, which
+    nothing copies in; each rank's line writes it inside the container (its text as one base64 word), then
+    runs the launcher's command."""
+    import base64
+
+    from repro.run.launchers.tf_ps import PAIR_PATH
+    from repro.run.schedulers.slurm.rankfiles import WRITE_FILE
+
+    m, cell = cell_of("tf-cnn-ps-cpu", 2)
+    plans = plan_cell(m, cell, Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0))))
+    _, _, conf = apptainer_step(m, cell, plans, "/s/r.sif", HEAD_ARGV, "c")
+    runner = (Path(__file__).parents[1] / "repro" / "run" / "launchers" / "tf_ps_pair.py").read_text()
+    b64 = base64.b64encode(runner.encode()).decode()
+    words = [*WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs",
+             "--cwd=/workspace/benchmarks/scripts/tf_cnn_benchmarks", "/s/r.sif"]
+    assert plans[0].command.files == {PAIR_PATH: runner}
+    assert conf == "".join(f"{r} {shlex.join([*words, 'sh', '-c', WRITE_FILE, 'sh', b64, PAIR_PATH])} "
+                           f"{shlex.join(plans[r].command.command)}\n" for r in (0, 1))

@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import shutil
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import docker
 import pytest
+
+from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm]
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,6 +152,7 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     assert [(c["rank"], c["node"], c["exit_code"]) for c in prov["commands"]] == [
         (0, "rc-node1", 0), (1, "rc-node2", 0)]
     assert [n["image"]["digest"] for n in prov["nodes"]] == [up_digest(run)] * 2
+    check_telemetry(run, "2n1g-fp32-bs8", 1, job)
 
     audit = repro(env, "audit", str(run), timeout=300)
     assert audit.returncode == 0, audit.stdout[-3000:]
@@ -156,6 +161,49 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
     # is "not run": exit 8, as `repro report` of an attached `repro up --cells nodes=2` run)
     again = repro(env, "report", str(run))
     assert again.returncode == 8 and row in again.stdout and "Verdict: 1 not run, 1 measured of 2 cells." in again.stdout
+
+
+def samplers_of(job: str) -> list[str]:
+    """The detached script's telemetry sampler processes of Slurm job ``job`` still running on this machine,
+    where the namespace nodes' job steps run (``python3 job/sampler.py``; the job in their environment)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"job/sampler.py" in argv and \
+                    f"SLURM_JOB_ID={job}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                out.append(proc.name)
+        except OSError:  # gone meanwhile
+            continue
+    return out
+
+
+def check_telemetry(run: Path, cell: str, repeats: int, job: str) -> None:
+    """Each repeat's directory holds both hosts' samples from the sampler's job step until the cell's step
+    ended, summarised beside them as the attached path does, the cell's summary in the results store, and no
+    sampler of the job left."""
+    prov = json.loads((run / "provenance.json").read_text())
+    total = 0
+    for r in range(1, repeats + 1):
+        rep = run / "cells" / cell / f"r{r}"
+        assert sorted(p.name for p in rep.glob("telemetry-*.txt")) == [
+            "telemetry-rc-node1.txt", "telemetry-rc-node2.txt"]
+        saved = json.loads((rep / "telemetry.json").read_text())
+        ran = {c["node"]: c for c in prov["commands"] if c["cell"] == cell and c["repeat"] == r}
+        for node in ("rc-node1", "rc-node2"):
+            path = rep / f"telemetry-{node}.txt"
+            stream = parse_stream(node, path.open())
+            assert stream.no_gpu and stream.gpu == [] and len(stream.load) >= 3, path.read_text()[:2000]
+            times = [float(ln.split()[1]) for ln in path.read_text().splitlines() if ln.startswith("loadavg ")]
+            end = datetime.fromisoformat(ran[node]["ended"]).timestamp()  # the job's event: whole seconds
+            assert end - 3 <= times[-1] <= end + 2, (times[0], times[-1], end)
+            assert saved[node]["cpu"]["samples"] == len(stream.load) and saved[node]["gpu"] is None
+            total += len(stream.load)
+    with sqlite3.connect(f"file:{os.environ['REPRO_RESULTS']}?mode=ro", uri=True) as db:
+        (stored,) = db.execute("SELECT c.telemetry FROM cells c JOIN runs r ON r.id = c.run WHERE r.run_id = ? "
+                               "AND c.cell = ?", (run.name, cell)).fetchone()
+    assert json.loads(stored)["cpu"]["samples"] == total
+    assert samplers_of(job) == []
 
 
 def up_digest(run: Path) -> str:
@@ -215,5 +263,6 @@ def test_pyxis_walk_away_one_import_per_node(cluster, env, target, image_dir, tm
     assert alloc["image"]["file"] == squashfs and alloc["image"]["kept"] is False
     assert [(n["node"], n["action"], n["digest"], n["enroot"]) for n in alloc["image"]["nodes"]] == [
         ("rc-node1", "imported", digest, "4.1.2"), ("rc-node2", "imported", digest, "4.1.2")]
+    check_telemetry(run, "2n1g-fp32-bs8", 2, job)
     audit = repro(env, "audit", str(run), timeout=300)
     assert audit.returncode == 0, audit.stdout[-3000:]

@@ -36,6 +36,7 @@ from typing import Any
 
 from repro.errors import UsageError
 from repro.run.launchers.base import fill
+from repro.run.schedulers.slurm.rankfiles import files_first
 from repro.spec.manifest import Cell, Manifest
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -131,7 +132,8 @@ def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: st
     lines = []
     for p, e in zip(plans, envs):
         own = [f"--env={k}={v}" for k, v in sorted(e.items()) if k not in common]
-        words = [*run, *exec_options(manifest, p.container), *own, sif, *p.command.command]
+        words = [*run, *exec_options(manifest, p.container), *own, sif,
+                 *files_first(p.command.command, p.command.files)]
         bad = next((t for t in words if any(c in t for c in "'\n\r\0")), None)
         bad = bad or next((t for t in own if "," in t), None)  # --env splits its value at ','
         if bad is not None:

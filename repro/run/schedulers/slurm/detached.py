@@ -9,8 +9,11 @@ registry; pyxis: the attached path's image step, one import a node held for the 
 when the script exits), the host probe (preflight's own script, ``job/probe/``), and every cell's repeats
 as job steps, each node's output into ``cells/KEY/rN/RANK-NODE.log`` (``srun --output``), srun's own
 report into ``job/steps/KEY/rNaA.srun`` (repeat N, attempt A), the agent's marks (docker) into
-``job/steps/KEY/rNaA-RANK.marks``. Each step start and end is a line of ``job/events``, written by the
-batch host alone: ``repro status`` and ``repro report`` need nothing but the run directory.
+``job/steps/KEY/rNaA-RANK.marks``; beside each repeat's step the attached path's telemetry sampler step
+(``render.sampler_srun``, the sampler from ``job/sampler.py``), begun in the background just before it and
+stopped once it ended (and by the script's exit trap), each node's lines into
+``job/steps/KEY/rNaA-telemetry-RANK-NODE.txt``. Each step start and end is a line of ``job/events``, written
+by the batch host alone: ``repro status`` and ``repro report`` need nothing but the run directory.
 
 Each srun line is the one the attached path submits (``render.srun_argv``, ``render.pyxis_step``,
 ``render.preflight_argv``), rendered for stand-in nodes whose names and addresses are tokens the script
@@ -37,20 +40,29 @@ from repro.nodes.preflight import probe_script
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.commands import cli, stamp
 from repro.run.schedulers.slurm.enroot import IMPORT_TIMEOUT_S, image_argv, image_file, keep
+from repro.nodes.telemetry import SAMPLER
 from repro.run.schedulers.slurm.render import (AGENT, preflight_argv, pyxis_head, pyxis_step,
-                                               pyxis_tasks_per_node, render_sbatch, srun_argv, step_spec)
+                                               pyxis_tasks_per_node, render_sbatch, sampler_srun, srun_argv,
+                                               step_spec)
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 
 JOB_DIR = "job"
 EVENTS, NODES, TOKEN, SUBMITTED = "job/events", "job/nodes", "job/token", "job/submitted.json"
-JOBID, REPEAT = "__REPRO_JOB__", "__REPRO_R__"
+JOBID, REPEAT, ATTEMPT = "__REPRO_JOB__", "__REPRO_R__", "__REPRO_ATTEMPT__"
 IMAGE_PATH = "__REPRO_PATH__"  # the image's own PATH (pyxis), read from the node's squashfs once imported
-_TOKEN = re.compile(r"__REPRO_(?:JOB|R|PATH|[NA]\d+)__")
+_TOKEN = re.compile(r"__REPRO_(?:JOB|R|ATTEMPT|PATH|[NA]\d+)__")
 #: a cell's job step as the script writes it: what comes before ``timeout … srun …`` and after it, the files
 #: it reads (``job/in/``) and the lines that fill them in
 Step = tuple[str, list[str], str, dict[str, str], list[str]]
 STOP_GRACE_S = 60  # after a repeat's time is up: how long srun gets to stop its tasks before it is killed
+SAMPLER_READY_S = 20  # how long a repeat's step waits for every node's sampler to write its first line
+
+
+def telemetry_output(key: str, repeat: str | int, attempt: str | int) -> str:
+    """Where a repeat's telemetry sampler step writes each node's lines (``%n-%N``: its index and name; the
+    kit's ``adopt`` copies the last attempt's, bounded, to the repeat's ``telemetry-NODE.txt``)."""
+    return f"job/steps/{key}/r{repeat}a{attempt}-telemetry-%n-%N.txt"
 
 
 def node_tokens(i: int) -> tuple[str, str]:
@@ -64,6 +76,8 @@ def shell_var(token: str) -> str:
         return "SLURM_JOB_ID"
     if token == REPEAT:
         return "r"
+    if token == ATTEMPT:
+        return "attempt"
     return "REPRO_" + token.strip("_").removeprefix("REPRO_")
 
 
@@ -147,7 +161,7 @@ REPRO_RUN_ID=${RUN_DIR##*/}
 mkdir -p job/steps job/shared job/probe job/run && chmod 700 job/run
 event() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> job/events; }
 quit() { event end "$@"; exit "$1"; }
-event job "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST"
+{sampling}event job "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST"
 # the allocation's nodes in rank order, each with the address Slurm gives it (NodeAddr)
 i=0 SUBST= failed=0
 : > job/nodes
@@ -168,6 +182,24 @@ begin() {  # cell, repeat, attempt: a fresh log folder (an earlier attempt's log
   event start "$1" "$2" "$3"
 }
 """
+
+#: a repeat's telemetry sampler step, begun in the background (``sampling``) and stopped once the cell's step
+#: ended (``unsample``), and on the script's exit whatever ended it
+SAMPLING = r"""REPRO_SAMPLER=
+sampling() {  # srun of a repeat's telemetry sampler (in the background), its files' prefix, its node count:
+  # the cell's step waits until every node's sampler wrote its first line, its step ended, or {ready} s passed
+  REPRO_SAMPLER=$1 j=0 w=0
+  while [ "$j" -lt "$3" ] && [ "$w" -lt {ready} ] && kill -0 "$1" 2>/dev/null; do
+    eval "n=\$REPRO_N$j"
+    if [ -s "$2-$j-$n.txt" ]; then j=$((j + 1)); else sleep 1; w=$((w + 1)); fi
+  done
+}
+unsample() {  # the sampler's step ended (srun, on TERM, has Slurm kill every node's sampler), waited for
+  [ -z "$REPRO_SAMPLER" ] || { kill -TERM "$REPRO_SAMPLER" 2>/dev/null; wait "$REPRO_SAMPLER"; }
+  REPRO_SAMPLER=
+}
+trap unsample EXIT
+""".replace("{ready}", str(SAMPLER_READY_S))
 
 SHARED = r"""# the run directory is one directory on every node: each node reads the token back
 {srun} > /dev/null 2>&1
@@ -197,13 +229,14 @@ def render_detached(d: Detach) -> Script:
     head = [f"# repro up --detach: {d.manifest.id}, {len(d.cells)} cell(s), in the run directory this job "
             "starts in (sbatch --chdir=RUN_DIR);",
             "# `repro status RUN_DIR` shows its progress, `repro report RUN_DIR` judges it once it ended",
-            PROLOGUE.replace("{need}", str(need)).rstrip("\n")]
+            PROLOGUE.replace("{need}", str(need)).replace("{sampling}", SAMPLING).rstrip("\n")]
     every = ["srun", f"--jobid={JOBID}", f"--nodes={need}", f"--ntasks={need}", "--ntasks-per-node=1",
              f"--nodelist={','.join(names)}", "--overlap"]
     shared = [*every, "--job-name=repro-shared", "--output=${RUN_DIR}/job/shared/%n-%N", "--", "cat",
               "${RUN_DIR}/job/token"]
     head.append(SHARED.replace("{need}", str(need)).replace("{srun}", _expand(shared)).rstrip("\n"))
-    script = Script("", files={"probe.sh": probe_script(Node(names[0], names[0]))})
+    script = Script("", files={"probe.sh": probe_script(Node(names[0], names[0])),
+                               "sampler.py": SAMPLER.read_text(encoding="utf-8")})
     if d.container == "docker":
         script.files["agent.py"] = AGENT.read_text(encoding="utf-8")
     lines = head + CONTAINERS[d.container].prologue(d, every)
@@ -237,14 +270,31 @@ def _cell_lines(d: Detach, cell: Cell, hosts: Hosts, script: Script) -> list[str
                  f"each, at most {manifest.launch.timeout_s} s each", *fills,
              f"for r in {' '.join(str(k) for k in range(1, repeats + 1))}; do",
              f"  for attempt in {' '.join(str(k) for k in range(1, attempts + 1))}; do",
-             f'    begin {key} "$r" "$attempt"', f"    {before}{sh_line([*timeout, *argv])}{after}",
-             "    code=$?", f'    event exit {key} "$r" "$attempt" "$code"', '    [ "$code" = 0 ] && break',
+             f'    begin {key} "$r" "$attempt"', *_sampler_lines(d, cell, hosts),
+             f"    {before}{sh_line([*timeout, *argv])}{after}",
+             "    code=$?", "    unsample", f'    event exit {key} "$r" "$attempt" "$code"',
+             '    [ "$code" = 0 ] && break',
              *(f"    {ln}" for ln in CONTAINERS[d.container].after_failure(d, cell, hosts)),
              "  done"]
     lines.append('  [ "$code" = 0 ] || failed=$((failed + 1))')
     if d.fail_fast:
         lines.append(f'  [ "$code" = 0 ] || quit 5 "{key} repeat $r failed (--fail-fast)"')
     return lines + ["done"]
+
+
+def _sampler_lines(d: Detach, cell: Cell, hosts: Hosts) -> list[str]:
+    """A repeat's telemetry sampler: the attached path's job step (``render.sampler_srun``: one task a node,
+    on the host, outside any container) with the sampler from ``job/sampler.py``, each node's lines into
+    ``telemetry_output``, started in the background before the cell's step and stopped (``unsample``) once
+    the step ended, and by the script's exit trap on any other way out."""
+    key, names = cell.key, [n.name for n in hosts.nodes[:cell.nodes]]
+    argv = sampler_srun(JOBID, names, f"repro-{key}-telemetry", d.manifest.launch.timeout_s)
+    program = argv.index("--") + 1
+    argv = detached([*argv[:program], "python3", "job/sampler.py", *argv[program + 3:]],
+                    telemetry_output(key, REPEAT, ATTEMPT))
+    prefix = telemetry_output(key, "${r}", "${attempt}").removesuffix("-%n-%N.txt")
+    return [f'    {sh_line(argv)} 2> "job/steps/{key}/r${{r}}a$attempt-telemetry.srun" &',
+            f'    sampling $! "{prefix}" {cell.nodes}']
 
 
 class Docker:
@@ -341,7 +391,7 @@ IMAGE_WAIT = r"""release() {
   case "$s" in ""|*[!0-9.]*) kill -TERM "$REPRO_IMAGE" 2>/dev/null;; *) scancel --signal=TERM -- "$s";; esac
   wait "$REPRO_IMAGE"
 }
-trap release EXIT
+trap 'unsample; release' EXIT
 trap 'exit 143' TERM INT HUP
 j=0 w=0
 while [ "$j" -lt {need} ]; do

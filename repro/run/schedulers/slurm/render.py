@@ -8,7 +8,6 @@ pyxis cell on its own (``render_pyxis``), and what ``repro plan`` shows of them 
 
 from __future__ import annotations
 
-import base64
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from repro.run.launchers.base import fill
 from repro.run.plan import docker_run_flags, plan_cell
 from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
+from repro.run.schedulers.slurm.rankfiles import files_first
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import GPU_REQUEST, SETTINGS, lines_of, problems
@@ -181,21 +181,12 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
              *opts, "--multi-prog", conf], env, text)
 
 
-#: A rank's file, written by the rank itself in its container before its command runs: pyxis makes the
-#: container from the image and copies nothing into it (the tf-ps launcher's pair runner). The text goes as
-#: base64 (an argv word with no line break, as a ``--multi-prog`` line needs); argv: TEXT PATH COMMAND...
-WRITE_FILE = 'printf %s "$1" | base64 -d > "$2" || exit 127; shift 2; exec "$@"'
-
-
 def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str] | None = None) -> list[str]:
     """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank
-    (and the ``image_env`` every rank gets), each of its files written first (``WRITE_FILE``)."""
+    (and the ``image_env`` every rank gets), each of its files written first (``rankfiles.files_first``)."""
     own = [f"{k}={v}" for k, v in sorted({**(image_env or {}), **plan.container["environment"]}.items())
            if k not in shared]
-    argv = list(plan.command.command)
-    for path, text in sorted(plan.command.files.items(), reverse=True):
-        argv = ["sh", "-c", WRITE_FILE, "sh", base64.b64encode(text.encode()).decode(), path, *argv]
-    return [*(["env", *own] if own else []), *argv]
+    return [*(["env", *own] if own else []), *files_first(plan.command.command, plan.command.files)]
 
 
 def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
