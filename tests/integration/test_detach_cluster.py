@@ -36,6 +36,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from cluster_helpers import job_processes
 from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm]
@@ -164,18 +165,8 @@ def test_submit_walk_away_status_report_audit(cluster, env, target, tmp_path):
 
 
 def samplers_of(job: str) -> list[str]:
-    """The detached script's telemetry sampler processes of Slurm job ``job`` still running on this machine,
-    where the namespace nodes' job steps run (``python3 job/sampler.py``; the job in their environment)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"job/sampler.py" in argv and \
-                    f"SLURM_JOB_ID={job}".encode() in (proc / "environ").read_bytes().split(b"\0"):
-                out.append(proc.name)
-        except OSError:  # gone meanwhile
-            continue
-    return out
+    """The telemetry sampler processes of Slurm job ``job`` still running (its script is in their argv)."""
+    return job_processes(job, b"job/sampler.py")
 
 
 def check_telemetry(run: Path, cell: str, repeats: int, job: str) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_helpers import job_processes
 from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm, pytest.mark.pyxis]
@@ -122,18 +123,8 @@ def enroot_containers(cluster: dict, job: str) -> list[str]:
 
 
 def samplers_of(job: str) -> list[str]:
-    """The telemetry sampler processes of Slurm job ``job`` still running on this machine, where the namespace
-    nodes' job steps run (its source is in its argv; its job in its environment)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes()
-            if b"The telemetry sampler: one per node" in argv and \
-                    f"SLURM_JOB_ID={job}".encode() in (proc / "environ").read_bytes().split(b"\0"):
-                out.append(proc.name)
-        except OSError:  # gone meanwhile
-            continue
-    return out
+    """The telemetry sampler processes of Slurm job ``job`` still running (its source is in their argv)."""
+    return job_processes(job, b"The telemetry sampler: one per node")
 
 
 def iso(stamp: str) -> float:
