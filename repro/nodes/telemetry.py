@@ -54,11 +54,23 @@ _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _NUMBER = re.compile(r"^(-?[0-9.]+)(?:\s*(?:MHz|W|%|MiB|C))?$")
 
 
-def sampler_argv(max_s: float, interval_ms: int = INTERVAL_MS, max_bytes: int = MAX_BYTES) -> list[str]:
+def sampler_argv(max_s: float, interval_ms: int = INTERVAL_MS, max_bytes: int = MAX_BYTES,
+                 source: str | None = None) -> list[str]:
     """The sampler as one argv: ``python3 -c <its source> INTERVAL_MS MAX_BYTES MAX_S``; ``max_s``: the cell's
-    deadline, after which the sampler ends by itself whatever happened to the kit (a margin is added)."""
-    return ["python3", "-c", SAMPLER.read_text(encoding="utf-8"), str(interval_ms), str(max_bytes),
-            str(int(max_s) + MARGIN_S)]
+    deadline, after which the sampler ends by itself whatever happened to the kit (a margin is added);
+    ``source``: a file on the node that holds the sampler (``python3 FILE …``) instead of its text in argv."""
+    program = ["-c", SAMPLER.read_text(encoding="utf-8")] if source is None else [source]
+    return ["python3", *program, str(interval_ms), str(max_bytes), str(int(max_s) + MARGIN_S)]
+
+
+#: how a record or a plan names the sampler's source where the argv carries its text
+SHOWN = "<repro/nodes/sampler.py>"
+
+
+def shown_sampler(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the sampler's source text (``sampler_argv``'s ``-c`` word) named ``SHOWN``."""
+    source = SAMPLER.read_text(encoding="utf-8")
+    return [SHOWN if word == source else word for word in argv]
 
 
 def node_file(log_dir: Path, node: str) -> Path:

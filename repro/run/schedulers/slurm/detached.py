@@ -288,10 +288,8 @@ def _sampler_lines(d: Detach, cell: Cell, hosts: Hosts) -> list[str]:
     ``telemetry_output``, started in the background before the cell's step and stopped (``unsample``) once
     the step ended, and by the script's exit trap on any other way out."""
     key, names = cell.key, [n.name for n in hosts.nodes[:cell.nodes]]
-    argv = sampler_srun(JOBID, names, f"repro-{key}-telemetry", d.manifest.launch.timeout_s)
-    program = argv.index("--") + 1
-    argv = detached([*argv[:program], "python3", "job/sampler.py", *argv[program + 3:]],
-                    telemetry_output(key, REPEAT, ATTEMPT))
+    argv = detached(sampler_srun(JOBID, names, f"repro-{key}-telemetry", d.manifest.launch.timeout_s,
+                                 source="job/sampler.py"), telemetry_output(key, REPEAT, ATTEMPT))
     prefix = telemetry_output(key, "${r}", "${attempt}").removesuffix("-%n-%N.txt")
     return [f'    {sh_line(argv)} 2> "job/steps/{key}/r${{r}}a$attempt-telemetry.srun" &',
             f'    sampling $! "{prefix}" {cell.nodes}']

@@ -16,7 +16,7 @@ from typing import Any
 
 from repro import labels
 from repro.errors import UsageError
-from repro.nodes.telemetry import sampler_argv
+from repro.nodes.telemetry import SHOWN, sampler_argv, shown_sampler
 from repro.redact import redact_argv, redact_text
 from repro.run.launchers.base import fill
 from repro.run.plan import docker_run_flags, plan_cell
@@ -69,14 +69,15 @@ def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
             AGENT.read_text(encoding="utf-8")]
 
 
-def sampler_srun(job: str, nodes: Sequence[str], step: str, max_s: float) -> list[str]:
+def sampler_srun(job: str, nodes: Sequence[str], step: str, max_s: float,
+                 source: str | None = None) -> list[str]:
     """The telemetry sampler's job step beside a pyxis or Apptainer cell: one task per node on the host itself
     (no container options), output labelled by task; ``max_s``: the cell's deadline (the sampler ends by
     itself a margin after it). No ``--kill-on-bad-exit``: a node without python3 loses its own telemetry, not
-    the other nodes'."""
+    the other nodes'. ``source``: as ``sampler_argv`` takes it."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
-            f"--job-name={step}", "--", *sampler_argv(max_s)]
+            f"--job-name={step}", "--", *sampler_argv(max_s, source=source)]
 
 
 #: The preflight job step's command: the node's name, then preflight's probe script from stdin, run by the
@@ -278,9 +279,10 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     if text is not None:
         lines.append("  multi-prog.conf:")
         lines += [f"    {redact_text(ln)}" for ln in text.splitlines()]
-    sampler = sampler_srun("JOBID", names, f"repro-{cell.key}-telemetry", manifest.launch.timeout_s)
+    sampler = shown_sampler(sampler_srun("JOBID", names, f"repro-{cell.key}-telemetry",
+                                         manifest.launch.timeout_s))
     return lines + ["  telemetry (a job step of its own beside it, on each host, no container):",
-                    f"    $ {shlex.join(sampler[:-4])} <repro/nodes/sampler.py> {shlex.join(sampler[-3:])}"]
+                    "    $ " + " ".join(w if w == SHOWN else shlex.quote(w) for w in sampler)]
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

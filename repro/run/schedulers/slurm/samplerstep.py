@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from repro.events import Event
+from repro.nodes.telemetry import shown_sampler
 from repro.run.sampling import TelemetryFiles
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import LABELLED, sigint_ignored, stamp
@@ -108,6 +109,6 @@ class SamplerStep(JobStep):
 
     def record(self) -> dict[str, Any]:
         """What the provenance records of the step (the sampler's source by its file's name)."""
-        return {"srun": [*self.argv[:-4], "<repro/nodes/sampler.py>", *self.argv[-3:]],
+        return {"srun": shown_sampler(self.argv),
                 "submitted": stamp(self.submitted), "sampled": sorted(self.demux.heard),
                 "exit_code": self.proc.returncode if self.proc is not None else None}
