@@ -290,7 +290,9 @@ def _add_telemetry(run: RunDir, jv: JobView) -> None:
     """Each repeat's telemetry, from its last attempt's sampler step (``job/steps/KEY/rNaA-telemetry-I-NODE
     .txt``), through ``TelemetryFiles`` as the attached path's lines: each node's ``telemetry-NODE.txt``
     in the repeat's directory, bounded, and ``telemetry.json``."""
-    from repro.run.sampling import TelemetryFiles, read_bounded
+    from repro.nodes.telemetry import MAX_BYTES
+    from repro.run.rundir import read_head
+    from repro.run.sampling import SLACK, TelemetryFiles
     from repro.run.schedulers.slurm.detached import telemetry_output
 
     names = {n for n, _ in jv.nodes}
@@ -304,7 +306,7 @@ def _add_telemetry(run: RunDir, jv: JobView) -> None:
             node = node.partition("-")[2]
             if node not in names:  # a file the job's nodes did not write
                 continue
-            for line in read_bounded(path).splitlines():
+            for line in read_head(path, MAX_BYTES + SLACK).splitlines():  # what its file in the repeat holds
                 files.write(node, line)
         files.close()
 

@@ -111,6 +111,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def read_head(path: Path, limit: int) -> str:
+    """The first ``limit`` bytes of a file a job or a node wrote into the run directory, as text (bytes that
+    are not UTF-8 replaced)."""
+    with path.open("rb") as f:
+        return f.read(limit).decode("utf-8", "replace")
+
+
 def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
     nodes = []
     for n in hosts.nodes:

@@ -141,13 +141,6 @@ def _remove(node: str, container: Any) -> None:
         log.warning("the telemetry sampler on %s could not be removed: %s", node, e)
 
 
-def read_bounded(path: Path) -> str:
-    """A node's sampler output as a job step wrote it to a file (a detached run): as much as its file in the
-    repeat's directory may hold."""
-    with path.open("rb") as f:
-        return f.read(MAX_BYTES + SLACK).decode("utf-8", "replace")
-
-
 class TelemetryFiles:
     """Telemetry lines that arrive marked in a job step's output (the Slurm agent's ``##repro telemetry``),
     into each node's file of the repeat, bounded as the engine's are; ``close`` writes the summary."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import ProvenanceError, ReproError
-from repro.run.rundir import DONE, FAILED, PENDING, RUNNING
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, read_head
 from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields
 from repro.run.schedulers.slurm.detached import EVENTS, NODES, SUBMITTED, TOKEN
 from repro.run.schedulers.slurm.enroot import image_problems, node_facts
@@ -109,9 +109,7 @@ def _events(run: Path, view: JobView, attempts: int) -> None:
     path = run / EVENTS
     if not path.is_file():
         return
-    with path.open("rb") as f:
-        text = f.read(MAX_EVENTS).decode("utf-8", "replace")
-    for line in text.splitlines():
+    for line in read_head(path, MAX_EVENTS).splitlines():
         m = _EVENT.match(line)
         if not m:
             continue
@@ -156,10 +154,9 @@ def srun_said(run: Path, key: str, repeat: str, attempt: str) -> str | None:
     for path in paths:
         if not path.is_file():
             continue
-        with path.open("rb") as f:
-            text = f.read(1 << 20).decode("utf-8", "replace")
-        errors = [ln for ln in text.splitlines() if "error:" in ln and "Exited with exit code" not in ln
-                  and "CANCELLED AT" not in ln and ("slurmstepd" in ln or ln.startswith(("srun:", "pyxis:")))]
+        errors = [ln for ln in read_head(path, 1 << 20).splitlines()
+                  if "error:" in ln and "Exited with exit code" not in ln and "CANCELLED AT" not in ln
+                  and ("slurmstepd" in ln or ln.startswith(("srun:", "pyxis:")))]
         if errors:
             return " ".join(errors[0].split())[:200]
     return None
@@ -240,11 +237,7 @@ def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
     nodes = []
     for i, (name, _) in enumerate(view.nodes):
         log = run / "job" / "image" / f"{i}-{name}.log"
-        text = ""
-        if log.is_file():
-            with log.open("rb") as f:
-                text = f.read(MAX_IMAGE_LOG).decode("utf-8", "replace")
-        nodes.append(node_facts(name, text))
+        nodes.append(node_facts(name, read_head(log, MAX_IMAGE_LOG) if log.is_file() else ""))
     facts = {"image": image, "file": path, "kept": bool(sub.get("keep_image")), "nodes": nodes}
     ended_for_image = view.end is not None and view.end[0] == 4
     return facts, image_problems(nodes, path, image.rpartition("@")[2], unready=ended_for_image)
