@@ -16,16 +16,18 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 _NAME = r"[A-Za-z0-9_.-]+"
-WORD = re.compile(rf"^{_NAME}$")
-WORDS = re.compile(rf"^{_NAME}(,{_NAME})*$")
-HOSTLIST = re.compile(rf"^{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*$")
-TIME = re.compile(r"^(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?"
-                  r"|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)$")
-PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
+# every pattern is used with fullmatch: ``$`` would also match before a final newline
+WORD = re.compile(_NAME)
+WORDS = re.compile(rf"{_NAME}(,{_NAME})*")
+HOSTLIST = re.compile(rf"{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*")
+TIME = re.compile(r"(?:(\d{1,5})-(\d{1,5})(?::(\d{1,5}))?(?::(\d{1,5}))?"
+                  r"|(\d{1,7})(?::(\d{1,5}))?(?::(\d{1,5}))?)")
+PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+SIF_PATH = re.compile(r"/[A-Za-z0-9_.+@/-]*")
 _FEATURE = re.compile(rf"{_NAME}(\*[0-9]{{1,5}})?")
-MEMORY = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+MEMORY = re.compile(r"[0-9]{1,9}[KMGT]?")
 #: one ``#SBATCH`` option: a long option, ``=`` and a value without whitespace, quotes or shell metacharacters
-SBATCH_OPTION = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+/=\[\]-]+)?$")
+SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+/=\[\]-]+)?")
 #: options every batch script of the kit already holds (``render.render_sbatch``), or a setting renders
 KIT_OPTIONS = ("--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--no-requeue", "--output")
 #: options an item may set only where the setting that renders their kind is ``none``
@@ -39,7 +41,7 @@ def seconds(text: str) -> int | None:
     t = text.strip()
     if t.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = TIME.match(t)
+    m = TIME.fullmatch(t)
     if not m:
         raise ValueError(f"{text!r} is not a Slurm time")
     d, dh, dm, ds, a, b, c = (int(g) if g else 0 for g in m.groups())
@@ -52,6 +54,8 @@ def seconds(text: str) -> int | None:
 
 def _time(value: str) -> str | None:
     try:
+        if value != value.strip():
+            raise ValueError(value)
         limit = seconds(value)
     except ValueError:
         return "is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED)"
@@ -102,7 +106,7 @@ def _extra_item(value: object, cfg: Mapping[str, object] | None = None) -> tuple
     for i, item in enumerate(items):
         text = str(item)
         shown = text if len(text) <= 60 else text[:57] + "..."
-        if not SBATCH_OPTION.match(text):
+        if not SBATCH_OPTION.fullmatch(text):
             bad = next((c for c in text if c.isspace() or c in "'\"$`;&|<>()*?!{}~#\\"), None)
             what = f"holds {bad!r}" if bad else "is not --OPTION or --OPTION=VALUE"
             return i, f"{shown!r} {what}: each item is one long option of sbatch"
@@ -125,7 +129,7 @@ def lines_of(value: object) -> list[str]:
 
 
 def _pattern(rx: re.Pattern[str], what: str) -> Callable[[str], str | None]:
-    return lambda value: None if rx.match(value) else f"is not {what}"
+    return lambda value: None if rx.fullmatch(value) else f"is not {what}"
 
 
 def _choice(*options: str) -> Callable[[str], str | None]:
@@ -154,11 +158,11 @@ SETTINGS: dict[str, Setting] = {
     "exclude": Setting(_pattern(HOSTLIST, "a Slurm host list (e.g. node[3-4],node7)"), "node[3-4]",
                        "--exclude"),
     "gpu_request": Setting(_choice("gpus-per-node", "gres", "none"), "gres"),
-    "mem": Setting(lambda v: None if v == "none" or MEMORY.match(v) else
+    "mem": Setting(lambda v: None if v == "none" or MEMORY.fullmatch(v) else
                    "is not a Slurm memory size (0 for all of a node's memory, e.g. 200G) or none", "0"),
     "sbatch_extra": Setting(_extra, "['--signal=B:USR1@120']", many=True),
     "container": Setting(_choice("docker", "pyxis", "apptainer"), "docker"),
-    "sif_dir": Setting(lambda v: None if re.match(r"^/[A-Za-z0-9_.+@/-]*$", v) else
+    "sif_dir": Setting(lambda v: None if SIF_PATH.fullmatch(v) else
                        "is not an absolute path of letters, digits and _ . + @ / -", "/shared/sif"),
     # pyxis: Slurm's PMI for MPI targets, the node-local folder of the run's squashfs, and whether to keep it
     "mpi": Setting(_choice("pmix", "pmi2"), "pmix"),
