@@ -20,7 +20,7 @@ from repro.errors import BuildError, InputError, UsageError
 from repro.spec.hosts import load_hosts
 from repro.images.source import fetch_commit, git, parse_mirror, repository_url
 from repro.run.schedulers import parse_spec
-from repro.spec.scheduler import problems, seconds
+from repro.spec.scheduler import SETTINGS, problems, seconds
 from repro.run.schedulers.slurm import render_sbatch
 
 COMMIT = "0" * 40
@@ -122,6 +122,31 @@ def test_slurm_values_that_could_add_a_line_or_an_option_are_refused(key: str, v
                                        ("exclude", "node[3-4,7],gpu-9"), ("time", "UNLIMITED"), ("time", "30")])
 def test_slurm_values_of_slurms_own_grammar_pass(key: str, value: str) -> None:
     assert problems({key: value}) == []
+
+
+@pytest.mark.parametrize("key", list(SETTINGS))
+def test_every_setting_matches_its_whole_value(key: str) -> None:
+    """The example passes; the same value with a trailing newline, a trailing space or a leading space does not
+    (a regular expression ending in ``$`` matches before a final newline)."""
+    setting = SETTINGS[key]
+    whole = [setting.example] if not setting.many else ["--signal=B:USR1@120"]
+    assert problems({key: whole if setting.many else whole[0]}) == []
+    for bad in (whole[0] + "\n", whole[0] + " ", " " + whole[0]):
+        found = problems({key: [bad] if setting.many else bad})
+        assert len(found) == 1 and found[0].key == key, (bad, found)
+    assert problems({"time": "2:00:00\n"})[0].why.endswith("is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, "
+                                                            "D-H:M:S, or UNLIMITED)")
+
+
+def test_names_digests_and_urls_are_matched_whole() -> None:
+    """Each check that ends in ``$`` also refuses the value with a final newline."""
+    from repro.images.refs import check_digest
+    with pytest.raises(UsageError, match="is not a sha256 digest"):
+        check_digest("sha256:" + "0" * 64 + "\n", "x")
+    with pytest.raises(BuildError, match="is not an https://"):
+        repository_url("https://github.com/x/y\n")
+    with pytest.raises(ValueError, match="is not an https://"):
+        parse_mirror("https://github.com/=/srv/git\n")
 
 
 def test_the_command_line_and_the_inventory_are_checked_alike(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ class Ref:
 
 
 def check_digest(digest: str, where: str) -> str:
-    if not DIGEST.match(digest):
+    if not DIGEST.fullmatch(digest):
         raise UsageError(f"{where}: {digest!r} is not a sha256 digest",
                          hint="a digest reads sha256:<64 hex digits>")
     return digest

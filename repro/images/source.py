@@ -59,7 +59,7 @@ def parse_mirror(text: str) -> tuple[str, str]:
     prefix, sep, url = text.partition("=")
     if not sep or not prefix or not url:
         raise ValueError(f"{text!r} is not PREFIX=URL (e.g. https://github.com/=/srv/git/)")
-    if not SAFE_URL.match(url):
+    if not SAFE_URL.fullmatch(url):
         raise ValueError(f"{text!r}: the mirror {url!r} is not an https://, ssh:// or file:// URL or an "
                          "absolute path (e.g. https://github.com/=/srv/git/)")
     return prefix, url
@@ -76,7 +76,7 @@ def mirrored(repository: str, mirrors: Mirrors) -> str:
 def repository_url(repository: str) -> str:
     """A local path becomes a file:// URL (git fetches by commit from either); BuildError for anything that is
     not a SAFE_URL (a mirror prefix can make one out of a manifest's repository)."""
-    if not SAFE_URL.match(repository):
+    if not SAFE_URL.fullmatch(repository):
         raise BuildError(f"{repository!r} is not an https://, ssh:// or file:// URL or an absolute path",
                          hint="check source.repository in the manifest and the --git-mirror values")
     return f"file://{repository}" if repository.startswith("/") else repository

@@ -105,7 +105,7 @@ def resolve(req: Requirement, cutoff: str, mirrors: Mirrors, git_dir: Path) -> s
 
     if req.ref is None:
         found = rev("rev-list", "-1", "--first-parent", f"--before={cutoff}", "refs/repro/head")
-    elif rev("rev-parse", "-q", "--verify", f"refs/heads/{req.ref}") and not _HEX.match(req.ref):
+    elif rev("rev-parse", "-q", "--verify", f"refs/heads/{req.ref}") and not _HEX.fullmatch(req.ref):
         found = rev("rev-list", "-1", "--first-parent", f"--before={cutoff}", f"refs/heads/{req.ref}")
     else:
         found = rev("rev-parse", "-q", "--verify", f"{req.ref}^{{commit}}")

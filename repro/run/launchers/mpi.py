@@ -65,7 +65,7 @@ def session_environment(env: Sequence[str]) -> str:
     out = []
     for entry in env:
         name, sep, value = entry.partition("=")
-        if sep and _NAME.match(name) and "\n" not in value and "\r" not in value:
+        if sep and _NAME.fullmatch(name) and "\n" not in value and "\r" not in value:
             out.append(f"{name}={value}\n")
     return "".join(out)
 

@@ -118,7 +118,7 @@ def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: st
     ``conf`` (None for MPI targets: ``srun --mpi=MPI`` starts ``per_node`` tasks a node, one per rank)."""
     envs = [p.container["environment"] for p in plans]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
-    bad_env = sorted(k for e in envs for k in e if not ENV_NAME.match(k))
+    bad_env = sorted(k for e in envs for k in e if not ENV_NAME.fullmatch(k))
     if bad_env:
         raise UsageError(f"environment name {bad_env[0]!r} cannot go to apptainer as APPTAINERENV_NAME",
                          hint="name environment variables with letters, digits and '_' only")

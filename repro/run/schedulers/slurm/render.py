@@ -150,7 +150,7 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     env = dict(first.container["environment"])
     if manifest.launch.kind != "mpi":
         env = {k: v for k, v in env.items() if all(p.container["environment"].get(k) == v for p in plans)}
-    bad_env = sorted(k for k in env if not ENV_NAME.match(k))
+    bad_env = sorted(k for k in env if not ENV_NAME.fullmatch(k))
     if bad_env:
         raise UsageError(f"environment name {bad_env[0]!r} cannot go to pyxis: --container-env is a "
                          "comma-separated list of names",
