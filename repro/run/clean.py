@@ -33,7 +33,7 @@ def remove_containers(client: docker.DockerClient, run_id: str | None) -> list[s
     removed: list[str] = []
     seen: set[str] = set()
     for filters in label_filters(run_id):
-        for c in client.containers.list(all=True, filters=filters):
+        for c in client.containers.list(all=True, filters=filters, ignore_removed=True):
             if c.id in seen:
                 continue
             seen.add(c.id)

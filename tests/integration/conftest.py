@@ -54,7 +54,7 @@ class Tracker:
 
     def cleanup(self) -> None:
         for engine in self.engines:
-            for c in engine.containers.list(all=True, filters={"label": f"{LABEL}={self.run_id}"}):
+            for c in engine.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL}={self.run_id}"}):
                 c.remove(force=True)
         named = [(e, n) for e, n in self.images]
         for engine in self.engines:

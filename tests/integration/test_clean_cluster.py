@@ -5,6 +5,7 @@ run's inventory, reports per node, and a second clean finds nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,7 +32,7 @@ def containers_of(cluster: dict, run_id: str) -> dict[str, list[str]]:
     out = {}
     for n in cluster["nodes"]:
         c = docker.DockerClient(base_url=n["docker_host"])
-        out[n["name"]] = sorted(x.name for x in c.containers.list(all=True, filters={"label": f"repro.run={run_id}"}))
+        out[n["name"]] = sorted(x.name for x in c.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"}))
         c.close()
     return out
 
@@ -117,7 +118,7 @@ def test_clean_run_removes_the_runs_probe_containers(cluster, cpu_torch, env):
         while not containers_of(cluster, run_id)[node["name"]]:
             assert probe.is_alive() and time.monotonic() < deadline, out
             time.sleep(0.05)
-        labels = client.containers.list(all=True, filters={"label": f"repro.run={run_id}"})[0].labels
+        labels = client.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})[0].labels
         assert labels["repro.probe"] == "container"
         done = subprocess.run([sys.executable, "-m", "repro", "clean", run_id, "--hosts", cluster["hosts_file"],
                                "--format", "json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
@@ -128,3 +129,35 @@ def test_clean_run_removes_the_runs_probe_containers(cluster, cpu_torch, env):
         client.close()
     assert out["p"]["value"] is None and out["p"]["reason"], out
     assert containers_of(cluster, run_id) == {"rc-node1": [], "rc-node2": []}
+
+
+def test_a_container_removed_while_clean_lists_them_is_skipped(cluster: dict, engine: docker.DockerClient) -> None:
+    """docker-py's ``containers.list`` inspects each container it listed; one removed in between (the run's own
+    cleanup, another ``repro clean``) must not fail the clean: the race that flaked CI, made certain here by
+    removing the first listed container just before its inspection."""
+    from repro.run.clean import remove_containers
+
+    run_id = f"race{os.getpid()}"
+    made = [engine.containers.create(cluster["base_image_local"], ["true"], entrypoint=[],
+                                     labels={"repro.run": run_id}, name=f"{run_id}-{i}").name for i in (0, 1)]
+    other = docker.DockerClient(base_url=cluster["docker_host"])
+    client = docker.DockerClient(base_url=cluster["docker_host"])
+    inspect, gone = client.api.inspect_container, []
+
+    def inspect_after_removal(container: str) -> dict:
+        if not gone:
+            other.containers.get(container).remove(force=True)
+            gone.append(container)
+        return inspect(container)
+
+    client.api.inspect_container = inspect_after_removal
+    try:
+        removed = remove_containers(client, run_id)
+        assert len(gone) == 1 and len(removed) == 1 and removed[0] in made, removed
+        assert engine.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"}) == []
+    finally:
+        for name in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                engine.containers.get(name).remove(force=True)
+        other.close()
+        client.close()

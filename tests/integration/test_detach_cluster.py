@@ -87,7 +87,7 @@ def containers(cluster: dict, run_id: str) -> list[str]:
     out = []
     for n in cluster["nodes"]:
         c = docker.DockerClient(base_url=n["docker_host"])
-        out += [f"{n['name']}:{x.name}" for x in c.containers.list(all=True,
+        out += [f"{n['name']}:{x.name}" for x in c.containers.list(all=True, ignore_removed=True,
                                                                     filters={"label": f"repro.run={run_id}"})]
         c.close()
     return out

@@ -407,7 +407,7 @@ def test_a_failing_build_shows_its_step_and_last_lines_and_tags_nothing(
     (d / "Dockerfile").write_text('ARG BASE\nFROM ${BASE}\nRUN for i in $(seq 1 30); do echo "out $i"; done; exit 3\n')
     tag = track.image(f"repro-test/smoke-fail-{track.run_id}:t")
     m = load_manifest(helpers.write_manifest(tmp_path / "m", cluster, smoke.source, name="smoke-fail", tag=tag))
-    before = {c.id for c in engine.containers.list(all=True)}
+    before = {c.id for c in engine.containers.list(all=True, ignore_removed=True)}
     with pytest.raises(BuildError) as err:
         prepare(m, local_hosts(), options(track, tmp_path / "work", dockerfiles=tmp_path / "dockerfiles"),
                 client=engine)
@@ -415,7 +415,7 @@ def test_a_failing_build_shows_its_step_and_last_lines_and_tags_nothing(
     assert "build failed at step 3/4: RUN for i in" in text and "returned a non-zero code: 3" in text
     assert "  | out 11\n" in text and "  | out 30\n" in text and "  | out 10\n" not in text
     assert not _has(engine, tag)
-    assert {c.id for c in engine.containers.list(all=True)} - before == set()   # forcerm: no leftovers
+    assert {c.id for c in engine.containers.list(all=True, ignore_removed=True)} - before == set()   # forcerm: no leftovers
 
 
 def test_a_patch_that_no_longer_matches_stops_the_build(cluster: dict, engine: docker.DockerClient, track: Any,

@@ -36,7 +36,7 @@ def base_on_nodes(cluster: dict, clients) -> str:
 
 
 def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]:
-    return [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+    return [c.name for e in node_engines for c in e.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
 
 
 def cell_of(manifest, **want):
@@ -92,7 +92,7 @@ def test_container_killed_mid_cell(hosts_file, clients, base_on_nodes, node_engi
     def kill_rank1(ev):
         if ev[0] == "line" and ev[1] == "rc-node2" and ev[2] == "start":
             threading.Thread(target=lambda: [c.kill() for c in node_engines[1].containers.list(
-                filters={"label": "repro.run=t-killed"})]).start()
+                filters={"label": "repro.run=t-killed"}, ignore_removed=True)]).start()
 
     with pytest.raises(CellFailed) as e:
         launch_cell(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-killed",

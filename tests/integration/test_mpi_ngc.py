@@ -46,7 +46,7 @@ def ngc_mpi(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]:
-    return [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+    return [c.name for e in node_engines for c in e.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
 
 
 def run(ngc_mpi: dict, hosts_file: Path, clients, tmp_path: Path, run_id: str, manifest_text: str | None = None,

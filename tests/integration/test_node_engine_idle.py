@@ -66,5 +66,5 @@ def test_cleanup_works_after_the_node_closed_the_pooled_channels(cluster, client
     container.kill()
     assert container.wait(timeout=30)["StatusCode"] == 137
     container.remove(force=True)
-    assert node_engines[0].containers.list(all=True, filters={"name": name}) == []
+    assert node_engines[0].containers.list(all=True, ignore_removed=True, filters={"name": name}) == []
     assert client.ping()

@@ -82,7 +82,7 @@ def image(cluster: dict, target: Path, engine: docker.DockerClient, node_engines
 
 
 def leftovers(node_engines: list[docker.DockerClient], run_id: str) -> list[str]:
-    return [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+    return [c.name for e in node_engines for c in e.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
 
 
 def test_two_nodes_rank_from_address_and_a_paddleclas_figure(cluster, target, image, clients, node_engines,

@@ -211,7 +211,7 @@ def test_a_throwaway_container_is_labelled_and_removed_however_its_block_ends(en
         engine.containers.get(c.id)
     with throwaway(engine, cluster["base_image_local"], ["true"], probe="test") as c:
         c.remove(force=True)  # gone before its block ends: the removal's failure is logged, not raised
-    assert engine.containers.list(all=True, filters={"label": f"repro.run={run_id}"}) == []
+    assert engine.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"}) == []
 
 
 # ------------------------------------------------------------------ host probe

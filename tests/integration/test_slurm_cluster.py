@@ -85,7 +85,7 @@ def containers(cluster: dict, **labels: str) -> list[str]:
     for n in cluster["nodes"]:
         c = docker.DockerClient(base_url=n["docker_host"])
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        out += [f"{n['name']}:{x.name}:{x.status}" for x in c.containers.list(all=True, filters=filters)]
+        out += [f"{n['name']}:{x.name}:{x.status}" for x in c.containers.list(all=True, ignore_removed=True, filters=filters)]
         c.close()
     return out
 

@@ -58,7 +58,7 @@ def left_on_nodes(cluster: dict, run_id: str) -> list[str]:
     out = []
     for n in cluster["nodes"]:
         c = docker.DockerClient(base_url=n["docker_host"])
-        out += [x.name for x in c.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+        out += [x.name for x in c.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
         c.close()
     return out
 

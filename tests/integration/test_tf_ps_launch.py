@@ -102,5 +102,5 @@ def test_two_nodes_a_parameter_server_and_a_worker_each(cluster, target, image, 
     assert len(series.values) == 6 and series.summary is not None and series.summary > 0
     m = measure(series, Protocol.from_dict(manifest.measure.protocol_for(cell)), gpus=cell.gpus)
     assert m.value == series.summary
-    left = [c.name for e in node_engines for c in e.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+    left = [c.name for e in node_engines for c in e.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
     assert left == []

@@ -53,7 +53,7 @@ def containers_of(cluster: dict, run_id: str) -> list[str]:
     out = []
     for n in cluster["nodes"]:
         c = docker.DockerClient(base_url=n["docker_host"])
-        out += [x.name for x in c.containers.list(all=True, filters={"label": f"repro.run={run_id}"})]
+        out += [x.name for x in c.containers.list(all=True, ignore_removed=True, filters={"label": f"repro.run={run_id}"})]
         c.close()
     return out
 
@@ -157,7 +157,7 @@ def test_a_repeat_whose_container_is_killed_is_retried(cluster, target, locked, 
             run_id = Path(next(json.loads(x)["run_dir"] for x in lines if '"run_dir"' in x)).name
             node2 = docker.DockerClient(base_url=cluster["nodes"][1]["docker_host"])
             threading.Thread(target=lambda: [c.kill() for c in node2.containers.list(
-                filters={"label": f"repro.run={run_id}"})]).start()
+                filters={"label": f"repro.run={run_id}"}, ignore_removed=True)]).start()
             killed = True
     out, err = proc.communicate(timeout=600)
     assert killed and proc.returncode == 0, "".join(lines)[-3000:]
