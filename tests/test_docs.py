@@ -143,6 +143,18 @@ def test_a_pasted_output_is_what_its_command_prints(example: Example, tmp_path: 
                                         + "\n\n--- the page says\n" + "\n".join(expected))
 
 
+HOSTS_FILES = [e for e in ALL if not e.kind and e.body.startswith("schema_version: 1\n")]
+
+
+@pytest.mark.parametrize("example", HOSTS_FILES, ids=[e.name for e in HOSTS_FILES])
+def test_a_hosts_file_a_page_shows_is_valid(example: Example, tmp_path: Path) -> None:
+    """The inventories the pages show are read by `repro validate` as `plan`, `up` and `preflight` read them."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(example.body + "\n")
+    res = run_cli("validate", hosts)
+    assert (res.returncode, res.stdout) == (0, f"ok {hosts} (hosts)\n"), (example.name, res.stdout, res.stderr)
+
+
 # ------------------------------------------------------------------ the check itself
 def test_an_edited_output_fails(tmp_path: Path) -> None:
     """One figure of the tutorial's first table changed, one line left out, one line added: each fails."""
