@@ -69,7 +69,13 @@ def plant_telemetry(run: RunDir, key: str, lines: list[str]) -> None:
 def slow(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, Any]:
     """Five repeats 3% slower than published, with a cause planted in three cells: throttling telemetry in
     1n1g-fp32, other processes on the GPU in 1n1g-amp, NCCL over sockets in 4n8g-fp32; 1n8g-fp32 has none."""
-    run = scaled_run(tmp_path_factory.mktemp("explain"), 0.97, 0.003)
+    run = slow_run(tmp_path_factory.mktemp("explain"))
+    return run, reproduce_run(run.path)
+
+
+def slow_run(root: Path) -> RunDir:
+    """The run of ``slow`` (the docs' `repro explain` example is made by it too)."""
+    run = scaled_run(root, 0.97, 0.003)
     plant_telemetry(run, ONE, ["gpu " + x for x in gpu_rows(50, 30)])
     apps = (DATA / "telemetry" / "h100-590.48.01-compute-apps-load.csv").read_text().splitlines()
     ours = "c" * 64
@@ -81,7 +87,7 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, Any]:
         log = run.rank0_log(FOUR, k)
         assert log is not None
         log.write_bytes(socket + log.read_bytes())
-    return run, reproduce_run(run.path)
+    return run
 
 
 def test_throttling_ranks_first(slow) -> None:

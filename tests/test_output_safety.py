@@ -351,8 +351,8 @@ def test_a_map_key_that_names_no_cell_is_exit_2_listing_the_cells(tmp_path: Path
 
 
 def readme_slurm_inventory() -> str:
-    text = (REPO / "README.md").read_text()
-    return re.search(r"## Running under Slurm.*?```yaml\n(.*?)```", text, re.S).group(1)
+    text = (REPO / "docs" / "howto" / "slurm-docker.md").read_text()
+    return re.search(r"# Slurm \+ Docker.*?```yaml\n(.*?)```", text, re.S).group(1)
 
 
 @pytest.mark.parametrize("content,code", [
