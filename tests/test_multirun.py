@@ -131,3 +131,17 @@ def test_a_cell_is_checked_against_the_facts_of_its_own_run(tmp_path: Path) -> N
     one_gpu = next(c for c in find_target("ngc-mxnet-rn50-v100-19.07").published[1].cells
                    if (c.gpus, c.precision, c.batch_size) == (1, "fp32", 128))
     assert _contradictions(result, one_gpu) == ["log says batch size 256/GPU, the cell says 128"]
+
+
+def test_every_parser_that_splits_runs_keeps_facts_per_run(tmp_path: Path) -> None:
+    """The same engine for the DLLogger formats: two NGC PyTorch logs end to end (1 GPU FP32 bs128, then
+    8 GPUs AMP bs256) are two runs with their own facts, not one run that contradicts itself."""
+    logs = PUBLISHED / "wanghuancoder-PerformanceReport@03bffd5/ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
+    path = tmp_path / "two.txt"
+    path.write_bytes((logs / "pytorch_gpu1_fp32_bs128.txt").read_bytes()
+                     + (logs / "pytorch_gpu8_amp_bs256.txt").read_bytes())
+    result = parse_file(path)
+    assert not [i for i in result.issues if "contradicting" in i]
+    assert [(s.gpus, s.summary, s.facts["batch_size"], s.facts["precision"]) for s in result.series] == [
+        (1, 356.77, 128, "fp32"), (8, 6007.61, 256, "amp")]
+    assert not {"batch_size", "precision", "gpus"} & set(result.facts)
