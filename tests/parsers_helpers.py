@@ -165,7 +165,26 @@ def _perfreport() -> list[Case]:
                (8, "amp", 128): "5715.58", (8, "amp", 256): "6007.61"}
     return ([Case(f"{mx}/mxnet_gpu1_gpu8_{p}_bs{b}.txt", "ngc-mxnet", MS, 1, v) for (p, b), v in mxnet.items()]
             + [Case(f"{tf}/tf_gpu{g}_{p}_bs{b}.txt", "ngc-tf1", TT, g, v, truncated=True) for (g, p, b), v in tf1.items()]
-            + [Case(f"{pt}/pytorch_gpu{g}_{p}_bs{b}.txt", "ngc-pytorch", YS, g, v) for (g, p, b), v in pytorch.items()])
+            + [Case(f"{pt}/pytorch_gpu{g}_{p}_bs{b}.txt", "ngc-pytorch", YS, g, v) for (g, p, b), v in pytorch.items()]
+            + _perfreport_later_and_main())
+
+
+def _perfreport_later_and_main() -> list[Case]:
+    """The MXNet re-run with 1 and 8 GPUs in each file (b517482, printed by the MXNet README at cfc5f34), and
+    the TF1/PyTorch logs of the comparison table at e15decee (its MXNet column is the d53a112 files)."""
+    mx = f"{PERFREPORT}@b517482/ngc-mxnet/ResNet50V1.5/OtherReports/MxNet/logs"
+    mxnet = {("fp32", 128): ("381.46", "2948.2"), ("fp32", 256): ("384.72", "2987.9"),
+             ("amp", 128): ("1316.7", "9500.5"), ("amp", 256): ("1412", "10440")}
+    tf = f"{PERFREPORT}@e15dece/ngc-tf1/ResNet50V1.5/OtherReports/TensorFlow/logs"
+    pt = f"{PERFREPORT}@e15dece/ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
+    return ([Case(f"{mx}/mxnet_gpu1_gpu8_{p}_bs{b}.txt", "ngc-mxnet", MS, g, v)
+             for (p, b), row in mxnet.items() for g, v in zip((1, 8), row)]
+            + [Case(f"{tf}/tf_gpu1_fp32_bs128.txt", "ngc-tf1", TT, 1, "398.257", truncated=True),
+               Case(f"{tf}/tf_gpu1_amp_bs256.txt", "ngc-tf1", TT, 1, "985.466", truncated=True),  # 985.46694
+               Case(f"{pt}/pytorch_gpu1_fp32_bs128.txt", "ngc-pytorch", YS, 1, "355.69"),
+               # the table prints the Summary's train.compute_ips (797.38), not its train.total_ips
+               Case(f"{pt}/pytorch_gpu1_amp_bs256.txt", "ngc-pytorch", YS, 1, "797.38", exact=False,
+                    rederived="794.40")])
 
 
 #: DLPerf TF 2.x Keras, FP32 bs128: (case, GPUs, per-repeat values sorted, median, speedup)

@@ -64,7 +64,7 @@ def test_registered_parser_names() -> None:
 def test_every_bundled_log_has_a_published_figure_case() -> None:
     covered = {PUBLISHED / c.path for c in ALL_CASES}
     assert set(reference_logs()) == covered
-    assert len(covered) == 84
+    assert len(covered) == 92
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -324,11 +324,13 @@ def test_cut_last_line_gives_the_figure_of_the_log_without_it(tmp_path: Path) ->
         if after != figure(parse_file(path), case):
             changed.append(Path(case.path).name)
     # logs whose last line is a record (the four Paddle 2.5 logs and one 32-GPU Paddle log) or
-    # the printed train_throughput (both TF1 32-GPU logs and the six 20.06 TF1 logs)
+    # the printed train_throughput (both TF1 32-GPU logs, the six 20.06 TF1 logs and the two of e15decee)
     tf_20_06 = [f"tf_gpu{g}_{p}.txt" for g in (1, 8) for p in ("fp32_bs128", "amp_bs128", "amp_bs256")]
     assert sorted(changed) == sorted(
         [
             *tf_20_06,
+            "tf_gpu1_fp32_bs128.txt",
+            "tf_gpu1_amp_bs256.txt",
             "PaddleClas_ResNet50_bs256_fp32_DP_N1C1_log",
             "PaddleClas_ResNet50_bs256_pure_fp16_DP_N1C1_log",
             "PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log",

@@ -91,8 +91,10 @@ def _series_for(result: ParseResult, gpus: int) -> Series | None:
 
 
 def _contradictions(result: ParseResult, cell: Cell | PublishedCell) -> list[str]:
-    """What the log says about its run that disagrees with the cell it is meant to measure."""
-    facts, out = result.facts, []
+    """What the log says about the run of this cell (its own facts: a log may hold several runs) that
+    disagrees with the cell it is meant to measure."""
+    series = _series_for(result, cell.gpus)
+    facts, out = (series.facts if series is not None and series.facts else result.facts), []
     if "batch_size" in facts and int(facts["batch_size"]) != cell.batch_size:  # type: ignore[call-overload]
         out.append(f"log says batch size {facts['batch_size']}/GPU, the cell says {cell.batch_size}")
     if "precision" in facts and facts["precision"] != cell.precision:

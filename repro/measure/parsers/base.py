@@ -131,11 +131,15 @@ class Builder:
         return Series(gpus=None, per_gpu=self.per_gpu, tally=self.new_tally() if self.new_tally else None)
 
     def new_run(self, gpus: int | None = None) -> Series:
-        """A new run starts here; reuse the current series while it is still empty."""
+        """A new run starts here; reuse the current series while it is still empty (its facts stay:
+        every rank of one run may print its arguments). The facts stated so far are the previous run's,
+        and none of them carries into the new one."""
         s = self.series[-1] if self.series else None
         if s is None or len(s) or s.summary is not None:
             if s is not None:
                 s.settle()
+                s.facts = self.facts
+                self.facts, self._fact_line = {}, {}
             s = self._series()
             self.series.append(s)
         if gpus is not None:
@@ -167,8 +171,8 @@ class Builder:
 
     # facts and issues ------------------------------------------------------------------------
     def fact(self, key: str, value: object, line: int) -> None:
-        """What the log says about its run; the first value of a key stays, a different later
-        one is an issue. None says nothing."""
+        """What the log says about the run it is in (``facts``: the current run's); the first value of
+        a key stays, a different later one in the same run is an issue. None says nothing."""
         if value is None:
             return
         old = self.facts.get(key)
@@ -201,17 +205,25 @@ class Builder:
             self.issues.insert(0, refused)
         if self._summaries:
             self.issue(f"{self._summaries + 1} printed summaries for one run; the last one is used")
-        counts = {s.gpus for s in self.series if s.gpus is not None}
-        if "gpus" not in self.facts and len(counts) == 1:
-            self.facts["gpus"] = next(iter(counts))
-        gpus = self.facts.get("gpus")
+        if self.series:
+            self.series[-1].facts = self.facts
         for s in self.series:
             s.settle()
+            gpus = s.facts.get("gpus")
             if s.gpus is None and isinstance(gpus, int):
                 s.gpus = gpus
+            if s.gpus is not None:
+                s.facts.setdefault("gpus", s.gpus)
         if self._dropped:
             self.issues.append(f"... and {self._dropped} more issues")
-        return ParseResult(parser, self.series, self.facts, self.issues, lines, refused)
+        facts = _common([s.facts for s in self.series]) if self.series else self.facts
+        return ParseResult(parser, self.series, facts, self.issues, lines, refused)
+
+
+def _common(runs: list[dict[str, object]]) -> dict[str, object]:
+    """The facts every run states alike (a log of one run: all of its facts)."""
+    first, *rest = runs
+    return {k: v for k, v in first.items() if all(k in f and f[k] == v for f in rest)}
 
 
 class PatternParser(LogParser):

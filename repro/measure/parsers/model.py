@@ -43,14 +43,16 @@ class Series:
     many records the run has, and its :attr:`records` are only those not yet folded.
     """
 
-    __slots__ = ("_cols", "_narrow", "gpus", "per_gpu", "summary", "tally")
+    __slots__ = ("_cols", "_narrow", "facts", "gpus", "per_gpu", "summary", "tally")
 
     def __init__(self, gpus: int | None, records: Iterable[Record] = (), summary: float | None = None,
-                 per_gpu: bool = False, tally: Tally | None = None) -> None:
+                 per_gpu: bool = False, tally: Tally | None = None,
+                 facts: dict[str, object] | None = None) -> None:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
         self.tally = tally
+        self.facts: dict[str, object] = facts if facts is not None else {}  # what the log says about this run
         self._cols: list | tuple = _NO_COLUMNS
         self._narrow = True  # the columns are arrays
         for r in records:
@@ -134,7 +136,9 @@ class Series:
 class ParseResult:
     parser: str
     series: list[Series]
-    facts: dict[str, object]  # what the log says about its run; only keys actually found
+    # what the log says about its runs, only keys actually found: with several runs, the facts every run
+    # states alike (each run's own are its series' facts)
+    facts: dict[str, object]
     issues: list[str]  # non-fatal problems: contradictions, truncation, damaged bytes, bad values
     lines: int  # lines read
     refused: str | None = None  # why no figure of this log can be trusted (impossible values), if so

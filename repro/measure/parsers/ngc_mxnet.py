@@ -9,11 +9,15 @@ not records. At the end ``benchmark.py`` prints its result table, one row per GP
 column per batch size; those cells are the series summaries.
 
 The older code of DLE 99b1c89 (NGC 19.07) prints no DLLogger lines: each run starts with
-``Start with arguments Namespace(...)`` (``gpus=[0]``, ``batch_size``, ``dtype``, ``kv_store``),
-its records are MXNet's Speedometer lines ``Epoch[E] Batch [a-b]  Speed: x samples/sec``, and its
-result table is headed ``train.total_ips``. Under ``kv_store='horovod'`` each process drives one
-GPU, so the GPU count is the table's row, and a Speedometer speed is rank 0's own (per GPU)
-figure: the table is the run's global figure.
+``Start with arguments Namespace(...)``, which every horovod rank prints (``[1,r]``-tagged), so a
+run's first arguments line after another run's records opens the next run. Its ``runner`` passes
+``--gpus 0,...,n-1`` and ``--batch-size`` ``-b`` x ``n``: the listed GPUs are the run's GPU count and
+the printed batch is global (1024 on 8 GPUs is 128 per GPU). Its records are MXNet's Speedometer
+lines ``Epoch[E] Batch [a-b]  Speed: x samples/sec`` (the global batch over the time: every rank
+prints the run's global figure), and its result table is headed ``train.total_ips``.
+
+Every run has its own facts (the engine keeps them per run), and each table row goes to the run
+with its GPU count and batch per GPU.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ from repro.measure.parsers.base import (
 )
 
 
+#: what a run's arguments line says: its GPU count, batch size per GPU and facts
+_RunArgs = tuple[int | None, int | None, tuple[tuple[str, object], ...]]
+
+
 @PARSERS.register("ngc-mxnet")
 class NgcMxnet(PatternParser):
     min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
@@ -56,16 +64,19 @@ class NgcMxnet(PatternParser):
     )
 
     def on_params(self, b: Builder, m: re.Match[str], line: int) -> None:
-        gpus, per_gpu, facts = _run_of(m.group(1))
-        s = b.new_run(gpus)
-        b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
-        b.scratch.pop("table", None)
-        b.facts_at(facts, line)
+        self._run(b, _run_of(m.group(1)), line)
 
     def on_namespace(self, b: Builder, m: re.Match[str], line: int) -> None:
-        gpus, per_gpu, facts = _run_of_namespace(m.group(1))
+        self._run(b, _run_of_namespace(m.group(1)), line)
+
+    @staticmethod
+    def _run(b: Builder, run: _RunArgs, line: int) -> None:
+        """A run's arguments line: a new run unless it is another rank's line of the one just begun."""
+        gpus, per_gpu, facts = run
         s = b.new_run(gpus)
-        b.scratch.setdefault("runs", []).append((s, per_gpu))  # type: ignore[attr-defined]
+        runs: list[tuple[Series, int | None]] = b.scratch.setdefault("runs", [])  # type: ignore[assignment]
+        if not runs or runs[-1][0] is not s:
+            runs.append((s, per_gpu))
         b.scratch.pop("table", None)
         b.facts_at(facts, line)
 
@@ -102,7 +113,7 @@ class NgcMxnet(PatternParser):
         # the latest matching run, searched from the end: the table follows its own runs, and a
         # log of many runs would otherwise cost runs x cells
         fits = [s for s, per_gpu in reversed(runs) if bs is None or per_gpu in (None, bs)]
-        # a horovod run does not know its GPU count: the table's row says it
+        # a run whose arguments name no GPUs takes its count from the table's row
         match = (next((s for s in fits if s.gpus == gpus), None)
                  or next((s for s in fits if s.gpus is None), None))
         if match is not None and match.gpus is None:
@@ -117,7 +128,7 @@ class NgcMxnet(PatternParser):
 
 
 @functools.lru_cache(maxsize=256)  # the runs of a log repeat a few PARAMETER lines: each read once
-def _run_of(params: str) -> tuple[int | None, int | None, tuple[tuple[str, object], ...]]:
+def _run_of(params: str) -> _RunArgs:
     """A PARAMETER line's GPU count, batch size per GPU and facts."""
     listed, batch, dtype, amp_text, backend = params_of(params).pick(
         "gpus", "batch_size", "dtype", "amp", "data_backend"
@@ -140,15 +151,15 @@ _NAMESPACE_ITEM = re.compile(r"(\w+)=('[^']*'|\[[^\]]*\]|[^,]*)")
 
 
 @functools.lru_cache(maxsize=256)
-def _run_of_namespace(args: str) -> tuple[int | None, int | None, tuple[tuple[str, object], ...]]:
-    """A ``Namespace(...)`` line's GPU count (None under horovod: one GPU per process, count unknown),
-    batch size per GPU and facts."""
+def _run_of_namespace(args: str) -> _RunArgs:
+    """A ``Namespace(...)`` line's GPU count (the ``gpus`` list: runner passes every GPU of the run, and
+    the line is printed before horovod narrows it to the rank's own), batch size per GPU (the printed
+    batch is global) and facts."""
     items = {k: v.strip().strip("'") for k, v in _NAMESPACE_ITEM.findall(args)}
     listed = items.get("gpus", "").strip("[] ")
-    horovod = items.get("kv_store") == "horovod"
     count = len(listed.split(",")) if listed else None
     total = to_int(items.get("batch_size", ""))
-    per_gpu = total if horovod else (total // count if total is not None and count else None)
+    per_gpu = total // count if total is not None and count else None
     facts: list[tuple[str, object]] = [("batch_size", per_gpu)]
     dtype, amp = items.get("dtype"), to_bool(items.get("amp", ""))
     if dtype:
@@ -158,4 +169,4 @@ def _run_of_namespace(args: str) -> tuple[int | None, int | None, tuple[tuple[st
     backend = items.get("data_backend")
     if backend:
         facts += [("data_backend", backend), ("dali", backend.startswith("dali"))]
-    return (None if horovod else count), per_gpu, tuple(facts)
+    return count, per_gpu, tuple(facts)
