@@ -24,7 +24,7 @@ from typing import Any
 from repro.events import Event
 from repro.images import ImagesOptions
 from repro.nodes.preflight import NodeReport
-from repro.run.cell import LogSink, NodeResult
+from repro.run.cell import CellJob, NodeResult
 from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.run.schedulers.slurm.allocation import Allocation
@@ -37,7 +37,7 @@ from repro.run.schedulers.slurm.imagestep import RunImage
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
 from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
                                                render_sbatch, srun_argv, step_spec)
-from repro.run.schedulers.slurm.steps import CellJob, CellStep, PreflightStep, task_exits
+from repro.run.schedulers.slurm.steps import CellStep, PreflightStep, task_exits
 from repro.spec.hosts import Hosts, Node, placeholder_hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
@@ -106,11 +106,7 @@ class SlurmScheduler(Scheduler):
         step.run(timeout)
         return step.reports(self.engines)
 
-    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
-                    clients: Any = None, timeout_s: float | None = None,
-                    on_event: Callable[[tuple[str, str, str]], None] | None = None, image: str | None = None,
-                    log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-        job = CellJob(manifest, cell, hosts, log_dir, run_id, clients, timeout_s, on_event, image, log_writer)
+    def launch_cell(self, job: CellJob) -> list[NodeResult]:
         return CELL_STEPS[self.allocation.container].launch(self.allocation, job)
 
     def check_detach(self) -> None:
