@@ -28,9 +28,8 @@ from repro.spec.hosts import Hosts, load_hosts
 from repro.spec.manifest import Cell, Manifest, find_target
 from repro.up.finishing import keep_scheduler_facts, seal
 from repro.up.matrix import Repeats, run_matrix
-from repro.up.start import (Interrupted, Start, UpOptions, UpResult, begin_record, hold_pins, image_first,
-                            image_record, new_run, no_nodes, probe_image, require_push, start,
-                            target_manifest)
+from repro.up.start import (Interrupted, Start, UpOptions, UpResult, before_nodes, image_record,
+                            new_run, no_nodes, probe_image, start, target_manifest)
 
 
 def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = ignore) -> UpResult:
@@ -41,14 +40,7 @@ def up(target: str | None, opts: UpOptions = UpOptions(), progress: Progress = i
         progress(Event("warn", manifest.synthetic_data))
     sched = s.sched
     s.opts = replace(opts, images=sched.image_options(opts.images))  # e.g. no sshd layer under Slurm's PMI
-    sched.check(s.need)  # what the scheduler can refuse, before anything is built or submitted
-    hold_pins(s)
-    if not sched.engines:
-        require_push(s, f"{sched.runtime(sched.cfg)} takes images from a registry by digest")
-    if sched.allocates:
-        # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
-        # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
-        image_first(s, "the allocation", s.opts.images)
+    before_nodes(s)
     try:  # open inside: a signal while Slurm has not yet given the nodes still cancels the submitted job
         return _up(s, sched.open(s.need), run, started)
     except KeyboardInterrupt:
@@ -209,7 +201,7 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: ImagesResult,
     if run.file("provenance.json").is_file():
         return provenance.load_record(run.file("provenance.json"))
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
-    record = begin_record(run, manifest, hosts, images)
+    record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     # no engine of the node's (pyxis): the image's facts from the engine that built or pulled it, same digest
     local = None if all(n.name in clients for n in hosts.nodes) else connect()
     engine = {n.name: clients.get(n.name) or local for n in hosts.nodes}

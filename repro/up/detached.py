@@ -25,8 +25,8 @@ from repro.run.schedulers.slurm import jobfiles
 from repro.run.schedulers.slurm.jobfiles import IMAGE, RECORD, JobView, is_detached, seconds_of
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.up.finishing import keep_scheduler_facts
-from repro.up.start import (Start, UpOptions, UpResult, begin_record, hold_pins, image_first, image_record,
-                            new_run, probe_image, require_push, start, target_manifest)
+from repro.up.start import (Start, UpOptions, UpResult, before_nodes, image_record, new_run,
+                            probe_image, start, target_manifest)
 
 __all__ = ["adopt", "image_failure", "is_detached", "status_text", "submit", "view"]
 
@@ -40,12 +40,7 @@ def submit(target: str | None, opts: UpOptions, progress: Progress = ignore) -> 
     if not target:
         raise UsageError("give a TARGET")
     s = start(target_manifest(target, opts), load_hosts(opts.hosts_file), opts, progress)
-    s.sched.check_detach()
-    require_push(s, "a detached run's nodes pull it by digest from a registry: nothing streams it to them "
-                    "while you are away")
-    s.sched.check(s.need)
-    hold_pins(s)
-    images = image_first(s, "the job is submitted", opts.images)
+    images = before_nodes(s, detached=True)
     image = (images.pushed or images.pins.images["image"]).pinned
     settings = {k: s.sched.cfg[k] for k in KEYS if s.sched.cfg.get(k)}
     hosts = s.hosts
@@ -61,9 +56,10 @@ def _begin_record(s: Start, run: RunDir, hosts: Hosts, images: ImagesResult, ima
     """The provenance record as far as the submitting side knows it, and the image's facts from the engine
     that built or pulled it (the nodes pull the same digest): the job adds the rest."""
     from repro.images.engine import connect
+    from repro.record import provenance
 
     s.progress(Event("step", "recording the image's environment"))
-    record = begin_record(run, s.manifest, hosts, images)
+    record = provenance.new_record(run, s.manifest, hosts, lock=images.pins.to_json(s.manifest))
     engine = connect()
     img = engine.images.get(images.reference)
     probe = probe_image(engine, s.manifest, images.reference, run.run_id)

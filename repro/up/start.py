@@ -1,7 +1,7 @@
 """What the attached and the detached run share before any cell runs: the options, the result, the target
 and its selected cells (chosen once, here), the scheduler made for them, the pins held against the lock,
 the image made before any node is held, the new run directory with the run's lock beside its manifest, and
-the provenance record begun with the image's facts."""
+the image's facts for the provenance record."""
 
 from __future__ import annotations
 
@@ -93,28 +93,41 @@ def start(manifest: Manifest, hosts: Hosts, opts: UpOptions, progress: Progress)
     return Start(manifest, hosts, cells, sched, opts, progress)
 
 
-def hold_pins(s: Start) -> None:
-    """The target's pins against its lock file, before anything is built or submitted."""
-    s.progress(Event("step", "checking the pins against the lock file"))
-    check_pins(s.manifest, s.opts.images, progress=s.progress)
+def before_nodes(s: Start, *, detached: bool = False) -> ImagesResult | None:
+    """What a run does before any node is held, refusals first, in the order each path has them: whether the
+    scheduler can queue a ``detached`` run and the registry a built image needs then, the scheduler's
+    checks, the pins against the lock file, the registry an attached run's nodes pull from where no engine
+    of theirs runs the containers. Then the image where the nodes cannot take it from the kit's hand:
+    before the allocation (the scheduler allocates), or before the job is submitted (detached); None where
+    it goes to the nodes once they are held."""
+    sched, manifest, opts, progress = s.sched, s.manifest, s.opts, s.progress
+    builds = "build" in manifest.image and not opts.images.push
+    if detached:
+        sched.check_detach()
+        if builds:
+            raise _needs_push(manifest, "a detached run's nodes pull it by digest from a registry: nothing "
+                                        "streams it to them while you are away")
+    sched.check(s.need)  # what the scheduler can refuse, before anything is built or submitted
+    progress(Event("step", "checking the pins against the lock file"))
+    check_pins(manifest, opts.images, progress=progress)
+    if builds and not sched.engines:
+        raise _needs_push(manifest, f"{sched.runtime(sched.cfg)} takes images from a registry by digest")
+    if not (detached or sched.allocates):
+        return None
+    # no allocation is held while the image is built and pushed; the nodes are known only once Slurm
+    # allocates them, so the transfer to them (a pull by digest with --push) is done inside it
+    progress(Event("step", f"the image, before {'the job is submitted' if detached else 'the allocation'}"))
+    return prepare(manifest, no_nodes(s.hosts), opts.images, progress=progress)
 
 
-def require_push(s: Start, because: str) -> None:
-    """A target that builds its image needs ``--push`` where the nodes pull it from a registry."""
-    if "build" in s.manifest.image and not s.opts.images.push:
-        raise UsageError(f"{s.manifest.id} builds its image, and {because}",
-                         hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
+def _needs_push(manifest: Manifest, because: str) -> UsageError:
+    return UsageError(f"{manifest.id} builds its image, and {because}",
+                      hint="give --push REGISTRY (a registry the cluster's nodes can pull from)")
 
 
 def no_nodes(hosts: Hosts) -> Hosts:
     """The inventory without its nodes: the image made here alone (built, pulled, pushed)."""
     return Hosts((), hosts.path, hosts.data, hosts.env)
-
-
-def image_first(s: Start, when: str, opts: ImagesOptions) -> ImagesResult:
-    """The image made before any node is held (``when`` says before what)."""
-    s.progress(Event("step", f"the image, before {when}"))
-    return prepare(s.manifest, no_nodes(s.hosts), opts, progress=s.progress)
 
 
 def new_run(s: Start, hosts: Hosts, run_id: str, pins: lock.Pins) -> RunDir:
@@ -124,13 +137,6 @@ def new_run(s: Start, hosts: Hosts, run_id: str, pins: lock.Pins) -> RunDir:
     lock.write_lock(lock.lock_beside(run.file(MANIFEST)), s.manifest, pins)
     s.progress(Event("info", f"run directory {run.path}", data={"run_dir": str(run.path)}))
     return run
-
-
-def begin_record(run: RunDir, manifest: Manifest, hosts: Hosts, images: ImagesResult) -> dict[str, Any]:
-    """The provenance record of a run that starts, with the lock it runs."""
-    from repro.record import provenance
-
-    return provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
 
 
 def probe_image(engine: Any, manifest: Manifest, reference: str, run_id: str) -> Any:
