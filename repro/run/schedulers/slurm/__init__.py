@@ -8,7 +8,9 @@ by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers
 node), ``pyxisstep`` (``srun --container-image``, from the run's squashfs that ``imagestep`` imports once
 per node and holds for the run; ``enroot``: what that step runs, as text) and ``apptainerstep``
 (``apptainer exec`` of a SIF built once per run; ``apptainer`` renders it); beside each of these two,
-``samplerstep``: the telemetry sampler as a job step of its own on each host.
+``samplerstep``: the telemetry sampler as a job step of its own on each host. ``detached``: the whole run
+as one batch script (``repro up --detach``); ``jobfiles``: what that job wrote into the run directory, read
+back for ``repro status`` and, once the job is over, for ``repro report`` to adopt.
 
 Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
 Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.
