@@ -4,7 +4,7 @@
 1. start skew: the spread between the first and the last node's container start, over
    several 2-node launches of a trivial command (target <= 0.5 s);
 2. throughput by the kit vs by hand: the same 1-node ResNet-50 CPU cell started by
-   repro.launch.launch_cell and by a plain Docker SDK run of the same image, command and
+   repro.run.launch.launch_cell and by a plain Docker SDK run of the same image, command and
    options, alternated, each measured with the target's own protocol (target >= 0.98x);
 3. kit overhead of `repro up` on one cell: its wall time outside the cell (target <= 5 %
    of a 60 s cell), and that a second `repro up` with the image present pulls and builds nothing.
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from repro.spec.hosts import Hosts, load_hosts  # noqa: E402
 from repro.images.engine import node_client  # noqa: E402
+from repro.run.cell import CellJob  # noqa: E402
 from repro.run.launch import _sdk_options, launch_cell  # noqa: E402
 from repro.spec.manifest import load_manifest  # noqa: E402
 from repro.measure.protocol import Protocol, measure  # noqa: E402
@@ -43,7 +44,8 @@ def skew(hosts: Hosts, clients: dict, image: str, runs: int) -> list[float]:
     out = []
     for i in range(runs):
         with tempfile.TemporaryDirectory() as d:
-            res = launch_cell(m, cell, hosts, Path(d), run_id=f"bench-skew-{i}", clients=clients, image=image)
+            res = launch_cell(CellJob(m, cell, hosts, Path(d), run_id=f"bench-skew-{i}", clients=clients,
+                                      image=image))
         starts = [datetime.fromisoformat(r.started).timestamp() for r in res if r.started]
         out.append(max(starts) - min(starts))
     return out
@@ -77,7 +79,8 @@ OVERHEAD: list[tuple[float, float]] = []  # (launch_cell wall, container start-t
 def by_kit(hosts: Hosts, clients: dict, manifest, image: str, d: Path, i: int) -> float:
     cell = next(c for c in manifest.cells() if c.nodes == 1)
     t0 = time.monotonic()
-    res = launch_cell(manifest, cell, hosts, d, run_id=f"bench-kit-{i}", clients=clients, image=image)
+    res = launch_cell(CellJob(manifest, cell, hosts, d, run_id=f"bench-kit-{i}", clients=clients,
+                              image=image))
     wall = time.monotonic() - t0
     ran = (datetime.fromisoformat(res[0].ended).timestamp()
            - datetime.fromisoformat(res[0].started).timestamp())

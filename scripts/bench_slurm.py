@@ -8,7 +8,7 @@ For N runs of a trivial 2-node cell (tests/data/launch/echo.yaml, the cluster's 
 2. the kit's cell under Slurm: srun started -> first container started (the agent's mark),
    and that minus the bare step's latency (what the kit adds beyond Slurm's own);
 3. start skew across the two nodes (container starts, as the agents report them);
-4. per-cell wall time, Slurm job step vs the SSH/engine launcher (repro.launch.launch_cell),
+4. per-cell wall time, Slurm job step vs the SSH/engine launcher (repro.run.launch.launch_cell),
    alternated on the same nodes and image.
 
     SLURM_CONF=/tmp/repro-cluster/slurm/slurm.conf scripts/bench_slurm.py [--runs N]
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from repro.spec.hosts import load_hosts  # noqa: E402
 from repro.images.engine import node_client  # noqa: E402
+from repro.run.cell import CellJob  # noqa: E402
 from repro.run.launch import launch_cell  # noqa: E402
 from repro.spec.manifest import load_manifest  # noqa: E402
 from repro.run.schedulers.slurm import SlurmScheduler  # noqa: E402
@@ -72,7 +73,8 @@ def main() -> None:
             bare.append(min(float(x) for x in out) - t)
             with tempfile.TemporaryDirectory() as d:
                 t = time.monotonic()
-                res = sched.launch_cell(manifest, cell, used, Path(d), run_id=f"bench-slurm-{i}", image=image)
+                res = sched.launch_cell(CellJob(manifest, cell, used, Path(d), run_id=f"bench-slurm-{i}",
+                                                image=image))
                 slurm_cell.append(time.monotonic() - t)
             step = sched.steps[-1]
             submitted = datetime.fromisoformat(step["submitted"]).timestamp()
@@ -82,8 +84,8 @@ def main() -> None:
             skews.append(max(starts) - min(starts))
             with tempfile.TemporaryDirectory() as d:
                 t = time.monotonic()
-                launch_cell(manifest, cell, hosts, Path(d), run_id=f"bench-ssh-{i}", clients=clients,
-                            image=image)
+                launch_cell(CellJob(manifest, cell, hosts, Path(d), run_id=f"bench-ssh-{i}", clients=clients,
+                            image=image))
                 ssh_cell.append(time.monotonic() - t)
     finally:
         sched.close()

@@ -276,10 +276,11 @@ def test_the_probe_reports_a_summary_or_the_problem_with_its_fix(tmp_path: Path)
 # --- repro up: the synthetic variant when asked, and the dataset directory required ------------------------
 
 def test_up_runs_the_declared_synthetic_variant_only_when_asked() -> None:
-    from repro.up import UpOptions, _manifest_and_hosts
+    from repro.up import UpOptions
+    from repro.up.attached import manifest_and_hosts
 
-    real, _, _ = _manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions())
-    fake, _, _ = _manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions(synthetic=True))
+    real, _, _ = manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions())
+    fake, _, _ = manifest_and_hosts("ngc-tf1-rn50-v100", UpOptions(synthetic=True))
     assert "--data_dir=/data/tfrecords/" in real.launch.command and real.synthetic_data is None
     assert "--data_dir=/data/tfrecords/" not in fake.launch.command and fake.synthetic_data
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from repro.run.plan import select_cells
 from repro.run.rundir import RunDir
 from repro.run.schedulers.slurm import jobfiles
 from repro.run.schedulers.slurm.detached import (SUBMITTED, Detach, render_detached, sh_word, stand_ins,
@@ -31,7 +30,7 @@ SLURM = {"kind": "slurm", "partition": "debug", "time": "15", "container": "dock
 
 def detach_of(target: str, container: str = "docker", nodes: int | None = None, repeats: int = 2) -> Detach:
     m = find_target(target)
-    cells = select_cells(m, [{"nodes": nodes}] if nodes else [])
+    cells = m.select([{"nodes": nodes}] if nodes else [])
     image = f"127.0.0.1:5000/repro-test/repro/cpu-{target.split('-')[0]}@{DIGEST}"
     return Detach(m, cells, load_hosts(DATA / "hosts-cpu.yaml"), {**SLURM, "container": container}, image,
                   run_id="RUN", repeats=repeats)
@@ -228,7 +227,7 @@ def test_plan_script_prints_exactly_the_detached_script(tmp_path: Path):
 def test_secret_values_the_jobs_inputs_held_are_scrubbed_when_judged(tmp_path: Path):
     """What ``report`` scrubs from the job's files before it seals: the secret-looking values of the
     environments the job's inputs held (a pyxis step's env file, the agent's ``docker create -e``)."""
-    from repro.detach import job_envs
+    from repro.run.schedulers.slurm.jobfiles import job_envs
     from repro.redact import Redactor
 
     run = RunDir(tmp_path)
@@ -236,7 +235,7 @@ def test_secret_values_the_jobs_inputs_held_are_scrubbed_when_judged(tmp_path: P
     (tmp_path / "job" / "in" / "k.env").write_text("export HF_TOKEN='s3cr3t value'\nexport OMP_NUM_THREADS=2\n")
     (tmp_path / "job" / "in" / "k.json").write_text(json.dumps(
         {"ranks": [{"create": ["--network=host", "-e=WANDB_API_KEY=abc123xyz", "-e=A=1", "IMAGE", "run"]}]}))
-    envs = job_envs(run)
+    envs = job_envs(run.path)
     assert envs[1:] == [{"HF_TOKEN": "s3cr3t value", "OMP_NUM_THREADS": "2"},
                         {"WANDB_API_KEY": "abc123xyz", "A": "1"}]
     scrub = Redactor.from_envs(*envs[1:])
@@ -273,7 +272,7 @@ def test_a_node_image_of_another_digest_fails_the_report_as_attached(tmp_path: P
     """A pyxis job whose batch host ended it (exit 4) since rc-node2 kept a squashfs of another digest: `repro
     report` records what each node's image step said (as the attached path records it), leaves the repeats
     it never started pending with why, seals the run and fails it with the attached path's error (exit 5)."""
-    from repro.detach import IMAGE, RECORD
+    from repro.run.schedulers.slurm.jobfiles import IMAGE, RECORD
     from repro.record import provenance
     from repro.run.schedulers.slurm import SlurmScheduler
 
@@ -336,7 +335,6 @@ def test_judging_copies_each_repeats_last_attempt_telemetry_as_the_attached_path
     kit's sampler as it ran on rc-node1 of the test cluster, its lines as srun --output writes them): the
     repeat's ``telemetry-NODE.txt`` holds the last attempt's lines and ``telemetry.json`` what they say, as
     the attached path's ``TelemetryFiles`` writes them; an earlier attempt's and a stray file are left."""
-    from repro.detach import _add_telemetry
     from repro.nodes.telemetry import repeat_summary, summary
 
     lines = (Path(__file__).parent / "data" / "telemetry" / "cpu-sampler-rc-node1.txt").read_text()
@@ -347,7 +345,7 @@ def test_judging_copies_each_repeats_last_attempt_telemetry_as_the_attached_path
     (steps / "r2a2-telemetry-0-rc-node1.txt").write_text(sampled)
     (steps / "r2a1-telemetry-0-rc-node1.txt").write_text("telemetry v1 interval_ms=1000 max_bytes=4194304\n")
     (steps / "r2a2-telemetry-0-elsewhere.txt").write_text(sampled)
-    _add_telemetry(RunDir.open(run), jobfiles.read_job(run, lambda job: "RUNNING"))
+    jobfiles.copy_telemetry(RunDir.open(run), jobfiles.read_job(run, lambda job: "RUNNING"))
     r2 = run / "cells" / "1n1g-fp32-bs8" / "r2"
     assert sorted(p.name for p in r2.iterdir()) == ["telemetry-rc-node1.txt", "telemetry.json"]
     assert (r2 / "telemetry-rc-node1.txt").read_text() == sampled

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from repro.run.plan import select_cells
 from repro.run.schedulers.slurm.detached import (JOBID, SAMPLING, Detach, Pyxis, _sampler_lines, detached,
                                                 render_detached, sh_line, stand_ins)
 from repro.run.schedulers.slurm.enroot import image_argv
@@ -28,7 +27,7 @@ SLURM = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxi
 
 def pyxis_detach(target: str, nodes: int, **cfg: str) -> Detach:
     m = find_target(target)
-    return Detach(m, select_cells(m, [{"nodes": nodes}]), load_hosts(DATA / "hosts-cpu.yaml"),
+    return Detach(m, m.select([{"nodes": nodes}]), load_hosts(DATA / "hosts-cpu.yaml"),
                   {**SLURM, **cfg}, IMAGE, run_id="RUN", repeats=2)
 
 

@@ -2,7 +2,7 @@
 
 Stages, lowest first: the base modules (errors, events, paths, digest, redact, registry, labels, throwaway),
 ``spec``, ``nodes`` (below ``images``: images reach the nodes' engines through the SSH transport), ``images``,
-``run``, ``measure``, ``verdict``, ``record``, then the top (``cli``, ``up``, ``detach``, ``progress``). A module may
+``run``, ``measure``, ``verdict``, ``record``, then the top (``cli``, ``up``, ``progress``). A module may
 import its own stage or a lower one; function-level and type-checking imports count the same.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "repro"
 STAGES = ["base", "spec", "nodes", "images", "run", "measure", "verdict", "record", "top"]
-TOP = {"repro.cli", "repro.up", "repro.detach", "repro.progress", "repro.__main__"}
+TOP = {"repro.cli", "repro.up", "repro.progress", "repro.__main__"}
 #: the one deliberate exception: a manifest names its parser, and loading it checks that parser exists
 ALLOWED_UP = {("repro.spec.manifest", "repro.measure.parsers")}
 
@@ -25,7 +25,7 @@ def module_name(path: Path) -> str:
 
 
 def stage(module: str) -> str:
-    if module in TOP or module.startswith("repro.cli."):
+    if module in TOP or module.startswith(("repro.cli.", "repro.up.")):
         return "top"
     part = module.split(".")[1] if module.count(".") else "base"
     return part if part in STAGES else "base"

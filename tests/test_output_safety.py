@@ -140,7 +140,7 @@ def test_chart_titles_are_plain_text(tmp_path: Path) -> None:
 
 def test_a_chart_that_cannot_be_drawn_does_not_stop_the_archive(tmp_path: Path) -> None:
     from repro.verdict.reproduce import reproduce_table
-    from repro.up import _draw_chart
+    from repro.up.finishing import _draw_chart
 
     m = load_manifest(hostile_manifest(tmp_path))
     run = RunDir.create(tmp_path / "logs", m, load_hosts(None), env={})

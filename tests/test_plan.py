@@ -21,7 +21,7 @@ from repro.errors import InputError, UsageError
 from repro.spec.hosts import load_hosts, local_hosts
 from repro.run.launchers.mpi import session_environment
 from repro.spec.manifest import Cell, find_target, load_manifest
-from repro.run.plan import plan_cell, render_plan, select_cells
+from repro.run.plan import plan_cell, render_plan
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = Path(__file__).resolve().parent / "data" / "good"
@@ -324,9 +324,9 @@ def test_parse_filter() -> None:
 
 def test_several_cells_options_are_alternatives() -> None:
     m = find_target(DLPERF)
-    cells = select_cells(m, [parse_filter("nodes=1,gpus_per_node=1"), parse_filter("gpus=32,precision=fp32")])
+    cells = m.select([parse_filter("nodes=1,gpus_per_node=1"), parse_filter("gpus=32,precision=fp32")])
     assert [c.key for c in cells] == ["1n1g-fp32-bs128", "1n1g-amp-bs256", "4n8g-fp32-bs128"]
-    assert len(select_cells(m, [])) == 10
+    assert len(m.select([])) == 10
 
 
 @pytest.mark.parametrize(("cells", "message", "hint"), [

@@ -3,7 +3,7 @@ import step and the cell steps that start from its squashfs, as exact text."""
 
 from __future__ import annotations
 
-from repro.run.plan import plan_cell, select_cells
+from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm import pyxis_head, pyxis_step
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import find_target
@@ -21,7 +21,7 @@ def two_nodes() -> Hosts:
 
 def cell_of(target: str, nodes: int):
     m = find_target(target)
-    return m, [c for c in select_cells(m) if c.nodes == nodes][-1]
+    return m, [c for c in m.select() if c.nodes == nodes][-1]
 
 
 def test_each_paddle_rank_gets_its_own_pod_ip_not_the_first_ranks():
@@ -100,10 +100,10 @@ def test_pyxis_mpi_runs_build_the_pmi_variant_through_the_scheduler():
 
     m = find_target("mpi-rn50-cpu")
     for option, sshd in (("slurm:container=pyxis", False), ("slurm:container=docker", True), (None, True)):
-        sched = make_scheduler(two_nodes(), m, select_cells(m), option)
+        sched = make_scheduler(two_nodes(), m, m.select(), option)
         assert sched.image_options(ImagesOptions()).build.sshd is sshd, option
     torch = find_target("torch-rn50-cpu")
-    sched = make_scheduler(two_nodes(), torch, select_cells(torch), "slurm:container=pyxis")
+    sched = make_scheduler(two_nodes(), torch, torch.select(), "slurm:container=pyxis")
     assert sched.image_options(ImagesOptions()).build.sshd is True
 
 

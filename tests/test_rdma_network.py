@@ -242,7 +242,7 @@ def results(tmp_path: Path, logs: dict[str, str], role: str = "worker") -> list[
 
 
 def test_transport_findings_per_node(tmp_path: Path) -> None:
-    from repro.up import transport_findings
+    from repro.measure.transport import transport_findings
 
     m = find_target("ngc-pytorch-rn50-v100")  # expect: interconnect infiniband
     four = next(c for c in m.cells() if c.nodes == 4)
@@ -260,7 +260,7 @@ def test_transport_findings_per_node(tmp_path: Path) -> None:
 
 
 def test_mpi_sshd_logs_are_not_read(tmp_path: Path) -> None:
-    from repro.up import transport_findings
+    from repro.measure.transport import transport_findings
 
     m = find_target("ngc-tf1-rn50-v100")
     four = next(c for c in m.cells() if c.nodes == 4)
@@ -274,7 +274,8 @@ def test_mpi_sshd_logs_are_not_read(tmp_path: Path) -> None:
 def run_repeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, str], *, strict: bool):
     """One repeat of the 4-node cell through up's repeat step, the cell's logs being the captured NCCL lines
     (no GPU cluster here: the launch writes them where the containers' output would go)."""
-    from repro import up
+    from repro.up import UpResult
+    from repro.up.matrix import Repeats
     from repro.record import provenance
     from repro.events import ignore
     from repro.run.rundir import RunDir
@@ -284,7 +285,8 @@ def run_repeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, 
     hosts = four_hosts()
     run = RunDir.create(tmp_path / "runs", m, hosts, env={})
 
-    def launch(manifest, cell, hosts, log_dir, **kw):  # noqa: ANN001, ANN003, ANN202
+    def launch(job):  # noqa: ANN001, ANN202
+        log_dir = job.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         out = []
         for rank, (name, src) in enumerate(logs.items()):
@@ -294,10 +296,8 @@ def run_repeat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, 
                                   exit_code=0, started="2026-01-01T00:00:00.000+00:00", ended="2026-01-01T00:01:00.000+00:00"))
         return out
 
-    monkeypatch.setattr(up, "launch_cell", launch)
-    result = up.UpResult(run, m, provenance.new_record(run, m, hosts))
-    ok = up._run_repeat(m, four, 1, hosts, run, {}, "img", ignore, up._Throughput(m.measure.parser), result,
-                        strict=strict)
+    result = UpResult(run, m, provenance.new_record(run, m, hosts))
+    ok = Repeats(result, hosts, "img", launch, ignore, strict=strict).run(four, 1)
     provenance.check_record(result.record)
     return ok, run.read_state()["cells"][four.key]["repeats"]["1"], result
 

@@ -129,17 +129,18 @@ def test_a_redacted_run_resumes_only_with_its_original_manifest(tmp_path: Path) 
     import pytest
 
     from repro.errors import UsageError
-    from repro.up import UpOptions, _manifest_and_hosts
+    from repro.up import UpOptions
+    from repro.up.attached import manifest_and_hosts
 
     path = secret_manifest(tmp_path)
     hosts = secret_hosts(tmp_path)
     run = RunDir.create(tmp_path / "logs", load_manifest(path), load_hosts(hosts), env={})
     opts = UpOptions(resume=run.path, hosts_file=hosts)
     with pytest.raises(UsageError, match="secret values redacted, so it cannot be run again"):
-        _manifest_and_hosts(None, opts)
-    manifest, _, resumed = _manifest_and_hosts(str(path), opts)
+        manifest_and_hosts(None, opts)
+    manifest, _, resumed = manifest_and_hosts(str(path), opts)
     assert KEY in manifest.launch.env.values() and resumed is not None and resumed.path == run.path
     other = tmp_path / "other.yaml"
     other.write_text(path.read_text().replace(KEY, "wk-another-key"))
     with pytest.raises(UsageError, match="is not the manifest"):
-        _manifest_and_hosts(str(other), opts)
+        manifest_and_hosts(str(other), opts)

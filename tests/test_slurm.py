@@ -13,7 +13,7 @@ import pytest
 from repro.errors import InputError, UnknownPlugin, UsageError
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.spec.manifest import find_target
-from repro.run.plan import plan_cell, select_cells
+from repro.run.plan import plan_cell
 from repro.run.schedulers import parse_spec, scheduler_config
 from repro.run.schedulers.slurm import AGENT, render_pyxis, render_sbatch, seconds, srun_argv, step_spec
 
@@ -22,7 +22,7 @@ DIGEST = "sha256:" + "a" * 64
 
 def cell_of(target: str, nodes: int, gpus_per_node: int | None = None):
     m = find_target(target)
-    cells = [c for c in select_cells(m) if c.nodes == nodes and gpus_per_node in (None, c.gpus_per_node)]
+    cells = [c for c in m.select() if c.nodes == nodes and gpus_per_node in (None, c.gpus_per_node)]
     return m, cells[-1]
 
 
@@ -310,7 +310,7 @@ def test_pyxis_allocation_holds_a_task_per_mpi_rank():
     from repro.run.schedulers import scheduled_plan
 
     m = find_target("ngc-tf1-rn50-a100")
-    cells = [c for c in select_cells(m) if c.nodes == 1 and c.gpus_per_node == 8]
+    cells = [c for c in m.select() if c.nodes == 1 and c.gpus_per_node == 8]
     _, text = scheduled_plan(m, cells, None, "slurm:container=pyxis")
     assert "  #SBATCH --ntasks-per-node=8\n" in text
     steps = [shlex.split(ln.strip()[2:]) for ln in text.splitlines() if ln.startswith("  $ srun")]

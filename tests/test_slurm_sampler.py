@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from repro.nodes.telemetry import SAMPLER, node_file, parse_stream, sampler_argv
-from repro.run.plan import plan_cell, select_cells
+from repro.run.plan import plan_cell
 from repro.run.sampling import TelemetryFiles
 from repro.run.schedulers.slurm.render import sampler_srun
 from repro.run.schedulers.slurm.samplerstep import SamplerLines, SamplerStep
@@ -40,7 +40,7 @@ class _Alloc:
 
 def job_of(tmp_path: Path, nodes: int = 2) -> CellJob:
     m = find_target("torch-rn50-cpu")
-    cell = next(c for c in select_cells(m) if c.nodes == nodes)
+    cell = next(c for c in m.select() if c.nodes == nodes)
     hosts = Hosts((Node("rc-node1", "10.0.0.1", gpus=0), Node("rc-node2", "10.0.0.2", gpus=0)))
     return CellJob(m, cell, hosts, tmp_path / "r1", "RUN", timeout_s=300)
 

@@ -12,7 +12,7 @@ import pytest
 
 from cli_helpers import run_cli
 from repro.errors import InputError, UsageError
-from repro.run.plan import plan_cell, select_cells
+from repro.run.plan import plan_cell
 from repro.run.schedulers import parse_spec, scheduled_plan, scheduler_config
 from repro.run.schedulers.slurm import render_sbatch
 from repro.run.schedulers.slurm.apptainer import (BUILD, FORWARD, apptainer_step, build_argv, build_result,
@@ -211,7 +211,7 @@ def test_plan_under_pyxis_or_apptainer_prints_no_docker_run_line(tmp_path: Path,
 
 def cell_of(target: str, nodes: int, gpus_per_node: int | None = None):
     m = find_target(target)
-    cells = [c for c in select_cells(m) if c.nodes == nodes and gpus_per_node in (None, c.gpus_per_node)]
+    cells = [c for c in m.select() if c.nodes == nodes and gpus_per_node in (None, c.gpus_per_node)]
     return m, cells[-1]
 
 

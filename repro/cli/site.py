@@ -314,7 +314,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
                      scheduler=scheduler)
     progress = make_progress(json_lines=json_logs)
     if detach:
-        from repro.detach import submit
+        from repro.up import submit
 
         try:
             run, job = submit(target, opts, progress)
@@ -352,7 +352,7 @@ def status(run_dir: Path, fmt: str) -> None:
     done, running, failed or pending, the nodes, and the job's state where squeue/sacct can tell."""
     from dataclasses import asdict
 
-    from repro.detach import status_text, view
+    from repro.up import status_text, view
 
     run, jv = view(run_dir)
     if fmt == "json":

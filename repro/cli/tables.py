@@ -122,12 +122,12 @@ def plan(
     submits; with --script, only the batch script of `repro up --detach`."""
     from repro.spec.manifest import find_target
     from repro.spec.manifest import synthetic as synthetic_variant
-    from repro.run.plan import plan_chunks, select_cells
+    from repro.run.plan import plan_chunks
     from repro.run.schedulers import plan_runtime, scheduled_plan
 
     m = find_target(target)
     m = synthetic_variant(m) if synthetic else m
-    cells = select_cells(m, [parse_filter(f) for f in cell_filters])
+    cells = m.select([parse_filter(f) for f in cell_filters])
     if not cells:
         raise UsageError(
             f"no cell of {m.id} matches {', '.join(cell_filters)}", hint="`repro show TARGET` lists its cells"
@@ -336,7 +336,7 @@ def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
                        maps: tuple[str, ...]) -> Path | None:
     """The run directory of a detached run not judged yet (no provenance.json), where that is all
     ``report`` was given."""
-    from repro.detach import is_detached
+    from repro.up import is_detached
 
     if len(targets) != 1 or from_logs or maps:
         return None
@@ -348,7 +348,7 @@ def _judge_detached(detached: Any, show: bool, failing: set[str],
                     recording: tuple[Path | None, str | None] | None) -> None:
     """Judge and seal a detached run whose job ended; with ``show``, print its table, record it
     (``recording``: the results store and cluster name; None: --no-record) and exit as `repro up` would."""
-    from repro.detach import adopt, image_failure
+    from repro.up import adopt, image_failure
     from repro.up import finish
     from repro.verdict.rules import exit_code
 

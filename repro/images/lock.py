@@ -52,7 +52,12 @@ class Pins:
 
 
 def lock_path(manifest: Manifest) -> Path:
-    return manifest.path.with_name(f"{manifest.path.stem}.lock.json")
+    return lock_beside(manifest.path)
+
+
+def lock_beside(manifest_file: Path) -> Path:
+    """The lock of the manifest file ``manifest_file`` (a run directory's copy of it among them)."""
+    return manifest_file.with_name(f"{manifest_file.stem}.lock.json")
 
 
 def image_refs(manifest: Manifest) -> dict[str, Ref]:

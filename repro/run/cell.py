@@ -1,18 +1,19 @@
-"""What every way of running a cell shares: where a node's output goes, what each node's run returns,
-the failure of a cell, and the per-run SSH material MPI cells need (``repro.run.launch`` over SSH and the
-Slurm job steps alike)."""
+"""What every way of running a cell shares: what a scheduler is asked (``CellJob``), where a node's output
+goes, what each node's run returns, the failure of a cell, and the per-run SSH material MPI cells need
+(``repro.run.launch`` over SSH and the Slurm job steps alike)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from repro.errors import RunFailed
 from repro.run.launchers.mpi import MPI_DIR
-from repro.spec.manifest import Cell
+from repro.spec.hosts import Hosts
+from repro.spec.manifest import Cell, Manifest
 
 if TYPE_CHECKING:
     from repro.run.plan import NodePlan
@@ -72,17 +73,68 @@ class NodeResult:
 
 
 class CellFailed(RunFailed):
-    """A cell failed on at least one node; carries every node's record."""
+    """A cell failed on at least one node. Like docker-py's ``ContainerError``, it carries what failed as
+    data: every node's record (``results``), the ranks that failed (``failed``), and of the first of them
+    ``node``, ``rank``, ``exit_code`` and ``error`` (the kit's word, None where the rank just exited
+    non-zero); ``reason`` says it in one line."""
 
     def __init__(self, cell: Cell, results: list[NodeResult]) -> None:
-        self.results = results
-        bad = [r for r in results if not r.ok]
-        lines = [f"cell {cell.key} failed on {len(bad)} of {len(results)} node(s):"]
-        for r in bad:
-            why = r.error or f"exit code {r.exit_code}"
-            lines.append(f"  rank {r.rank} on {r.node}: {why}; log {r.log}")
+        self.cell, self.results = cell, results
+        self.failed = [r for r in results if not r.ok]
+        first = self.failed[0] if self.failed else None
+        self.node, self.rank = (first.node, first.rank) if first else (None, None)
+        self.exit_code, self.error = (first.exit_code, first.error) if first else (None, None)
+        lines = [self.headline]
+        for r in self.failed:
+            lines.append(f"  {_rank_line(r)}")
             lines += [f"    | {t}" for t in r.tail[-5:]]
         super().__init__("\n".join(lines), hint="the full output of every node is in its log file")
+
+    @property
+    def headline(self) -> str:
+        return f"cell {self.cell.key} failed on {len(self.failed)} of {len(self.results)} node(s):"
+
+    @property
+    def reason(self) -> str:
+        """Why the cell failed, in one line: its first failed rank's, where a rank failed."""
+        return _rank_line(self.failed[0]).splitlines()[0] if self.failed else self.headline
+
+
+def _rank_line(r: NodeResult) -> str:
+    return f"rank {r.rank} on {r.node}: {r.error or f'exit code {r.exit_code}'}; log {r.log}"
+
+
+@dataclass
+class CellJob:
+    """What a scheduler's ``launch_cell`` is asked (reframe's ``Job`` is the model): one repeat of ``cell``
+    on ``hosts``, each rank's output under ``log_dir`` (or to ``log_writer``'s sinks), ``on_event`` told of
+    each rank's lines and exit; ``clients``: each node's Docker engine where the kit starts the containers;
+    ``image``: what they run (default: the plan's); ``timeout_s``: default the manifest's."""
+
+    manifest: Manifest
+    cell: Cell
+    hosts: Hosts
+    log_dir: Path
+    run_id: str
+    clients: Any = None
+    timeout_s: float | None = None
+    on_event: Callable[[tuple[str, str, str]], None] | None = None
+    image: str | None = None
+    log_writer: Callable[[int, str], LogSink] | None = None
+
+    @property
+    def timeout(self) -> float:
+        return self.timeout_s or self.manifest.launch.timeout_s
+
+    def emit(self, event: tuple[str, str, str]) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def sink(self, rank: int, node: str) -> LogSink:
+        """Where rank ``rank``'s output on ``node`` goes: the job's log writer, else ``RANK-NODE.log``."""
+        if self.log_writer is not None:
+            return self.log_writer(rank, node)
+        return FileSink(self.log_dir / f"{rank}-{node}.log")
 
 
 def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes, int]]:

@@ -19,7 +19,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,11 +30,9 @@ from docker.types import DeviceRequest, Ulimit
 
 from repro import labels
 from repro.errors import EnvironmentUnavailable, RunFailed
-from repro.spec.hosts import Hosts
 from repro.run.launchers.base import IB_DEVICE_DIR, rdma_container_options
 from repro.run.launchers.mpi import SESSION_ENV, session_environment
-from repro.spec.manifest import Cell, Manifest
-from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult, mpi_files, now
+from repro.run.cell import CellFailed, CellJob, NodeResult, mpi_files, now
 from repro.run.plan import NodePlan, plan_cell
 from repro.run.sampling import Samplers
 from repro.throwaway import throwaway
@@ -132,20 +130,18 @@ def _shielded() -> Iterator[None]:
 class CellRun:
     """The containers of one cell on its nodes, from creation to removal."""
 
-    def __init__(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
-                 clients: Mapping[str, docker.DockerClient], on_event: Callable[[Event], None] | None = None,
-                 image: str | None = None,
-                 log_writer: Callable[[int, str], LogSink] | None = None) -> None:
-        self.manifest, self.cell, self.run_id = manifest, cell, run_id
-        self.plans = plan_cell(manifest, cell, hosts)
-        self.clients = clients
-        self.on_event = on_event or (lambda e: None)
-        self.image = image or self.plans[0].image
+    def __init__(self, job: CellJob) -> None:
+        manifest, cell, log_dir = job.manifest, job.cell, job.log_dir
+        self.manifest, self.cell, self.run_id = manifest, cell, job.run_id
+        self.plans = plan_cell(manifest, cell, job.hosts)
+        self.clients: Mapping[str, docker.DockerClient] = job.clients
+        self.on_event = job.emit
+        self.image = job.image or self.plans[0].image
         self.containers: dict[str, Any] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.samplers = Samplers(log_dir, run_id, cell.key, manifest.launch.timeout_s)
-        self.log_writer = log_writer or (lambda rank, node: FileSink(log_dir / f"{rank}-{node}.log"))
+        self.samplers = Samplers(log_dir, job.run_id, cell.key, manifest.launch.timeout_s)
+        self.log_writer = job.sink
         self.results = {p.command.node.name: NodeResult(
             p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
             str(log_dir / f"{p.command.rank}-{p.command.node.name}.log")) for p in self.plans}
@@ -353,24 +349,21 @@ class CellRun:
         return problems
 
 
-def launch_cell(manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
-                clients: Mapping[str, docker.DockerClient], timeout_s: float | None = None,
-                on_event: Callable[[Event], None] | None = None, image: str | None = None,
-                log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-    """Run one cell on its nodes and return one record per node; raise CellFailed if any node failed.
+def launch_cell(job: CellJob) -> list[NodeResult]:
+    """Run one cell on its nodes (``job.clients``: each node's engine) and return one record per node; raise
+    CellFailed if any node failed.
 
     A multi-node cell of an RDMA target first checks that RDMA works in its containers (``check_rdma``)."""
-    run = CellRun(manifest, cell, hosts, log_dir, run_id=run_id, clients=clients, on_event=on_event,
-                  image=image, log_writer=log_writer)
+    run = CellRun(job)
     try:
         run.check_rdma()
         run.create()
-        results = run.run(timeout_s or manifest.launch.timeout_s)
+        results = run.run(job.timeout)
     finally:
         problems = run.remove()
     if problems:
         raise RunFailed("containers could not be removed:\n" + "\n".join(problems),
-                        hint="remove them by hand: docker rm -f (label repro.run=" + run_id + ")")
+                        hint="remove them by hand: docker rm -f (label repro.run=" + job.run_id + ")")
     if not all(r.ok for r in results):
-        raise CellFailed(cell, results)
+        raise CellFailed(job.cell, results)
     return results

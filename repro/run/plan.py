@@ -109,11 +109,6 @@ def _inventory_lines(manifest: Manifest, hosts: Hosts) -> list[str]:
     return lines
 
 
-def select_cells(manifest: Manifest, filters: Sequence[Mapping[str, Any]] = ()) -> list[Cell]:
-    cells = manifest.cells()
-    return [c for c in cells if not filters or any(c.matches(f) for f in filters)]
-
-
 def docker_run_flags(opts: Mapping[str, Any]) -> list[str]:
     """The container options as the equivalent ``docker run`` flags, for people to read."""
     flags = [f"--network={opts['network_mode']}", f"--ipc={opts['ipc_mode']}"]

@@ -12,7 +12,7 @@ import difflib
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,10 @@ class Manifest:
     def cells(self) -> list[Cell]:
         """The matrix expanded in run order (fewest nodes first), excludes removed."""
         return expand_matrix(self.matrix)
+
+    def select(self, filters: Sequence[Mapping[str, Any]] = ()) -> list[Cell]:
+        """The cells that match any of ``filters`` (``--cells``), in run order; all of them without one."""
+        return [c for c in self.cells() if not filters or any(c.matches(f) for f in filters)]
 
     def table(self, table_id: str | None = None) -> PublishedTable:
         if not self.published:

@@ -20,6 +20,7 @@ import docker
 import pytest
 
 from repro.spec.hosts import load_hosts
+from repro.run.cell import CellJob
 from repro.run.launch import CellFailed, launch_cell
 from repro.spec.manifest import load_manifest
 
@@ -50,8 +51,8 @@ def echo():
 def test_plain_two_nodes_ranks_logs_and_cleanup(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
     m = echo()
     events = []
-    results = launch_cell(m, cell_of(m, nodes=2, precision="fp32"), load_hosts(hosts_file), tmp_path, run_id="t-plain",
-                          clients=clients, image=base_on_nodes, on_event=events.append)
+    results = launch_cell(CellJob(m, cell_of(m, nodes=2, precision="fp32"), load_hosts(hosts_file), tmp_path, run_id="t-plain",
+                          clients=clients, image=base_on_nodes, on_event=events.append))
     assert [(r.rank, r.exit_code, r.ok) for r in results] == [(0, 0, True), (1, 0, True)]
     for r in results:
         assert Path(r.log).read_text() == (f"rank {r.rank} of 2, master 10.77.0.11, hosts 10.77.0.11,10.77.0.12\n"
@@ -66,8 +67,8 @@ def test_failure_on_one_node_stops_the_cell_everywhere(hosts_file, clients, base
     m = echo()
     t0 = time.monotonic()
     with pytest.raises(CellFailed) as e:
-        launch_cell(m, cell_of(m, nodes=2, precision="amp"), load_hosts(hosts_file), tmp_path, run_id="t-fail",
-                    clients=clients, image=base_on_nodes)
+        launch_cell(CellJob(m, cell_of(m, nodes=2, precision="amp"), load_hosts(hosts_file), tmp_path, run_id="t-fail",
+                    clients=clients, image=base_on_nodes))
     assert time.monotonic() - t0 < 30, "rank 0 sleeps 60 s; it must have been stopped"
     by_rank = {r.rank: r for r in e.value.results}
     assert by_rank[1].exit_code == 3 and by_rank[1].error is None
@@ -80,8 +81,8 @@ def test_failure_on_one_node_stops_the_cell_everywhere(hosts_file, clients, base
 def test_deadline_stops_the_cell(hosts_file, clients, base_on_nodes, node_engines, tmp_path):
     m = echo()
     with pytest.raises(CellFailed) as e:
-        launch_cell(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-deadline",
-                    clients=clients, image=base_on_nodes, timeout_s=3)
+        launch_cell(CellJob(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-deadline",
+                    clients=clients, image=base_on_nodes, timeout_s=3))
     assert all(r.error == "timed out after 3 s" for r in e.value.results)
     assert leftovers(node_engines, "t-deadline") == []
 
@@ -95,8 +96,8 @@ def test_container_killed_mid_cell(hosts_file, clients, base_on_nodes, node_engi
                 filters={"label": "repro.run=t-killed"}, ignore_removed=True)]).start()
 
     with pytest.raises(CellFailed) as e:
-        launch_cell(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-killed",
-                    clients=clients, image=base_on_nodes, on_event=kill_rank1, timeout_s=50)
+        launch_cell(CellJob(m, cell_of(m, nodes=2, precision="fp16"), load_hosts(hosts_file), tmp_path, run_id="t-killed",
+                    clients=clients, image=base_on_nodes, on_event=kill_rank1, timeout_s=50))
     by_rank = {r.rank: r for r in e.value.results}
     assert by_rank[1].exit_code == 137
     assert by_rank[0].error == "stopped: the cell ended on another node"
@@ -105,8 +106,8 @@ def test_container_killed_mid_cell(hosts_file, clients, base_on_nodes, node_engi
 
 def test_values_with_shell_metacharacters_stay_literal(hosts_file, clients, base_on_nodes, tmp_path):
     m = echo()
-    results = launch_cell(m, cell_of(m, nodes=1, precision="bf16"), load_hosts(hosts_file), tmp_path,
-                          run_id="t-meta", clients=clients, image=base_on_nodes)
+    results = launch_cell(CellJob(m, cell_of(m, nodes=1, precision="bf16"), load_hosts(hosts_file), tmp_path,
+                          run_id="t-meta", clients=clients, image=base_on_nodes))
     out = Path(results[0].log).read_text().splitlines()
     assert out[1] == "; rm -rf / # literal"
     assert results[0].command[:2] == ("sh", "-c")
@@ -119,6 +120,7 @@ os.environ["REPRO_SSH_CONFIG"] = {cluster['ssh']['config']!r}
 from pathlib import Path
 from repro.spec.hosts import load_hosts
 from repro.images.engine import node_client
+from repro.run.cell import CellJob
 from repro.run.launch import launch_cell
 from repro.spec.manifest import load_manifest
 m = load_manifest(Path({str(DATA / 'echo.yaml')!r}))
@@ -129,8 +131,8 @@ def ev(e):
     if e[0] == "line":
         print("LINE", e[1], e[2], flush=True)
 try:
-    launch_cell(m, cell, hosts, Path({str(tmp_path)!r}), run_id="t-sigint", clients=clients, image={base_on_nodes!r},
-                on_event=ev)
+    launch_cell(CellJob(m, cell, hosts, Path({str(tmp_path)!r}), run_id="t-sigint", clients=clients, image={base_on_nodes!r},
+                on_event=ev))
 except KeyboardInterrupt:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the CLI does: a Ctrl-C after cleanup ends nothing more
     print("INTERRUPTED", flush=True)
@@ -156,8 +158,8 @@ except KeyboardInterrupt:
 
 def test_torch_gloo_ddp_across_two_nodes(hosts_file, clients, cpu_torch, node_engines, tmp_path):
     m = load_manifest(DATA / "torch-ddp.yaml")
-    results = launch_cell(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-ddp", clients=clients,
-                          image=cpu_torch["image"], timeout_s=600)
+    results = launch_cell(CellJob(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-ddp", clients=clients,
+                          image=cpu_torch["image"], timeout_s=600))
     assert [r.exit_code for r in results] == [0, 0]
     sums = [ln.split("checksum ")[1] for r in results for ln in Path(r.log).read_text().splitlines()
             if "parameter checksum" in ln]
@@ -183,8 +185,8 @@ def test_tf_ps_workers_on_each_node_and_parameter_servers_as_placed(placement, p
     m = load_manifest(tmp_path / "tf-ps.yaml")
     hosts = load_hosts(hosts_file)
     run_id = "t-tfps-" + "".join(map(str, ps_ranks))
-    results = launch_cell(m, cell_of(m, nodes=2), hosts, tmp_path / "logs", run_id=run_id, clients=clients,
-                          image=cpu_torch["image"], timeout_s=240)
+    results = launch_cell(CellJob(m, cell_of(m, nodes=2), hosts, tmp_path / "logs", run_id=run_id, clients=clients,
+                          image=cpu_torch["image"], timeout_s=240))
     assert [(r.rank, r.role, r.exit_code) for r in results] == [
         (rank, "ps+worker" if rank in ps_ranks else "worker", 0) for rank in (0, 1)]
     for r in results:
@@ -201,8 +203,8 @@ def test_tf_ps_workers_on_each_node_and_parameter_servers_as_placed(placement, p
 
 def test_mpi_allreduce_across_two_nodes_with_per_run_sshd(hosts_file, clients, cpu_torch, node_engines, tmp_path):
     m = load_manifest(DATA / "mpi.yaml")
-    results = launch_cell(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-mpi", clients=clients,
-                          image=cpu_torch["image"], timeout_s=300)
+    results = launch_cell(CellJob(m, cell_of(m, nodes=2), load_hosts(hosts_file), tmp_path, run_id="t-mpi", clients=clients,
+                          image=cpu_torch["image"], timeout_s=300))
     head, worker = results
     assert head.role == "mpi-head" and head.exit_code == 0
     assert worker.role == "mpi-sshd" and worker.ok
@@ -227,7 +229,7 @@ def test_rdma_cell_stops_before_training_when_the_container_sees_no_hca(hosts_fi
     cell = cell_of(m, nodes=2, precision="fp32")
     first = load_hosts(hosts_file).nodes[0].name
     with pytest.raises(EnvironmentUnavailable) as err:
-        launch_cell(m, cell, load_hosts(hosts_file), tmp_path, run_id="t-rdma", clients=clients, image=base_on_nodes)
+        launch_cell(CellJob(m, cell, load_hosts(hosts_file), tmp_path, run_id="t-rdma", clients=clients, image=base_on_nodes))
     text = str(err.value)
     assert text.startswith(f"cell {cell.key}: RDMA is not usable in the container on {first}: "), text
     assert "/dev/infiniband" in text, text

@@ -17,6 +17,7 @@ import pytest
 
 from repro.spec.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, lock_target, prepare
+from repro.run.cell import CellJob
 from repro.run.launch import CellFailed, launch_cell
 from repro.spec.manifest import load_manifest
 
@@ -57,8 +58,8 @@ def run(ngc_mpi: dict, hosts_file: Path, clients, tmp_path: Path, run_id: str, m
         path.write_text(manifest_text)
     m = load_manifest(path)
     cell = next(c for c in m.cells() if c.nodes == nodes)
-    return launch_cell(m, cell, load_hosts(hosts_file), tmp_path / "logs", run_id=run_id, clients=clients,
-                       image=ngc_mpi["image"], timeout_s=180)
+    return launch_cell(CellJob(m, cell, load_hosts(hosts_file), tmp_path / "logs", run_id=run_id, clients=clients,
+                       image=ngc_mpi["image"], timeout_s=180))
 
 
 def test_the_image_is_ngc_like_and_the_kit_added_sshd(ngc_mpi, engine):

@@ -20,6 +20,7 @@ import pytest
 
 from repro.spec.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, prepare
+from repro.run.cell import CellJob
 from repro.run.launch import launch_cell
 from repro.spec.manifest import load_manifest
 from repro.measure.protocol import Protocol, measure
@@ -91,8 +92,8 @@ def test_two_nodes_rank_from_address_and_a_paddleclas_figure(cluster, target, im
     cell = next(c for c in manifest.cells() if c.nodes == 2)
     hosts = load_hosts(Path(cluster["hosts_file"]))
     run_id = f"t-paddle-{module_track.run_id}"
-    results = launch_cell(manifest, cell, hosts, tmp_path, run_id=run_id, clients=clients, image=image,
-                          timeout_s=300)
+    results = launch_cell(CellJob(manifest, cell, hosts, tmp_path, run_id=run_id, clients=clients, image=image,
+                          timeout_s=300))
     assert [(r.rank, r.exit_code, r.ok) for r in results] == [(0, 0, True), (1, 0, True)]
     assert results[0].command == results[1].command, "the paddle kind runs the same command on every node"
     checksums = []

@@ -36,7 +36,8 @@ def report(name: str, ofed: str) -> NodeReport:
 
 def test_the_images_mofed_version_against_the_hosts(cluster, engine, track) -> None:
     from repro.events import Event
-    from repro.up import UpOptions, _image_mofed
+    from repro.up import UpOptions
+    from repro.up.attached import _image_mofed
 
     # the NGC PyTorch 20.06 environment's lines, MOFED_VERSION=4.6-1.0.1 among them
     lines = [ln.removeprefix("export ") for ln in (PREFLIGHT / "ngc-pytorch-20.06-env.txt").read_text().splitlines()]

@@ -12,7 +12,6 @@ import pytest
 
 from repro.errors import UsageError
 from repro.run.schedulers import make_scheduler
-from repro.run.plan import select_cells
 from repro.spec.hosts import load_hosts
 from repro.spec.manifest import find_target
 
@@ -46,7 +45,7 @@ def scheduler(tmp_path: Path, gpus: int, request: str):
     inv = tmp_path / "site.yaml"
     inv.write_text(SITE.format(gpus=gpus, request=request))
     m = find_target("torch-rn50-cpu")
-    return make_scheduler(load_hosts(inv), m, [c for c in select_cells(m) if c.nodes == 2], None)
+    return make_scheduler(load_hosts(inv), m, [c for c in m.select() if c.nodes == 2], None)
 
 
 def test_site_options_are_accepted_by_sbatch_test_only_on_gpu_less_nodes(slurm_env, tmp_path):
@@ -98,7 +97,7 @@ def run_step(tmp_path: Path, target: str, mpi: bool) -> dict[int, list[str]]:
     (bin_dir / "apptainer").write_text(STAND_IN)
     (bin_dir / "apptainer").chmod(0o755)
     m = find_target(target)
-    cell = next(c for c in select_cells(m) if c.nodes == 2)
+    cell = next(c for c in m.select() if c.nodes == 2)
     hosts = load_hosts(Path(os.environ["REPRO_CLUSTER_HOSTS"]))
     conf = tmp_path / "multi-prog.conf"
     name = f"repro-test-apptainer-{os.getpid()}-{tmp_path.name}"

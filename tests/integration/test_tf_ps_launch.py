@@ -24,6 +24,7 @@ import pytest
 from repro.spec.hosts import load_hosts
 from repro.images import BuildOptions, ImagesOptions, prepare
 from repro.images.source import parse_mirror
+from repro.run.cell import CellJob
 from repro.run.launch import launch_cell
 from repro.spec.manifest import load_manifest
 from repro.measure.protocol import Protocol, measure
@@ -82,8 +83,8 @@ def test_two_nodes_a_parameter_server_and_a_worker_each(cluster, target, image, 
     cell = next(c for c in manifest.cells() if c.nodes == 2)
     hosts = load_hosts(Path(cluster["hosts_file"]))
     run_id = f"t-tfps-{module_track.run_id}"
-    results = launch_cell(manifest, cell, hosts, tmp_path, run_id=run_id, clients=clients, image=image,
-                          timeout_s=420)
+    results = launch_cell(CellJob(manifest, cell, hosts, tmp_path, run_id=run_id, clients=clients, image=image,
+                          timeout_s=420))
     assert [(r.rank, r.exit_code, r.ok) for r in results] == [(0, 0, True), (1, 0, True)]
     workers = ",".join(f"{n['address']}:42210" for n in cluster["nodes"])
     ps = ",".join(f"{n['address']}:42211" for n in cluster["nodes"])

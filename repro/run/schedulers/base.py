@@ -22,7 +22,7 @@ from repro.spec.manifest import Cell, Manifest
 if TYPE_CHECKING:
     from repro.images import ImagesOptions
     from repro.nodes.preflight import NodeReport
-    from repro.run.cell import LogSink, NodeResult
+    from repro.run.cell import CellJob, NodeResult
 
 
 class Scheduler(abc.ABC):
@@ -57,12 +57,9 @@ class Scheduler(abc.ABC):
         """One report per node, from preflight's node script run where this scheduler runs things."""
 
     @abc.abstractmethod
-    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
-                    clients: Any = None, timeout_s: float | None = None,
-                    on_event: Callable[[tuple[str, str, str]], None] | None = None, image: str | None = None,
-                    log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-        """Run one repeat of ``cell`` on ``hosts``: one result per rank; raise CellFailed if any failed, and
-        leave nothing running on any path out."""
+    def launch_cell(self, job: CellJob) -> list[NodeResult]:
+        """Run one repeat of ``job.cell`` on ``job.hosts``: one result per rank; raise CellFailed if any
+        failed, and leave nothing running on any path out."""
 
     def image_options(self, options: ImagesOptions) -> ImagesOptions:
         """How this scheduler needs the image made (e.g. without the sshd layer where Slurm's PMI starts an

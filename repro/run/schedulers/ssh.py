@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from repro.nodes.preflight import run_preflight
+from repro.run.cell import CellJob, NodeResult
 from repro.run.launch import launch_cell as launch_over_ssh
 from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
@@ -21,8 +22,8 @@ class SshScheduler(Scheduler):
         hosts = self.inventory
         return Hosts(hosts.take(need), hosts.path, hosts.data, hosts.env, scheduler=hosts.scheduler)
 
-    def launch_cell(self, *args: Any, **kw: Any) -> Any:
-        return launch_over_ssh(*args, **kw)
+    def launch_cell(self, job: CellJob) -> list[NodeResult]:
+        return launch_over_ssh(job)
 
     def preflight(self, nodes: Sequence[Node], *, accept_new_host_keys: bool = False,
                   dataset: Any = None) -> list[Any]:

@@ -8,7 +8,9 @@ by the ``container:`` setting: ``dockerstep`` (the agent, ``repro/run/schedulers
 node), ``pyxisstep`` (``srun --container-image``, from the run's squashfs that ``imagestep`` imports once
 per node and holds for the run; ``enroot``: what that step runs, as text) and ``apptainerstep``
 (``apptainer exec`` of a SIF built once per run; ``apptainer`` renders it); beside each of these two,
-``samplerstep``: the telemetry sampler as a job step of its own on each host.
+``samplerstep``: the telemetry sampler as a job step of its own on each host. ``detached``: the whole run
+as one batch script (``repro up --detach``); ``jobfiles``: what that job wrote into the run directory, read
+back for ``repro status`` and, once the job is over, for ``repro report`` to adopt.
 
 Node names come from Slurm, ranks from ``SLURM_NODEID``: the launchers render per node exactly as over SSH.
 Preflight under Slurm runs preflight's own probe script as one job step on the allocated nodes.
@@ -24,7 +26,7 @@ from typing import Any
 from repro.events import Event
 from repro.images import ImagesOptions
 from repro.nodes.preflight import NodeReport
-from repro.run.cell import LogSink, NodeResult
+from repro.run.cell import CellJob, NodeResult
 from repro.run.schedulers import SCHEDULERS
 from repro.run.schedulers.base import Scheduler
 from repro.run.schedulers.slurm.allocation import Allocation
@@ -37,7 +39,7 @@ from repro.run.schedulers.slurm.imagestep import RunImage
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
 from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
                                                render_sbatch, srun_argv, step_spec)
-from repro.run.schedulers.slurm.steps import CellJob, CellStep, PreflightStep, task_exits
+from repro.run.schedulers.slurm.steps import CellStep, PreflightStep, task_exits
 from repro.spec.hosts import Hosts, Node, placeholder_hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
@@ -106,11 +108,7 @@ class SlurmScheduler(Scheduler):
         step.run(timeout)
         return step.reports(self.engines)
 
-    def launch_cell(self, manifest: Manifest, cell: Cell, hosts: Hosts, log_dir: Path, *, run_id: str,
-                    clients: Any = None, timeout_s: float | None = None,
-                    on_event: Callable[[tuple[str, str, str]], None] | None = None, image: str | None = None,
-                    log_writer: Callable[[int, str], LogSink] | None = None) -> list[NodeResult]:
-        job = CellJob(manifest, cell, hosts, log_dir, run_id, clients, timeout_s, on_event, image, log_writer)
+    def launch_cell(self, job: CellJob) -> list[NodeResult]:
         return CELL_STEPS[self.allocation.container].launch(self.allocation, job)
 
     def check_detach(self) -> None:

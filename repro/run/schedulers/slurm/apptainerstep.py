@@ -12,13 +12,14 @@ from typing import Any
 
 from repro.errors import RunFailed
 from repro.run.plan import plan_cell
+from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, seen_argv,
                                                   sif_path, unseen)
 from repro.run.schedulers.slurm.commands import cli
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
-from repro.run.schedulers.slurm.steps import CellJob, TaskStep
+from repro.run.schedulers.slurm.steps import TaskStep
 
 SIF_BUILD_S = 3600  # an NGC image of 10-20 GB converts in minutes; an hour bounds a stuck registry
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import docker
 
-from repro.run.cell import CellFailed, NodeResult, mpi_files
+from repro.run.cell import CellFailed, CellJob, NodeResult, mpi_files
 from repro.run.launchers.mpi import DEFAULT_SSH_PORT
 from repro.nodes.telemetry import sampler_argv
 from repro.run.plan import plan_cell
@@ -20,7 +20,7 @@ from repro.run.sampling import TelemetryFiles
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import cli, stamp
 from repro.run.schedulers.slurm.render import srun_argv, step_spec
-from repro.run.schedulers.slurm.steps import CellJob, CellStep, Event
+from repro.run.schedulers.slurm.steps import CellStep, Event
 
 
 class AgentStep(CellStep):

@@ -8,24 +8,35 @@ TEXT``.
 ``job/nodes``: ``RANK NAME ADDRESS`` a line. ``job/shared/RANK-NAME``: the token each node read.
 ``job/image/RANK-NAME.log`` (pyxis): each node's image step, its ``##repro`` lines as the attached path
 reads them (``image_facts``).
+
+Once the job is over, what the kit's ``adopt`` (``repro.up.detached``) takes from the job's files to leave
+the run as an attached run leaves it: the environments of the job's inputs (``job_envs``, their secret values
+scrubbed), each node's probe output (``probe_output``), each rank's start and exit (``rank_outcomes``), the
+telemetry the sampler steps wrote (``copy_telemetry``), the image as each node's image step left it
+(``pyxis_image``, ``image_failure``) and the job's facts (``job_facts``). ``job/record.json`` and
+``job/image.json`` (``RECORD``, ``IMAGE``): the provenance record as the submitting side began it, and the
+image's facts.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+import shlex
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.errors import ProvenanceError, ReproError
-from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, read_head
-from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields
-from repro.run.schedulers.slurm.detached import EVENTS, NODES, SUBMITTED, TOKEN
-from repro.run.schedulers.slurm.enroot import image_problems, node_facts
+from repro.errors import ProvenanceError, ReproError, RunFailed
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, read_head
+from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields, stamp
+from repro.run.schedulers.slurm.detached import EVENTS, JOB_DIR, NODES, SUBMITTED, TOKEN, telemetry_output
+from repro.run.schedulers.slurm.enroot import NOT_READY, image_problems, node_facts
 from repro.run.schedulers.slurm.steps import task_exits
 
+RECORD, IMAGE = "job/record.json", "job/image.json"
 MAX_EVENTS = 1 << 20  # bytes of job/events read (a run of thousands of repeats writes well under this)
 _EVENT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (\S+)(?: (.*))?$")
 #: timeout(1)'s status when the repeat's time ran out, and when its kill after the grace time was needed
@@ -241,3 +252,133 @@ def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
     facts = {"image": image, "file": path, "kept": bool(sub.get("keep_image")), "nodes": nodes}
     ended_for_image = view.end is not None and view.end[0] == 4
     return facts, image_problems(nodes, path, image.rpartition("@")[2], unready=ended_for_image)
+
+
+# -------------------------------------------------------------------------------- once the job is over
+def job_envs(run: Path) -> list[Mapping[str, str]]:
+    """The environments the job's inputs held (their secret values are scrubbed from what it wrote)."""
+    import os
+
+    envs: list[Mapping[str, str]] = [os.environ]
+    for f in sorted((run / JOB_DIR / "in").glob("*")):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if f.suffix == ".env":  # export NAME=VALUE a line
+            words = [shlex.split(ln)[-1] for ln in text.splitlines() if ln.startswith("export ")]
+            envs.append(dict(w.split("=", 1) for w in words if "=" in w))
+        elif f.suffix == ".json":
+            flags = [a for rank in json.loads(text).get("ranks", []) for a in rank.get("create", [])]
+            envs.append(dict(a[3:].split("=", 1) for a in flags if a.startswith("-e=") and "=" in a[3:]))
+    return envs
+
+
+def drop_inputs(run: Path) -> None:
+    """The job's inputs removed (per-run keys, secret values), once what the job wrote is scrubbed."""
+    for secret in ("in", "run"):
+        shutil.rmtree(run / JOB_DIR / secret, ignore_errors=True)
+
+
+def probe_output(run: Path, i: int, node: str) -> tuple[str, float] | None:
+    """What the probe step wrote for node ``i`` (after its name line), and when it arrived (the node's clock
+    against the shared filesystem's); None where it wrote nothing."""
+    out = run / JOB_DIR / "probe" / f"{i}-{node}.out"
+    if not out.is_file():
+        return None
+    return out.read_text(encoding="utf-8", errors="replace").partition("\n")[2], out.stat().st_mtime
+
+
+def rank_outcomes(run: Path, rep: Repeat,
+                  ranks: Sequence[tuple[int, str]]) -> list[tuple[str | None, int | None]]:
+    """Each rank's (rank, node) start and exit status in the repeat's last attempt: the agent's marks
+    (docker), else srun's report of the step."""
+    codes = task_codes(run, rep.cell, rep.repeat, rep.attempts, [node for _, node in ranks])
+    out = []
+    for rank, node in ranks:
+        marks = rank_marks(run, rep.cell, rep.repeat, rep.attempts, rank)
+        started = stamp(float(marks["started"])) if "started" in marks else rep.started
+        code = marks.get("exited", "")
+        out.append((started, int(code) if code.lstrip("-").isdigit() else
+                    codes.get(node, 0 if rep.code == 0 else None)))
+    return out
+
+
+def copy_telemetry(run: RunDir, jv: JobView) -> None:
+    """Each repeat's telemetry, from its last attempt's sampler step (``job/steps/KEY/rNaA-telemetry-I-NODE
+    .txt``), through ``TelemetryFiles`` as the attached path's lines: each node's ``telemetry-NODE.txt``
+    in the repeat's directory, bounded, and ``telemetry.json``."""
+    from repro.nodes.telemetry import MAX_BYTES
+    from repro.run.sampling import SLACK, TelemetryFiles
+
+    names = {n for n, _ in jv.nodes}
+    for (key, r), rep in sorted(jv.repeats.items()):
+        if not rep.attempts:
+            continue
+        pattern = telemetry_output(key, r, rep.attempts).replace("%n-%N", "*")
+        files = TelemetryFiles(run.log_dir(key, r))
+        for path in sorted(run.path.glob(pattern)):
+            node = path.name.removeprefix(f"r{r}a{rep.attempts}-telemetry-").removesuffix(".txt")
+            node = node.partition("-")[2]
+            if node not in names:  # a file the job's nodes did not write
+                continue
+            for line in read_head(path, MAX_BYTES + SLACK).splitlines():  # what its file in the repeat holds
+                files.write(node, line)
+        files.close()
+
+
+def pyxis_image(run: Path, jv: JobView) -> dict[str, Any] | None:
+    """Under pyxis, what each node's image step said (``image_facts``), with the seconds from the shared
+    check until every node was ready; where a node's image was not ready or not of the locked digest, the
+    repeats the job never started are pending, stopped by that (``image_failure`` fails the report)."""
+    if jv.submitted.get("container") != "pyxis":
+        return None
+    facts, problems = image_facts(run, jv)
+    if "imported" in jv.times and "shared" in jv.times:
+        facts["ready_s"] = seconds_of(jv.times["shared"], jv.times["imported"])
+    for rep in jv.repeats.values():
+        if problems and not rep.attempts:
+            rep.why = f"stopped: {NOT_READY}: {problems[0]}"
+    return facts
+
+
+def image_failure(record: Mapping[str, Any], run: Path) -> RunFailed | None:
+    """The error a run stops with where a node's image held another digest than the run locks, or was not
+    ready where the job's script ended the job for that (its image step's facts and the script's exit in the
+    provenance ``record``); None otherwise."""
+    alloc = next((a for a in record.get("scheduler") or [] if a.get("image")), None)
+    if alloc is None:
+        return None
+    image, ended = alloc["image"], alloc.get("script_exit") or [None]
+    bad = image_problems(image.get("nodes") or [], str(image.get("file")), str(image.get("image"))
+                         .rpartition("@")[2], unready=ended[0] == 4)
+    if not bad:
+        return None
+    return RunFailed(f"{NOT_READY}:\n  " + "\n  ".join(bad),
+                     hint=f"each node's enroot output is in {run / JOB_DIR / 'image'}; a kept image "
+                          f"that differs from the lock: remove {image.get('file')} on the nodes, or set "
+                          "keep_image: no")
+
+
+def job_facts(run: Path, jv: JobView, settings: Mapping[str, str],
+              image: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the provenance records of the job, as of an attached run's allocation (``image``: the pyxis
+    image's facts)."""
+    steps = [{"cell": k, "repeat": r, "attempts": rep.attempts, "exit_code": rep.code, "started": rep.started,
+              "ended": rep.ended} for (k, r), rep in sorted(jv.repeats.items()) if rep.attempts]
+    facts = {"kind": "slurm", "job_id": jv.job_id, "allocation": "detached",
+             "partition": settings.get("partition"),
+             **{k: settings.get(k) for k in ("account", "qos", "reservation", "time", "constraint",
+                                             "exclude")},
+             "container": jv.submitted.get("container"), "nodes": [n for n, _ in jv.nodes],
+             "sbatch_script": (run / JOB_DIR / "batch.sbatch").read_text(encoding="utf-8"),
+             "submitted": jv.submitted.get("submitted"), "state": jv.state,
+             "script_exit": list(jv.end[:2]) if jv.end else None, "steps": steps}
+    return {**facts, "image": image} if image else facts
+
+
+def seconds_of(start: str | None, end: str | None) -> float:
+    """Seconds between two of the job's event times (0 where one is missing)."""
+    from datetime import datetime
+
+    if not (start and end):
+        return 0.0
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return (datetime.strptime(end, fmt) - datetime.strptime(start, fmt)).total_seconds()

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 
 from repro.run.plan import plan_cell
+from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
-from repro.run.schedulers.slurm.steps import CellJob, TaskStep
+from repro.run.schedulers.slurm.steps import TaskStep
 
 
 class PyxisStep(TaskStep):

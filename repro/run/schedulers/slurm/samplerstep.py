@@ -18,10 +18,11 @@ from typing import Any
 from repro.events import Event
 from repro.nodes.telemetry import shown_sampler
 from repro.run.sampling import TelemetryFiles
+from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import LABELLED, sigint_ignored, stamp
 from repro.run.schedulers.slurm.render import sampler_srun
-from repro.run.schedulers.slurm.steps import CellJob, Demux, JobStep, task_exits
+from repro.run.schedulers.slurm.steps import Demux, JobStep, task_exits
 
 READY_S = 20  # how long a cell's step waits for every node's sampler to say its first line
 KEEP = 20  # srun's and slurmstepd's own lines kept, for a warning

@@ -30,19 +30,18 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from repro.nodes.preflight import NodeReport, Probe, node_report, probe_script
-from repro.run.cell import CellFailed, FileSink, LogSink, NodeResult
+from repro.run.cell import CellFailed, CellJob, LogSink, NodeResult
 from repro.run.launchers.base import fill
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import (ENDED_BY_SLURM, LABELLED, SchedulerStopped, sigint_ignored,
                                                  stamp)
 from repro.run.schedulers.slurm.render import preflight_argv
-from repro.spec.hosts import Hosts, Node
-from repro.spec.manifest import Cell, Manifest
+from repro.spec.hosts import Node
 
 MARK = "##repro "
 TAIL = 20  # lines of each rank's output a failure shows
@@ -264,30 +263,6 @@ def enroot_probe(lines: Sequence[str]) -> Probe:
     return Probe("pyxis", detail=f"enroot {version}")
 
 
-@dataclass
-class CellJob:
-    """What ``launch_cell`` is asked: one repeat of a cell on the given nodes."""
-
-    manifest: Manifest
-    cell: Cell
-    hosts: Hosts
-    log_dir: Path
-    run_id: str
-    clients: Any = None
-    timeout_s: float | None = None
-    on_event: Callable[[tuple[str, str, str]], None] | None = None
-    image: str | None = None
-    log_writer: Callable[[int, str], LogSink] | None = None
-
-    @property
-    def timeout(self) -> float:
-        return self.timeout_s or self.manifest.launch.timeout_s
-
-    def emit(self, event: tuple[str, str, str]) -> None:
-        if self.on_event is not None:
-            self.on_event(event)
-
-
 class CellStep(JobStep, abc.ABC):
     """One repeat of a cell as a job step: a result and a log sink per rank, each rank's lines passed on as
     events, the step recorded in the allocation's facts, a failure raised as CellFailed (SchedulerStopped
@@ -300,8 +275,7 @@ class CellStep(JobStep, abc.ABC):
                  per_node: int = 1, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> None:
         self.job, self.results = job, results
         job.log_dir.mkdir(parents=True, exist_ok=True)
-        writer = job.log_writer or (lambda rank, node: FileSink(job.log_dir / f"{rank}-{node}.log"))
-        self.sinks = [writer(r.rank, r.node) for r in results]
+        self.sinks = [job.sink(r.rank, r.node) for r in results]
         for r, sink in zip(results, self.sinks):
             r.log = str(sink.path)
         demux = Demux(self.sinks, per_node=per_node, control=self.control if self.marks else None)
