@@ -28,14 +28,17 @@ def load_sign_key(path: Path | None) -> Any:
     return load_signer(path, passphrase)
 
 
-def check_sign_target(targets: tuple[str, ...], from_logs: Path | None, maps: tuple[str, ...]) -> None:
-    """``report --sign-key`` signs one run: a run directory or archive, alone."""
+def check_sign_target(targets: tuple[str, ...], from_logs: Path | None, maps: tuple[str, ...],
+                      sign_key: Path | None) -> Any:
+    """The signer of ``report --sign-key`` (None: not signing), which signs one run: a run directory or
+    archive, alone."""
     from repro.errors import UsageError
     from repro.record.archive import is_run_path
 
-    if len(targets) != 1 or from_logs or maps or not is_run_path(targets[0]):
+    if sign_key and (len(targets) != 1 or from_logs or maps or not is_run_path(targets[0])):
         raise UsageError("--sign-key signs one run: give a run directory or archive alone",
-                         hint="repro report logs/RUN_ID --sign-key FILE")
+                         hint="repro report logs/RUN_ID (with --sign-key)")
+    return load_sign_key(sign_key)
 
 
 def sign_sealed(target: str, signer: Any) -> None:

@@ -308,8 +308,8 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
 
     failing = parse_fail_on(fail_on)
     if detach and sign_key:
-        raise UsageError("--sign-key with --detach: the run is sealed when it is judged",
-                         hint="sign it then: repro report RUN_DIR --sign-key FILE")
+        raise UsageError("--detach cannot sign the run (--sign-key): it is sealed when it is judged",
+                         hint="sign it then: repro report RUN_DIR (with --sign-key)")
     signer = load_sign_key(sign_key)  # a bad key fails now, not after the run
 
     images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,

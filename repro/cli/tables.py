@@ -15,7 +15,7 @@ from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 
 from repro.cli.history import record, record_finished, record_options
-from repro.cli.signing import check_sign_target, load_sign_key, sign_key_option, sign_sealed
+from repro.cli.signing import check_sign_target, sign_key_option, sign_sealed
 from repro.cli.common import (
     cells_option,
     echo,
@@ -301,9 +301,7 @@ def report(
         )
     if plot:
         _writable(plot)
-    if sign_key:
-        check_sign_target(targets, from_logs, maps)
-    signer = load_sign_key(sign_key)
+    signer = check_sign_target(targets, from_logs, maps, sign_key)
     detached = _unsealed_detached(targets, from_logs, maps)
     if detached is not None:  # a detached run whose job ended: judged and sealed now, as `repro up` would
         _judge_detached(detached, fmt == "text" and not plot, failing,
@@ -464,8 +462,8 @@ def audit(run: Path, target: str | None, key: Path | None, require_signature: bo
     from repro.errors import ProvenanceError
 
     if require_signature and key is None:
-        raise UsageError("--require-signature needs --key PUBKEY: whose signature is required",
-                         hint="repro audit RUN --key KEY.pub --require-signature")
+        raise UsageError("--require-signature needs a key (--key): the key whose signature is required",
+                         hint="repro audit RUN (with --require-signature and --key)")
     checks = audit_run(run, target, keys=load_keys(key) if key else None)
     echo(
         json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
@@ -478,7 +476,7 @@ def audit(run: Path, target: str | None, key: Path | None, require_signature: bo
             hint="the table above says what differs from what was recorded or expected",
         )
     if require_signature and any(c.status == NOT_SIGNED for c in checks):
-        raise NotSigned(f"{run} is not signed", hint=f"repro report {run} --sign-key FILE signs it")
+        raise NotSigned(f"{run} is not signed", hint=f"repro report {run} signs it (with --sign-key)")
 
 
 @click.command()

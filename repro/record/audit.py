@@ -399,7 +399,7 @@ def signature_checks(run: RunDir, keys: list[Trusted] | None) -> list[Check]:
     if not path.exists() and not path.is_symlink():
         return [] if keys is None else [Check(
             "signature", SIGNED, NOT_SIGNED, "a signature by the key", "none",
-            "the run is not signed (repro report RUN --sign-key FILE signs it)")]
+            "the run is not signed (repro report RUN signs it, given --sign-key)")]
     try:
         env = parse_envelope(read_bounded(path, MAX_ENVELOPE_BYTES, "envelope"))
         statement = read_bounded(run.file(INTOTO), MAX_ENVELOPE_BYTES, "statement")
@@ -410,7 +410,7 @@ def signature_checks(run: RunDir, keys: list[Trusted] | None) -> list[Check]:
         return [Check("signature", SIGNED, TAMPERED, detail=f"signs another statement than {INTOTO}")]
     if keys is None:
         return [Check("signature", SIGNED, MISSING, "—", f"keyid {signed_by}",
-                      "signed; who signed is not checked without --key PUBKEY")]
+                      "signed; who signed is checked only given the key (--key)")]
     signer = verify(env, keys)
     if signer is None:
         return [Check("signature", SIGNED, TAMPERED, "a signature by the key", f"keyid {signed_by}",
