@@ -317,3 +317,35 @@ def test_the_private_key_reaches_no_file_and_no_output(run: RunDir, keys: dict[s
                              serialization.NoEncryption())
     secrets += [seed, seed.hex().encode(), base64.b64encode(seed)]
     assert [s[:12] for s in secrets if any(s in b for b in blobs)] == []
+
+
+def test_an_encrypted_pem_key_signs_with_its_passphrase_and_not_a_wrong_one(keys: dict[str, Path]) -> None:
+    from repro.errors import UsageError
+    from repro.record.dsse import is_encrypted_pem, load_signer, pae as dsse_pae
+
+    assert is_encrypted_pem(keys["encrypted"]) and not is_encrypted_pem(keys["pem"])
+    kid, sig = load_signer(keys["encrypted"], b"correct horse").sign(dsse_pae("t", b"x"))
+    assert len(sig) == 64 and len(kid) == 64
+    with pytest.raises(UsageError, match="not a readable PEM private key .or the passphrase is wrong."):
+        load_signer(keys["encrypted"], b"wrong")
+
+
+def test_sealing_again_drops_the_signature_of_the_statement_it_replaces(run: RunDir,
+                                                                         keys: dict[str, Path]) -> None:
+    """``repro up --resume`` of a signed run seals it again: the old envelope would sign a statement that is
+    gone, so it goes with it (the run is then unsigned, not tampered)."""
+    sign(run, keys["pem"])
+    provenance.finalize(run, provenance.load_record(run.file("provenance.json")))
+    assert not run.file(SIGNED).exists()
+    code, out = cli_run("audit", run.path, "--key", keys["pem_pub"])
+    assert code == 0 and "not signed" in out
+
+
+def test_an_envelope_of_too_many_signatures_is_refused(run: RunDir, keys: dict[str, Path]) -> None:
+    sign(run, keys["ssh"])
+    env = envelope_of(run)
+    env["signatures"] *= 17
+    run.file(SIGNED).write_text(json.dumps(env))
+    code, out = cli_run("audit", run.path, "--key", keys["ssh_pub"], "--format", "json")
+    assert code == 6 and "not 1 to 16 signatures" in [c for c in json.loads(out.split("\nerror:")[0])
+                                                      if c["area"] == "signature"][0]["detail"]

@@ -41,6 +41,7 @@ NAMESPACE = "repro"
 SIGNED = "provenance.intoto.dsse.json"
 MAX_KEY_BYTES = 1 << 20
 MAX_ENVELOPE_BYTES = 64 << 20
+MAX_SIGNATURES = 16
 SSH_TIMEOUT_S = 300  # a passphrase typed at the terminal, or a hardware key touched
 _SSHSIG = b"SSHSIG"
 _ARMOR = "-----{} SSH SIGNATURE-----"
@@ -211,8 +212,9 @@ def parse_envelope(data: bytes) -> Envelope:
         env = Envelope(doc["payloadType"], base64.b64decode(doc["payload"], validate=True), sigs)
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError):
         raise ProvenanceError(f"{SIGNED} is not a DSSE envelope") from None
-    if not isinstance(env.payload_type, str) or not env.signatures:
-        raise ProvenanceError(f"{SIGNED} is not a DSSE envelope (no payloadType or no signature)")
+    if not isinstance(env.payload_type, str) or not 0 < len(env.signatures) <= MAX_SIGNATURES:
+        raise ProvenanceError(f"{SIGNED} is not a DSSE envelope of this kit "
+                              f"(no payloadType, or not 1 to {MAX_SIGNATURES} signatures)")
     return env
 
 
