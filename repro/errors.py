@@ -97,3 +97,9 @@ class ProvenanceError(ReproError):
     """A provenance record or run archive is invalid, tampered with or drifted."""
 
     exit_code = 6
+
+
+class NotSigned(ReproError):
+    """A run that must be signed (``repro audit --require-signature``) carries no signature."""
+
+    exit_code = 9

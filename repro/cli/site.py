@@ -15,6 +15,7 @@ from repro.verdict.rules import FAIL_ON
 
 
 from repro.cli.history import record_finished, record_options
+from repro.cli.signing import load_sign_key, sign_key_option
 from repro.cli.common import (
     cells_option,
     echo,
@@ -285,13 +286,14 @@ def preflight(
                    "`repro report RUN_DIR` judges it once it ended")
 @scheduler_option
 @image_options
+@sign_key_option
 @record_options
 @reports_errors
 def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...], repeats: int | None,
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool,
        accept_new_host_keys: bool, synthetic: bool, fail_on: str | None, scheduler: str | None,
        allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
-       push: str | None, detach: bool, results_path: Path | None, no_record: bool,
+       push: str | None, detach: bool, sign_key: Path | None, results_path: Path | None, no_record: bool,
        cluster: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
@@ -305,6 +307,10 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     from repro.verdict.rules import exit_code, parse_fail_on
 
     failing = parse_fail_on(fail_on)
+    if detach and sign_key:
+        raise UsageError("--detach cannot sign the run (--sign-key): it is sealed when it is judged",
+                         hint="sign it then: repro report RUN_DIR (with --sign-key)")
+    signer = load_sign_key(sign_key)  # a bad key fails now, not after the run
 
     images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,
                            build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
@@ -336,7 +342,7 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     finally:
         progress.close()
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    echo(finish(result, colour=colour), nl=False, color=colour)
+    echo(finish(result, colour=colour, sign_key=signer), nl=False, color=colour)
     record_finished(result, results_path, no_record, cluster)
     if result.failed:
         sys.exit(5)

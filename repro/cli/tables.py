@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 
-from repro.errors import UsageError
+from repro.errors import NotSigned, UsageError
 from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 
 from repro.cli.history import record, record_finished, record_options
+from repro.cli.signing import check_sign_target, sign_key_option, sign_sealed
 from repro.cli.common import (
     cells_option,
     echo,
@@ -260,6 +261,7 @@ def _no_figure(log: Path, out: dict[str, Any]) -> str | None:
     help="write the chart in the format its extension names: .png, .svg or .pdf",
 )
 @click.option("--fail-on", help=f"verdicts that fail, comma-separated (default: all of {', '.join(FAIL_ON)})")
+@sign_key_option
 @record_options
 @reports_errors
 def report(
@@ -270,6 +272,7 @@ def report(
     fmt: str,
     plot: Path | None,
     fail_on: str | None,
+    sign_key: Path | None,
     results_path: Path | None,
     no_record: bool,
     cluster: str | None,
@@ -298,10 +301,13 @@ def report(
         )
     if plot:
         _writable(plot)
+    signer = check_sign_target(targets, from_logs, maps, sign_key)
     detached = _unsealed_detached(targets, from_logs, maps)
     if detached is not None:  # a detached run whose job ended: judged and sealed now, as `repro up` would
         _judge_detached(detached, fmt == "text" and not plot, failing,
-                        None if no_record else (results_path, cluster))
+                        None if no_record else (results_path, cluster), signer)
+    elif signer is not None:
+        sign_sealed(targets[0], signer)
     results, environment, snap = _report_results(targets, table_id, from_logs, maps, fmt,
                                                   None if no_record else cluster or "")
     if fmt == "text":
@@ -345,7 +351,7 @@ def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
 
 
 def _judge_detached(detached: Any, show: bool, failing: set[str],
-                    recording: tuple[Path | None, str | None] | None) -> None:
+                    recording: tuple[Path | None, str | None] | None, signer: Any = None) -> None:
     """Judge and seal a detached run whose job ended; with ``show``, print its table, record it
     (``recording``: the results store and cluster name; None: --no-record) and exit as `repro up` would."""
     from repro.up import adopt, image_failure
@@ -354,7 +360,7 @@ def _judge_detached(detached: Any, show: bool, failing: set[str],
 
     result = adopt(detached)
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = finish(result, colour=colour)
+    text = finish(result, colour=colour, sign_key=signer)
     if show:
         echo(text, nl=False, color=colour)
         if recording is not None:
@@ -438,17 +444,27 @@ def run_environment(run: Any, manifest: Any) -> list[Any]:
 @click.option(
     "--against", "target", help="compare with this target's current manifest (default: the run's own)"
 )
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path),
+              help="verify the run's signature by this key too: an ed25519 public key (PEM), an SSH public "
+                   "key or an allowed_signers file")
+@click.option("--require-signature", is_flag=True,
+              help=f"exit {NotSigned.exit_code} when the run is not signed (with --key)")
 @format_option("json")
 @reports_errors
-def audit(run: Path, target: str | None, fmt: str) -> None:
-    """Verify a run directory or archive: checksums, schema, pins, environment, results (exit 6 on
-    drift/tampering)."""
+def audit(run: Path, target: str | None, key: Path | None, require_signature: bool, fmt: str) -> None:
+    """Verify a run directory or archive: checksums, schema, pins, environment, results, and with --key its
+    signature (exit 6 on drift/tampering or a signature not by the key; with --require-signature,
+    9 when it is not signed)."""
     import dataclasses
 
-    from repro.record.audit import audit as audit_run, failing, render
+    from repro.record.audit import NOT_SIGNED, audit as audit_run, failing, render
+    from repro.record.dsse import load_keys
     from repro.errors import ProvenanceError
 
-    checks = audit_run(run, target)
+    if require_signature and key is None:
+        raise UsageError("--require-signature needs a key (--key): the key whose signature is required",
+                         hint="repro audit RUN (with --require-signature and --key)")
+    checks = audit_run(run, target, keys=load_keys(key) if key else None)
     echo(
         json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
         nl=fmt == "json",
@@ -459,6 +475,8 @@ def audit(run: Path, target: str | None, fmt: str) -> None:
             f"{len(bad)} check(s) failed: " + "; ".join(f"{c.item} {c.status}" for c in bad[:5]),
             hint="the table above says what differs from what was recorded or expected",
         )
+    if require_signature and any(c.status == NOT_SIGNED for c in checks):
+        raise NotSigned(f"{run} is not signed", hint=f"repro report {run} signs it (with --sign-key)")
 
 
 @click.command()

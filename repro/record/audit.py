@@ -8,9 +8,13 @@ that never wrote its provenance: there is nothing to verify, which is no evidenc
 - pins: the image digest on every node, the framework version, the source commit, the
   manifest version (with ``--against``) - observed in the run against the manifest and lock;
 - environment: the nodes' hardware and stack against the publication's (``expect``);
-- results: every repeat finished, and the reports still follow from the logs.
+- results: every repeat finished, and the reports still follow from the logs;
 
-``missing`` (a fact the run could not observe) is reported but is not a failure;
+and, where the run is signed or a key is given, its signature: the DSSE envelope beside the in-toto
+statement must sign that very statement, and with keys, be by one of them (``not signed`` when there is
+no envelope).
+
+``missing`` (a fact the run could not observe) and ``not signed`` are reported but are not failures;
 ``drift``, ``tampered`` and ``not sealed`` are (exit 6 in the CLI).
 """
 
@@ -26,6 +30,8 @@ from tabulate import tabulate
 
 from repro import __version__
 from repro.record.archive import Limits, checksum_file, is_archive, opened_run
+from repro.record.dsse import (MAX_ENVELOPE_BYTES, PAYLOAD_TYPE, SIGNED, Trusted, parse_envelope,
+                                read_bounded, verify)
 from repro.errors import ProvenanceError, ReproError
 from repro.spec.manifest import Manifest, canonical_sha256
 from repro.nodes.facts import value
@@ -36,6 +42,7 @@ from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir
 from repro.tree import walk
 
 OK, DRIFT, MISSING, TAMPERED, NOT_SEALED = "ok", "drift", "missing", "tampered", "not sealed"
+NOT_SIGNED = "not signed"
 FAILING = (DRIFT, TAMPERED, NOT_SEALED)
 #: manifest ``framework`` -> the container probe's key
 PROBE_KEY = {"pytorch": "torch", "paddle": "paddle", "tensorflow": "tensorflow", "mxnet": "mxnet",
@@ -53,8 +60,9 @@ def render(checks: list[Check]) -> str:
     rows = [[c.area, c.item, c.status.upper() if c.status in FAILING else c.status, cut(c.expected, 40),
              cut(c.observed, 48), cut(c.detail, 90)] for c in checks]
     counts = {s: sum(c.status == s for c in checks) for s in (OK, DRIFT, MISSING, TAMPERED)}
-    if any(c.status == NOT_SEALED for c in checks):
-        counts[NOT_SEALED] = sum(c.status == NOT_SEALED for c in checks)
+    for rare in (NOT_SEALED, NOT_SIGNED):
+        if any(c.status == rare for c in checks):
+            counts[rare] = sum(c.status == rare for c in checks)
     table = tabulate(rows, headers=["area", "check", "status", "expected", "observed", "detail"],
                      tablefmt="github", disable_numparse=True)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(checks)} checks"
@@ -80,13 +88,14 @@ def verify_sums(run: RunDir) -> list[Check]:
             out.append(Check("integrity", f"{SUMS} line {i}", TAMPERED,
                              detail=f"not a checksum line: {line[:80]!r}"))
             continue
-        listed[m.group(2)] = m.group(1)
+        if m.group(2) != SIGNED:
+            listed[m.group(2)] = m.group(1)
     present = set()
     for p in walk(run.path, ProvenanceError):
         rel = p.relative_to(run.path).as_posix()
         if p.is_symlink():
             out.append(Check("integrity", rel, TAMPERED, detail=f"a symbolic link (to {p.readlink()})"))
-        elif p.is_file() and rel != SUMS:
+        elif p.is_file() and rel not in (SUMS, SIGNED):  # the envelope is verified by its signature
             present.add(rel)
     for rel in sorted(listed):
         if rel not in present:
@@ -377,14 +386,45 @@ def _close(a: float | None, b: float | None) -> bool:
                                          and abs(a - b) <= 1e-9 * max(1.0, abs(a)))
 
 
-def audit_run(run: RunDir, against: Manifest | None = None) -> list[Check]:
+def integrity(run: RunDir) -> tuple[dict[str, Any] | None, list[Check]]:
+    """The integrity checks of a sealed run: its files against SHA256SUMS, the record and the statement."""
+    record, checks = _record_checks(run)
+    return record, verify_sums(run) + checks
+
+
+def signature_checks(run: RunDir, keys: list[Trusted] | None) -> list[Check]:
+    """The envelope signs the statement present, and with ``keys``, one of them made it (none: not
+    signed, a row only where keys are given)."""
+    path = run.file(SIGNED)
+    if not path.exists() and not path.is_symlink():
+        return [] if keys is None else [Check(
+            "signature", SIGNED, NOT_SIGNED, "a signature by the key", "none",
+            "the run is not signed (repro report RUN signs it, given --sign-key)")]
+    try:
+        env = parse_envelope(read_bounded(path, MAX_ENVELOPE_BYTES, "envelope"))
+        statement = read_bounded(run.file(INTOTO), MAX_ENVELOPE_BYTES, "statement")
+    except ReproError as e:
+        return [Check("signature", SIGNED, TAMPERED, detail=str(e).replace(str(run.path) + "/", ""))]
+    signed_by = ", ".join(k or "(no keyid)" for k, _ in env.signatures)
+    if env.payload_type != PAYLOAD_TYPE or env.payload != statement:
+        return [Check("signature", SIGNED, TAMPERED, detail=f"signs another statement than {INTOTO}")]
+    if keys is None:
+        return [Check("signature", SIGNED, MISSING, "—", f"keyid {signed_by}",
+                      "signed; who signed is checked only given the key (--key)")]
+    signer = verify(env, keys)
+    if signer is None:
+        return [Check("signature", SIGNED, TAMPERED, "a signature by the key", f"keyid {signed_by}",
+                      "not signed by the key given, or the signed statement was changed")]
+    return [Check("signature", SIGNED, OK, "a signature by the key", signer, f"DSSE over {INTOTO}")]
+
+
+def audit_run(run: RunDir, against: Manifest | None = None, keys: list[Trusted] | None = None) -> list[Check]:
     if not run.file(SUMS).exists() and not run.file(PROVENANCE).exists():
         return [Check("integrity", PROVENANCE, NOT_SEALED, "provenance.json and SHA256SUMS", "absent",
                       "the run never sealed itself (it did not finish, or was stopped before the end): "
                       "nothing in it can be verified; `repro up --resume RUN_DIR` finishes and seals it")]
-    checks = verify_sums(run)
-    record, more = _record_checks(run)
-    checks += more
+    record, checks = integrity(run)
+    checks += signature_checks(run, keys)
     if record is None:
         return checks
     try:
@@ -395,15 +435,17 @@ def audit_run(run: RunDir, against: Manifest | None = None) -> list[Check]:
         + result_checks(run, record)
 
 
-def audit(path: Path, against: str | None = None, limits: Limits = Limits()) -> list[Check]:
-    """Audit a run directory or archive (unpacked safely first); ``against``: a target id or manifest."""
+def audit(path: Path, against: str | None = None, limits: Limits = Limits(),
+          keys: list[Trusted] | None = None) -> list[Check]:
+    """Audit a run directory or archive (unpacked safely first); ``against``: a target id or manifest;
+    ``keys``: who may have signed it (:func:`repro.record.dsse.load_keys`)."""
     target = None
     if against:
         from repro.spec.manifest import find_target
 
         target = find_target(against)
     with opened_run(path, limits) as run:
-        checks = audit_run(run, target)
+        checks = audit_run(run, target, keys)
     if is_archive(Path(path)):
         has = checksum_file(Path(path)).is_file()
         checks.insert(0, Check("integrity", checksum_file(Path(path)).name, OK if has else MISSING,

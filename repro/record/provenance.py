@@ -25,6 +25,7 @@ from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 from repro.nodes.facts import Probe, fail, ok
 from repro.redact import redact_argv, redact_env
+from repro.record.dsse import SIGNED
 from repro.run.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir
 from repro.spec.schema import load_schema, strict_validator_class
 
@@ -178,6 +179,7 @@ def finalize(run: RunDir, record: dict[str, Any], *, finished: str | None = None
     record["finished"] = finished or now()
     record = run.redactor.data(record)
     check_record(record)
+    run.file(SIGNED).unlink(missing_ok=True)  # a signature of the statement this seal replaces
     run.write_json(PROVENANCE, record)
     run.write_json(INTOTO, to_intoto(run, record))
     write_sums(run)

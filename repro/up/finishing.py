@@ -36,16 +36,15 @@ def seal(result: UpResult, progress: Progress) -> None:
         progress(Event("warn", f"provenance not written: {e}"))
 
 
-def finish(result: UpResult, *, colour: bool = False) -> str:
-    """Parse the run's logs with the manifest's protocol, write the reports into the run
-    directory (report.md/csv/json/png and a self-contained report.html), fill ``result.verdicts``
-    and return the table with a closing summary for the CLI to print."""
+def finish(result: UpResult, *, colour: bool = False, sign_key: Any = None) -> str:
+    """Parse the run's logs with the manifest's protocol, write the reports into the run directory
+    (report.md/csv/json/png, report.html), seal it, sign it with ``sign_key`` (a repro.record.dsse.Signer),
+    fill ``result.verdicts`` and return the table with a closing summary for the CLI to print."""
     from repro.record.audit import environment_checks
     from repro.verdict.html import render_html
     from repro.verdict.report import render_text
     from repro.verdict.reproduce import reproduce_run
-
-    from repro.record import archive
+    from repro.record import archive, sign
 
     run = result.run
     table = result.table = reproduce_run(run.path)
@@ -62,13 +61,14 @@ def finish(result: UpResult, *, colour: bool = False) -> str:
     png = run.file("report.png").read_bytes() if chart is None else None  # drawn once, for both
     run.write_text("report.html", render_html([table], environment=environment, chart=png))
     seal(result, ignore)
+    signed = f"signed by keyid {sign.sign_run(run.path, sign_key)}\n" if sign_key is not None else ""
     packed = archive.create(run)
     overhead = result.seconds - result.cell_seconds
     summary = (f"\nrun {run.path}: {result.done} repeat(s) done, {len(result.failed)} failed"
                + (f" ({', '.join(result.failed)})" if result.failed else "")
                + f"; {result.seconds:.0f} s in all, {result.cell_seconds:.0f} s in cells\n")
     summary += f"report {run.file('report.html')}\n" + (f"chart not drawn: {chart}\n" if chart else "")
-    summary += f"archive {packed} (check it with: repro audit {packed})\n"
+    summary += f"archive {packed} (check it with: repro audit {packed})\n" + signed
     if result.failed:
         summary += f"finish it with: repro up --resume {run.path}\n"
     log.debug("kit overhead outside cells: %.1f s", overhead)
