@@ -4,7 +4,7 @@
 1. start skew: the spread between the first and the last node's container start, over
    several 2-node launches of a trivial command (target <= 0.5 s);
 2. throughput by the kit vs by hand: the same 1-node ResNet-50 CPU cell started by
-   repro.launch.launch_cell and by a plain Docker SDK run of the same image, command and
+   repro.run.launch.launch_cell and by a plain Docker SDK run of the same image, command and
    options, alternated, each measured with the target's own protocol (target >= 0.98x);
 3. kit overhead of `repro up` on one cell: its wall time outside the cell (target <= 5 %
    of a 60 s cell), and that a second `repro up` with the image present pulls and builds nothing.

@@ -8,7 +8,7 @@ For N runs of a trivial 2-node cell (tests/data/launch/echo.yaml, the cluster's 
 2. the kit's cell under Slurm: srun started -> first container started (the agent's mark),
    and that minus the bare step's latency (what the kit adds beyond Slurm's own);
 3. start skew across the two nodes (container starts, as the agents report them);
-4. per-cell wall time, Slurm job step vs the SSH/engine launcher (repro.launch.launch_cell),
+4. per-cell wall time, Slurm job step vs the SSH/engine launcher (repro.run.launch.launch_cell),
    alternated on the same nodes and image.
 
     SLURM_CONF=/tmp/repro-cluster/slurm/slurm.conf scripts/bench_slurm.py [--runs N]

@@ -139,11 +139,11 @@ def add_finding(record: dict[str, Any], cell: Cell, repeat: int, kind: str, text
 
 
 def nccl_transport(path: Path) -> Probe:
-    """The transport NCCL used, as the rank's log says (NCCL_DEBUG=INFO lines; see repro.nccl)."""
+    """The transport NCCL used, as the rank's log says (NCCL_DEBUG=INFO lines; see repro.measure.nccl)."""
     try:
         from repro.measure.nccl import scan
     except ImportError:
-        return fail("this kit has no NCCL log scanner (repro.nccl)")
+        return fail("this kit has no NCCL log scanner (repro.measure.nccl)")
     try:
         with path.open("r", encoding="utf-8", errors="replace") as f:
             s = scan(f)

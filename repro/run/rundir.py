@@ -58,7 +58,7 @@ REPORTS = {"md": "report.md", "csv": "report.csv", "json": "report.json"}
 RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9._-]+-[0-9a-f]{6}\Z")
 _CELL_KEY = re.compile(r"^(\d+)n(\d+)g-(.+)-bs(\d+)$")
 MAX_PENDING = 1 << 16
-#: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (repro.launch's naming) is read too.
+#: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (an earlier kit's naming) is read too.
 _LOG_NAME = re.compile(r"^(?:rank)?(\d+)-(.+)\.log$")
 
 #: libyaml's safe dumper and loader where PyYAML has them (the same documents, several times faster)

@@ -141,7 +141,7 @@ class ParseResult:
 
 
 class LogParser(abc.ABC):
-    """One log format. Subclasses register themselves in :data:`repro.parsers.PARSERS`."""
+    """One log format. Subclasses register themselves in :data:`repro.measure.parsers.PARSERS`."""
 
     name: ClassVar[str]  # set by the registry
     #: fewest usable records a figure may come from (a protocol may ask for more)
