@@ -23,7 +23,7 @@ from repro.digest import sha256_file
 from repro.errors import ProvenanceError
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
-from repro.nodes.facts import Probe, fail, ok
+from repro.nodes.facts import Fact, fail, ok
 from repro.redact import redact_argv, redact_env
 from repro.run.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir
 from repro.spec.schema import load_schema, strict_validator_class
@@ -103,8 +103,8 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
     }
 
 
-def add_node(record: dict[str, Any], node: Node, *, host: Mapping[str, Probe], image: Mapping[str, Any],
-             container: Probe) -> None:
+def add_node(record: dict[str, Any], node: Node, *, host: Mapping[str, Fact], image: Mapping[str, Any],
+             container: Fact) -> None:
     """One node's facts: host probes, the image it ran (ref, id, digest, labels), the container probe."""
     record["nodes"].append({"name": node.name, "address": node.address, "host": dict(host),
                             "image": {"ref": image.get("ref"), "id": image.get("id"),
@@ -138,7 +138,7 @@ def add_finding(record: dict[str, Any], cell: Cell, repeat: int, kind: str, text
     record.setdefault("findings", []).append({"cell": cell.key, "repeat": repeat, "kind": kind, "text": text})
 
 
-def nccl_transport(path: Path) -> Probe:
+def nccl_transport(path: Path) -> Fact:
     """The transport NCCL used, as the rank's log says (NCCL_DEBUG=INFO lines; see repro.measure.nccl)."""
     try:
         from repro.measure.nccl import scan
