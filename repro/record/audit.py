@@ -385,7 +385,7 @@ def _close(a: float | None, b: float | None) -> bool:
 
 def audit_run(run: RunDir, against: Manifest | None = None) -> list[Check]:
     if not run.file(SUMS).exists() and not run.file(PROVENANCE).exists():
-        return [Check("integrity", PROVENANCE, NOT_SEALED, "provenance.json and SHA256SUMS", "absent",
+        return [Check("integrity", PROVENANCE, NOT_SEALED, f"{PROVENANCE} and {SUMS}", "absent",
                       "the run never sealed itself (it did not finish, or was stopped before the end): "
                       "nothing in it can be verified; `repro up --resume RUN_DIR` finishes and seals it")]
     checks = verify_sums(run)
