@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from cli_helpers import run_cli
 
-from repro.cli.logs import ENV, LOGGER, configure
+from repro.cli.logsetup import ENV, LOGGER, configure
 from repro.errors import UsageError
 
 

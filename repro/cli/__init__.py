@@ -1,9 +1,9 @@
 """The ``repro`` command line: one thin command per verb.
 
-This package is the only place that prints, chooses exit codes or configures logging (``logs``: ``repro -v``,
-``-vv`` or ``REPRO_LOG_LEVEL``); everything it calls raises ReproError subclasses that carry their own exit
-code. ``common`` holds what every verb shares; ``tables`` the verbs that read targets, logs and runs; ``site``
-those that act on a site; ``history`` the results store's (history, compare).
+This package is the only place that prints, chooses exit codes or configures logging (``logsetup``:
+``repro -v``, ``-vv`` or ``REPRO_LOG_LEVEL``); everything it calls raises ReproError subclasses that carry
+their own exit code. ``common`` holds what every verb shares; ``tables`` the verbs that read targets, logs
+and runs; ``site`` those that act on a site; ``history`` the results store's (history, compare).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Verbs(click.Group):
 def cli(verbose: int) -> None:
     """Reproduce published deep-learning benchmark tables with one command."""
     from repro.cli.common import fail
-    from repro.cli.logs import configure
+    from repro.cli.logsetup import configure
     from repro.errors import ReproError
 
     try:
