@@ -179,7 +179,7 @@ _ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 #: other control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _UNSHOWN = re.compile(f"{_ESCAPE.pattern}|{_CONTROL.pattern}")
-#: the colours the kit itself paints verdicts with (repro.report.ANSI), kept when colour is on
+#: the colours the kit itself paints verdicts with (repro.verdict.report.ANSI), kept when colour is on
 _OWN_COLOURS = frozenset({"\x1b[0m", "\x1b[31m", "\x1b[32m", "\x1b[33m"})
 
 

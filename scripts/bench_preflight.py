@@ -10,11 +10,11 @@ Needs a test cluster with at least 8 nodes, for example one beside the default c
 Measured in this process, after one warm-up run of each, alternating 1 node and 8 nodes
 ``--runs`` times:
 
-* ``preflight``: ``repro.preflight.run_preflight`` - connect, then the probe script (login
+* ``preflight``: ``repro.nodes.preflight.run_preflight`` - connect, then the probe script (login
   shell, docker info, df, nvidia-smi/ibstat lookups) on every node;
-* ``login``: ``repro.nodes.run_on_all`` running ``true`` on every node - what the node's
+* ``login``: ``repro.nodes.ssh.run_on_all`` running ``true`` on every node - what the node's
   login shell costs before any probe runs (sshd forks it, it reads its rc files);
-* ``connect``: ``repro.nodes.run_on_all`` with only an SSH protocol round trip per node -
+* ``connect``: ``repro.nodes.ssh.run_on_all`` with only an SSH protocol round trip per node -
   the fan-out itself (threads, TCP, key exchange, host-key check, authentication).
 
 Reported per size: the median wall time, the median CPU time of this process (the client

@@ -247,7 +247,7 @@ def test_progress_run_directory_archive_and_provenance_hold_no_secret(tmp_path: 
         if p.is_file():
             data = gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()
             assert not leaked(data), (p, leaked(data))
-    written = provenance.load_record(run.file("provenance.json"))
+    written = provenance.read_record(run.file("provenance.json"))
     assert _manifest_check(run, written).status == OK  # audit verifies the redacted manifest
 
 

@@ -96,7 +96,7 @@ def make_run(root: Path, *, driver_on_last: str = "525.60.11") -> RunDir:
             if rank == 0:
                 path = run.write_log(cell, 1, 0, "node0", pc.logs[0].read_bytes())
             else:
-                # output written by other code (as repro.launch does), secrets and all
+                # output written by other code (as repro.run.launch does), secrets and all
                 path = run.log_dir(cell, 1) / f"rank{rank}-node{rank}.log"
                 path.write_text(f"worker {rank}\nNCCL INFO Channel 00 : 0[0] -> 8[0] [send] via NET/IB/0\n"
                                 f"env: API_TOKEN={SECRET_CMD}\n")

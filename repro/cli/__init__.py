@@ -1,14 +1,15 @@
 """The ``repro`` command line: one thin command per verb.
 
-This package is the only place that prints, chooses exit codes or configures logging; everything it calls
-raises ReproError subclasses that carry their own exit code. ``common`` holds what every verb shares;
-``tables`` the verbs that read targets, logs and runs; ``site`` those that act on a site; ``history`` the
-results store's (history, compare).
+This package is the only place that prints, chooses exit codes or configures logging (``logsetup``:
+``repro -v``, ``-vv`` or ``REPRO_LOG_LEVEL``); everything it calls raises ReproError subclasses that carry
+their own exit code. ``common`` holds what every verb shares; ``tables`` the verbs that read targets, logs
+and runs; ``site`` those that act on a site; ``history`` the results store's (history, compare).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import click
@@ -63,8 +64,19 @@ class Verbs(click.Group):
 
 @click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="repro")
-def cli() -> None:
+@click.option("-v", "--verbose", count=True,
+              help="log what the kit does (-v), every step (-vv); else as REPRO_LOG_LEVEL says "
+                   "(debug, info, warning, error)")
+def cli(verbose: int) -> None:
     """Reproduce published deep-learning benchmark tables with one command."""
+    from repro.cli.common import fail
+    from repro.cli.logsetup import configure
+    from repro.errors import ReproError
+
+    try:
+        configure(verbose, os.environ)
+    except ReproError as e:
+        fail(e)
 
 
 def main() -> None:

@@ -48,10 +48,11 @@ def _facts(run: Any, manifest: Any) -> list[Any]:
     publication's, as `repro audit` checks them from the provenance record; none without one."""
     from repro.errors import ProvenanceError
     from repro.record.audit import environment_checks, pin_checks
-    from repro.record.provenance import load_record
+    from repro.layout import PROVENANCE
+    from repro.record.provenance import read_record
 
     try:
-        record = load_record(run.file("provenance.json"))
+        record = read_record(run.file(PROVENANCE))
         return environment_checks(record, manifest) + pin_checks(record, manifest, False)
     except (ProvenanceError, KeyError, TypeError, ValueError):
         return []

@@ -343,11 +343,12 @@ def _unsealed_detached(targets: tuple[str, ...], from_logs: Path | None,
     """The run directory of a detached run not judged yet (no provenance.json), where that is all
     ``report`` was given."""
     from repro.up import is_detached
+    from repro.layout import PROVENANCE
 
     if len(targets) != 1 or from_logs or maps:
         return None
     path = Path(targets[0])
-    return path if path.is_dir() and is_detached(path) and not (path / "provenance.json").is_file() else None
+    return path if path.is_dir() and is_detached(path) and not (path / PROVENANCE).is_file() else None
 
 
 def _judge_detached(detached: Any, show: bool, failing: set[str],
@@ -431,10 +432,11 @@ def run_environment(run: Any, manifest: Any) -> list[Any]:
     """A run's environment against its publication's, from its provenance record (none: empty)."""
     from repro.record.audit import environment_checks
     from repro.errors import ProvenanceError
-    from repro.record.provenance import load_record
+    from repro.layout import PROVENANCE
+    from repro.record.provenance import read_record
 
     try:
-        return environment_checks(load_record(run.file("provenance.json")), manifest)
+        return environment_checks(read_record(run.file(PROVENANCE)), manifest)
     except ProvenanceError:
         return []
 

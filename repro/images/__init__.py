@@ -23,7 +23,7 @@ from repro.errors import UsageError
 from repro.spec.hosts import Hosts
 from repro.images import registry
 from repro.images.build import BuildOptions, Built, build_image, find_current, variant
-from repro.images.distribute import NodeResult, distribute
+from repro.images.distribute import ImageOnNode, distribute
 from repro.images.engine import connect
 from repro.events import Event, Progress, ignore
 from repro.images.refs import Ref, parse_ref, retag
@@ -54,7 +54,7 @@ class ImagesResult:
     lock_written: bool
     built: Built | None = None
     pushed: Ref | None = None
-    nodes: tuple[NodeResult, ...] = ()
+    nodes: tuple[ImageOnNode, ...] = ()
     seconds: float = 0.0
 
 

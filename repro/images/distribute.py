@@ -29,7 +29,9 @@ MAX_PARALLEL = 16
 
 
 @dataclass(frozen=True)
-class NodeResult:
+class ImageOnNode:
+    """The image on one node after distribution: its id there, and how it got there."""
+
     node: str
     image_id: str
     how: str  # present | pulled | streamed
@@ -37,7 +39,7 @@ class NodeResult:
 
 
 def distribute(local: docker.DockerClient, image_id: str, hosts: Hosts, *, names: Sequence[str] = (),
-               registry_ref: Ref | None = None, progress: Progress = ignore) -> list[NodeResult]:
+               registry_ref: Ref | None = None, progress: Progress = ignore) -> list[ImageOnNode]:
     """Make every node of ``hosts`` hold ``image_id`` under ``names`` (tags); see the module doc.
 
     Raises one error naming every node that failed, after all nodes were tried.
@@ -73,7 +75,7 @@ def distribute(local: docker.DockerClient, image_id: str, hosts: Hosts, *, names
 
 
 def _one(local: docker.DockerClient, node: Node, image_id: str, names: Sequence[str],
-         registry_ref: Ref | None, progress: Progress) -> NodeResult:
+         registry_ref: Ref | None, progress: Progress) -> ImageOnNode:
     started = time.monotonic()
     client = node_client(node)
     try:
@@ -88,7 +90,7 @@ def _one(local: docker.DockerClient, node: Node, image_id: str, names: Sequence[
             held = found.id if found is not None else "(none)"
     finally:
         client.close()
-    result = NodeResult(node.name, held, how, time.monotonic() - started)
+    result = ImageOnNode(node.name, held, how, time.monotonic() - started)
     progress(Event("node", f"{how} in {result.seconds:.1f} s", node=node.name, data={"how": how}))
     return result
 

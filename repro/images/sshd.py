@@ -6,7 +6,7 @@ client but no sshd, so every image of an mpi target gets this layer on top, last
 installs openssh-server (and the client) with apt when ``/usr/sbin/sshd`` or ``ssh`` is
 missing (from the distribution's apt sources only: ``repro.images.apt``),
 drops the host keys the package generates (each run brings its own), and checks
-that both are there. The sshd configuration is written per run (``repro.launchers.mpi``).
+that both are there. The sshd configuration is written per run (``repro.run.launchers.mpi``).
 Rendering is a pure function.
 """
 

@@ -101,7 +101,7 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
     """Apply ``protocol`` to one run. ``gpus`` (the cell's GPU count) wins over ``series.gpus``;
     ``floor`` is the fewest records a figure of the log's format may come from (its parser's
     ``min_records``), whatever the protocol allows. A series read with a :class:`Tally` (see
-    :func:`repro.parsers.parse_file`) is measured from it, by the protocol it was read for."""
+    :func:`repro.measure.parsers.parse_file`) is measured from it, by the protocol it was read for."""
     issues: list[str] = []
     count = gpus if gpus is not None else series.gpus
     factor: float | None = 1.0

@@ -28,7 +28,9 @@ from repro import paths
 from repro.throwaway import throwaway
 
 
-Probe = dict[str, Any]
+#: one recorded fact that fails soft: ``{"value": ..., "reason": None}``, or a None value and the reason (the
+#: provenance schema's ``probe``); a preflight check's outcome is :class:`repro.nodes.preflight.Probe`
+Fact = dict[str, Any]
 Sections = Mapping[str, tuple[str, int]]  # section name -> (output, exit status)
 PROBE_SCRIPT = "probe-container.py"
 #: The one GPU query: preflight's checks read name, memory and driver; the provenance records every field.
@@ -97,11 +99,11 @@ def parse_sections(text: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def ok(value: Any) -> Probe:
+def ok(value: Any) -> Fact:
     return {"value": value, "reason": None}
 
 
-def fail(reason: str) -> Probe:
+def fail(reason: str) -> Fact:
     return {"value": None, "reason": reason}
 
 
@@ -335,7 +337,7 @@ HOST_FACTS = ("hostname", "os", "kernel", "cpu", "memory", "gpus", "cuda_driver"
               "mlx5_core", "mofed", "docker")
 
 
-def not_run(reason: str) -> dict[str, Probe]:
+def not_run(reason: str) -> dict[str, Fact]:
     return {k: fail(reason) for k in HOST_FACTS}
 
 
@@ -351,7 +353,7 @@ def _why(sec: tuple[str, int] | None, what: str) -> str:
             f"{text.strip().splitlines()[-1][:200] if text.strip() else 'no output'}")
 
 
-def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Probe:
+def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Fact:
     """A section read by its tool's parser; the reason when the tool failed or printed something else."""
     if name not in sec or sec[name][1] != 0:
         return fail(_why(sec.get(name), what))
@@ -361,13 +363,13 @@ def _parsed(sec: Sections, name: str, what: str, parse: Any) -> Probe:
         return fail(f"{what}: {str(e)[:200]}")
 
 
-def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Probe]:
+def host_facts(sec: Sections, why_not: str = "no output") -> dict[str, Fact]:
     """The host facts the provenance records, from the node script's sections (:func:`parse_sections`);
     ``why_not``: what to say when the output holds none of them."""
     if not sec:
         return not_run(f"host probe did not run: {why_not}")
 
-    def text(name: str, what: str) -> Probe:
+    def text(name: str, what: str) -> Fact:
         return _parsed(sec, name, what, lambda t: t.strip() or _raise(f"{what} printed nothing"))
 
     kernel = text("kernel", "uname -r")
@@ -413,7 +415,7 @@ def _cuda_version(text: str) -> str:
     return m[1] if m else _raise("no CUDA Version in its banner")
 
 
-def _os(sec: Sections) -> Probe:
+def _os(sec: Sections) -> Fact:
     found = sec.get("os")
     if not found or found[1] != 0:
         return fail(_why(found, "/etc/os-release"))
@@ -425,7 +427,7 @@ def _os(sec: Sections) -> Probe:
                "release": text.strip().splitlines()[0] if rc == 0 and text.strip() else None})
 
 
-def _cpu(sec: Sections) -> Probe:
+def _cpu(sec: Sections) -> Fact:
     lscpu = sec.get("lscpu")
     if lscpu and lscpu[1] == 0:
         kv = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lscpu[0].splitlines())}
@@ -448,7 +450,7 @@ def _cpu(sec: Sections) -> Probe:
     return fail(f"{_why(lscpu, 'lscpu')}; /proc/cpuinfo unreadable")
 
 
-def _memory(sec: Sections) -> Probe:
+def _memory(sec: Sections) -> Fact:
     found = sec.get("meminfo")
     m = re.search(r"MemTotal:\s+(\d+)\s*kB", found[0]) if found else None
     return ok({"total_bytes": int(m.group(1)) * 1024}) if m else fail(_why(found, "/proc/meminfo"))
@@ -464,7 +466,7 @@ _LAUNCH = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then
 
 
 def probe_container(client: Any, image: str, *, sources: Sequence[str] = (), timeout_s: int = 600,
-                    run_id: str | None = None, **run_kwargs: Any) -> Probe:
+                    run_id: str | None = None, **run_kwargs: Any) -> Fact:
     """Run the probe script in a fresh container of ``image`` (no network); its JSON document. The container
     carries the run's id (``run_id``), so that ``repro clean`` finds it after a crash."""
     script = probe_script()

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.layout import TELEMETRY_PREFIX, TELEMETRY_SUFFIX, TELEMETRY_SUMMARY, repeat_dirs, telemetry_name
+
 SAMPLER = Path(__file__).with_name("sampler.py")
 INTERVAL_MS = 1000
 MAX_BYTES = 4 << 20  # per node and repeat: about 8 hours of one node with 8 GPUs at 1 s
 MARGIN_S = 600  # a sampler outlives its cell's deadline by at most this
-PREFIX, SUFFIX, SUMMARY = "telemetry-", ".txt", "telemetry.json"
 #: the kit's own first line of a node's file: the ids of the cell's containers on that node
 CONTAINERS = "containers"
 #: a busy GPU's SM clock below this share of its maximum counts as below max
@@ -74,7 +75,7 @@ def shown_sampler(argv: Sequence[str]) -> list[str]:
 
 
 def node_file(log_dir: Path, node: str) -> Path:
-    return log_dir / f"{PREFIX}{node}{SUFFIX}"
+    return log_dir / telemetry_name(node)
 
 
 # ---------------------------------------------------------------------------------------- parsing
@@ -306,10 +307,10 @@ def node_summary(s: Stream) -> dict[str, Any]:
 
 def repeat_summary(log_dir: Path) -> dict[str, Any] | None:
     """Every node's summary of one repeat's telemetry files (None: the repeat has none)."""
-    files = sorted(log_dir.glob(f"{PREFIX}*{SUFFIX}")) if log_dir.is_dir() else []
+    files = sorted(log_dir.glob(f"{TELEMETRY_PREFIX}*{TELEMETRY_SUFFIX}")) if log_dir.is_dir() else []
     out = {}
     for f in files:
-        node = f.name[len(PREFIX):-len(SUFFIX)]
+        node = f.name[len(TELEMETRY_PREFIX):-len(TELEMETRY_SUFFIX)]
         with f.open(encoding="utf-8", errors="replace") as lines:
             out[node] = node_summary(parse_stream(node, lines))
     return out or None
@@ -319,7 +320,8 @@ def write_repeat_summary(log_dir: Path) -> dict[str, Any] | None:
     """``telemetry.json`` of one repeat, beside its telemetry files; what it holds, or None."""
     found = repeat_summary(log_dir)
     if found is not None:
-        (log_dir / SUMMARY).write_text(json.dumps(found, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(found, indent=2, sort_keys=True) + "\n"
+        (log_dir / TELEMETRY_SUMMARY).write_text(text, encoding="utf-8")
     return found
 
 
@@ -328,11 +330,8 @@ def summary(run_dir: Path | str, cell: Any) -> dict[str, Any] | None:
     ``1n8g-fp32-bs256``): ``{"cell", "repeats": {k: {node: node summary}}, "gpu": the whole cell's figures,
     "cpu": ...}``; None when no repeat of the cell has telemetry."""
     key = cell if isinstance(cell, str) else cell.key
-    base = Path(run_dir) / "cells" / key
-    repeats = {}
-    for d in sorted(base.glob("r*"), key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else 0):
-        if d.name[1:].isdigit() and (found := _saved_or_parsed(d)) is not None:
-            repeats[int(d.name[1:])] = found
+    repeats = {k: found for k, d in repeat_dirs(Path(run_dir), key)
+               if (found := _saved_or_parsed(d)) is not None}
     if not repeats:
         return None
     nodes = [n for r in repeats.values() for n in r.values()]
@@ -341,7 +340,7 @@ def summary(run_dir: Path | str, cell: Any) -> dict[str, Any] | None:
 
 
 def _saved_or_parsed(d: Path) -> dict[str, Any] | None:
-    saved = d / SUMMARY
+    saved = d / TELEMETRY_SUMMARY
     if saved.is_file():
         try:
             doc = json.loads(saved.read_text(encoding="utf-8"))

@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 from repro.errors import ProvenanceError, UsageError
 from repro.digest import sha256_file
+from repro.layout import REPORTS, STATE
 from repro.run.rundir import RunDir, atomic_write
 from repro.tree import MAX_DEPTH, remove, walk
 
@@ -216,7 +217,7 @@ def _check_json(archive: Path, member: str, path: Path, limits: Limits) -> None:
     else:
         try:
             doc = json.loads(path.read_bytes())
-            if Path(member).name == "report.json":
+            if Path(member).name == REPORTS["json"]:
                 why = None if isinstance(doc, list) and all(isinstance(r, dict) for r in doc) else \
                     "not a JSON list of records"
             else:
@@ -273,5 +274,5 @@ def _terminate_as_exit() -> Iterator[None]:
 def is_run_path(text: str) -> bool:
     """Does a command-line argument name a run directory or archive (rather than a target)?"""
     p = Path(text)
-    return (p.is_dir() and (p / "state.json").is_file()) or is_archive(p)
+    return (p.is_dir() and (p / STATE).is_file()) or is_archive(p)
 

@@ -35,10 +35,12 @@ from repro.record.dsse import (MAX_ENVELOPE_BYTES, PAYLOAD_TYPE, SIGNED, Trusted
 from repro.errors import ProvenanceError, ReproError
 from repro.spec.manifest import Manifest, canonical_sha256
 from repro.nodes.facts import value
-from repro.record.provenance import load_record, statement_problems
+from repro.record.provenance import as_record, read_json, read_record, statement_problems
+from repro.record.provenance_view import ProvenanceRecord, RecordedNode
 from repro.verdict.rules import Check
 from repro.digest import sha256_file
-from repro.run.rundir import INTOTO, PROVENANCE, SUMS, RunDir
+from repro.layout import INTOTO, MANIFEST, PROVENANCE, REPORTS, SUMS, is_cell_file
+from repro.run.rundir import RunDir
 from repro.tree import walk
 
 OK, DRIFT, MISSING, TAMPERED, NOT_SEALED = "ok", "drift", "missing", "tampered", "not sealed"
@@ -48,6 +50,8 @@ FAILING = (DRIFT, TAMPERED, NOT_SEALED)
 PROBE_KEY = {"pytorch": "torch", "paddle": "paddle", "tensorflow": "tensorflow", "mxnet": "mxnet",
              "oneflow": "oneflow"}
 GPU_MEMORY_TOLERANCE = 0.07
+#: the label a built image carries: the digest of the base image it was built from
+BASE_DIGEST = "org.opencontainers.image.base.digest"
 
 
 def failing(checks: list[Check]) -> list[Check]:
@@ -109,21 +113,21 @@ def verify_sums(run: RunDir) -> list[Check]:
     return out or [Check("integrity", SUMS, OK, observed=f"{len(listed)} files", detail="every file matches")]
 
 
-def _record_checks(run: RunDir) -> tuple[dict[str, Any] | None, list[Check]]:
+def _record_checks(run: RunDir) -> tuple[ProvenanceRecord | None, list[Check]]:
     try:
-        record = load_record(run.file(PROVENANCE))
+        record = read_record(run.file(PROVENANCE))
     except ReproError as e:
         return None, [Check("integrity", PROVENANCE, TAMPERED, detail=str(e).replace("\n", " "))]
-    out = [Check("integrity", f"{PROVENANCE} schema", OK, "provenance.v1", f"v{record['schema_version']}")]
-    if record["run_id"] != run.run_id:
-        out.append(Check("integrity", "run id", TAMPERED, record["run_id"], run.run_id,
+    out = [Check("integrity", f"{PROVENANCE} schema", OK, "provenance.v1", f"v{record.schema_version}")]
+    if record.run_id != run.run_id:
+        out.append(Check("integrity", "run id", TAMPERED, record.run_id, run.run_id,
                          "directory renamed or swapped"))
-    on_disk = {rel: sha256_file(run.path / rel) for rel in run.files() if rel.startswith("cells/")}
-    bad = sorted(k for k in set(on_disk) | set(record["logs"]) if on_disk.get(k) != record["logs"].get(k))
-    out.append(Check("integrity", "log digests", TAMPERED if bad else OK, f"{len(record['logs'])} logs",
+    on_disk = {rel: sha256_file(run.path / rel) for rel in run.files() if is_cell_file(rel)}
+    bad = sorted(k for k in set(on_disk) | set(record.logs) if on_disk.get(k) != record.logs.get(k))
+    out.append(Check("integrity", "log digests", TAMPERED if bad else OK, f"{len(record.logs)} logs",
                      f"{len(on_disk)} logs",
                      ("differ: " + ", ".join(bad[:3])) if bad else "match provenance.json"))
-    for name, digest in record["results"].items():
+    for name, digest in record.results.items():
         path = run.path / name
         if not path.is_file() or sha256_file(path) != digest:
             out.append(Check("integrity", name, TAMPERED, digest[:12],
@@ -133,20 +137,20 @@ def _record_checks(run: RunDir) -> tuple[dict[str, Any] | None, list[Check]]:
     return record, out
 
 
-def _statement_checks(run: RunDir, record: Mapping[str, Any]) -> list[Check]:
+def _statement_checks(run: RunDir, record: ProvenanceRecord) -> list[Check]:
     try:
-        statement = json.loads(run.file(INTOTO).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return [Check("integrity", INTOTO, TAMPERED, detail=f"unreadable: {e}")]
+        statement = read_json(run.file(INTOTO))
+    except ReproError as e:
+        return [Check("integrity", INTOTO, TAMPERED, detail=str(e))]
     problems = statement_problems(statement)
     if problems:
         return [Check("integrity", INTOTO, TAMPERED, detail="; ".join(problems[:3]))]
-    want = {**record["results"], **record["logs"]}
+    want = {**record.results, **record.logs}
     have = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     meta = statement["predicate"]["runDetails"].get("metadata", {})
     byproducts = statement["predicate"]["runDetails"].get("byproducts", [])
     products = {b.get("name"): b.get("digest", {}).get("sha256") for b in byproducts}
-    if have != want or meta.get("invocationId") != record["run_id"]:
+    if have != want or meta.get("invocationId") != record.run_id:
         return [Check("integrity", INTOTO, TAMPERED,
                       detail="subjects or invocation differ from provenance.json")]
     if products.get(PROVENANCE) != sha256_file(run.file(PROVENANCE)):
@@ -155,54 +159,54 @@ def _statement_checks(run: RunDir, record: Mapping[str, Any]) -> list[Check]:
     return [Check("integrity", INTOTO, OK, observed=f"{len(have)} subjects", detail="in-toto v1 / SLSA v1")]
 
 
-def _manifest_check(run: RunDir, record: Mapping[str, Any]) -> Check:
+def _manifest_check(run: RunDir, record: ProvenanceRecord) -> Check:
     try:
         loaded = run.load_manifest()
     except ReproError as e:
-        return Check("integrity", "manifest.yaml", TAMPERED,
+        return Check("integrity", MANIFEST, TAMPERED,
                      detail=f"does not load: {str(e).splitlines()[0]}")
-    want = record["manifest"]["sha256"]
-    if record["manifest"]["redacted"]:
-        redacted = record["manifest"].get("redacted_sha256")
+    want = record.manifest.sha256
+    if record.manifest.redacted:
+        redacted = record.manifest.redacted_sha256
         have = canonical_sha256(loaded.data)
         if redacted is None:  # written before redacted copies were recorded
-            return Check("integrity", "manifest.yaml", MISSING, want[:12], have[:12],
+            return Check("integrity", MANIFEST, MISSING, want[:12], have[:12],
                          "secret values were redacted, so its digest cannot be recomputed")
-        n = len(record["manifest"]["redacted"])
-        return Check("integrity", "manifest.yaml (redacted)", OK if have == redacted else TAMPERED,
+        n = len(record.manifest.redacted)
+        return Check("integrity", f"{MANIFEST} (redacted)", OK if have == redacted else TAMPERED,
                      redacted[:12], have[:12],
                      f"the recorded redacted copy ({n} secret value(s) blanked)" if have == redacted
                      else "differs from the redacted copy the run recorded")
     status = OK if loaded.sha256 == want else TAMPERED
-    return Check("integrity", "manifest.yaml", status, want[:12], loaded.sha256[:12],
+    return Check("integrity", MANIFEST, status, want[:12], loaded.sha256[:12],
                  "" if status == OK else "differs from the manifest the run recorded")
 
 
 # ------------------------------------------------------------------ observations
-def container(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    return value(node.get("container")) or {}
+def container(node: RecordedNode) -> Mapping[str, Any]:
+    return value(node.container) or {}
 
 
-def framework_build(node: Mapping[str, Any], framework: str) -> Mapping[str, Any]:
+def framework_build(node: RecordedNode, framework: str) -> Mapping[str, Any]:
     fw = value(container(node).get("frameworks", {}).get(PROBE_KEY.get(framework, framework))) or {}
     return fw
 
 
-def gpus(node: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
-    return value(node["host"].get("gpus"))
+def gpus(node: RecordedNode) -> list[Mapping[str, Any]] | None:
+    return value(node.host.get("gpus"))
 
 
-def interconnect(node: Mapping[str, Any]) -> str | None:
-    ports = value(node["host"].get("hcas"))
+def interconnect(node: RecordedNode) -> str | None:
+    ports = value(node.host.get("hcas"))
     if ports is None:
-        return "ethernet" if value(node["host"].get("hostname")) else None
+        return "ethernet" if value(node.host.get("hostname")) else None
     active = [p for p in ports if str(p.get("state", "")).upper().endswith("ACTIVE")]
     layers = {str(p.get("link_layer", "")).lower() for p in active}
     return "infiniband" if "infiniband" in layers else "roce" if "ethernet" in layers else "ethernet"
 
 
-def ib_rate(node: Mapping[str, Any]) -> float | None:
-    ports = value(node["host"].get("hcas")) or []
+def ib_rate(node: RecordedNode) -> float | None:
+    ports = value(node.host.get("hcas")) or []
     rates = [p["rate_gbps"] for p in ports
              if str(p.get("state", "")).upper().endswith("ACTIVE") and p.get("rate_gbps")]
     return max(rates) if rates else None
@@ -218,7 +222,7 @@ def cudnn_text(v: Any) -> str | None:
     return str(v) if v not in (None, "", False, "False") else None
 
 
-def stack(node: Mapping[str, Any], framework: str, key: str) -> str | None:
+def stack(node: RecordedNode, framework: str, key: str) -> str | None:
     """cuda/cudnn/nccl as the framework reports them, else the image's *_VERSION variables."""
     build = framework_build(node, framework).get("build", {})
     got = build.get(key) if key != "cudnn" else cudnn_text(build.get("cudnn"))
@@ -243,7 +247,7 @@ def version_match(expected: str, observed: str) -> bool:
 
 
 # key -> (per-node observation, comparison)
-Observe = Callable[[Mapping[str, Any], str], Any]
+Observe = Callable[[RecordedNode, str], Any]
 ENVIRONMENT: dict[str, tuple[Observe, Callable[[Any, Any], bool]]] = {
     "gpu_model": (lambda n, f: "/".join(sorted({g["name"] for g in gpus(n) or []})) or None,
                   lambda e, o: all(words_match(e, x) for x in o.split("/"))),
@@ -254,8 +258,8 @@ ENVIRONMENT: dict[str, tuple[Observe, Callable[[Any, Any], bool]]] = {
     "driver": (lambda n, f: (gpus(n) or [{}])[0].get("driver"), lambda e, o: str(e) == str(o)),
     "interconnect": (lambda n, f: interconnect(n), lambda e, o: e == "none" or e == o),
     "ib_rate_gbps": (lambda n, f: ib_rate(n), lambda e, o: abs(o - e) <= 0.01 * e),
-    "cpu": (lambda n, f: (value(n["host"].get("cpu")) or {}).get("model"), words_match),
-    "os": (lambda n, f: " ".join(filter(None, [(value(n["host"].get("os")) or {}).get(k)
+    "cpu": (lambda n, f: (value(n.host.get("cpu")) or {}).get("model"), words_match),
+    "os": (lambda n, f: " ".join(filter(None, [(value(n.host.get("os")) or {}).get(k)
                                                for k in ("pretty_name", "release")])) or None, words_match),
     "cuda": (lambda n, f: stack(n, f, "cuda"), version_match),
     "cudnn": (lambda n, f: stack(n, f, "cudnn"), version_match),
@@ -263,17 +267,17 @@ ENVIRONMENT: dict[str, tuple[Observe, Callable[[Any, Any], bool]]] = {
 }
 
 
-def observe(record: Mapping[str, Any], key: str, framework: str) -> dict[str, Any]:
+def observe(record: ProvenanceRecord, key: str, framework: str) -> dict[str, Any]:
     """One fact per node (nodes whose probe saw nothing are left out)."""
     fn = ENVIRONMENT[key][0]
     out = {}
-    for n in record["nodes"]:
+    for n in record.nodes:
         try:
             v = fn(n, framework)
         except (KeyError, TypeError, AttributeError):
             v = None
         if v is not None:
-            out[n["name"]] = v
+            out[n.name] = v
     return out
 
 
@@ -299,51 +303,53 @@ def _compare(area: str, item: str, expected: Any, per_node: Mapping[str, Any],
 
 
 # ------------------------------------------------------------------ pins, environment, results
-def _lock_digest(record: Mapping[str, Any], role: str) -> str | None:
-    lock = record.get("lock") or {}
+def _lock_digest(record: ProvenanceRecord, role: str) -> str | None:
+    lock = record.lock or {}
     return (lock.get("images", {}).get(role) or {}).get("digest") or None
 
 
-def pin_checks(record: Mapping[str, Any], ref: Manifest, against: bool) -> list[Check]:
+def pin_checks(record: ProvenanceRecord, ref: Manifest, against: bool) -> list[Check]:
     out = []
     if against:
-        same = ref.sha256 == record["manifest"]["sha256"]
+        same = ref.sha256 == record.manifest.sha256
         out.append(Check("pins", "manifest", OK if same else DRIFT, ref.sha256[:12],
-                         record["manifest"]["sha256"][:12],
+                         record.manifest.sha256[:12],
                          "" if same else f"the run used another version of {ref.id}'s manifest"))
-    nodes = record["nodes"]
+    nodes = record.nodes
     if "registry" in ref.image:
         want = _lock_digest(record, "image") or ref.image["registry"].get("digest") or None
-        seen = {n["name"]: n["image"].get("digest") for n in nodes if n["image"].get("digest")}
+        seen = {n.name: n.image.digest for n in nodes if n.image.digest}
         out.append(_compare("pins", "image digest", want, seen, lambda e, o: e == o,
                             "not pinned; one image everywhere"))
     else:
         want = _lock_digest(record, "base") or ref.image["build"]["base"].get("digest") or None
-        seen = {n["name"]: n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")
-                for n in nodes if n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")}
+        seen = {n.name: n.image.labels[BASE_DIGEST] for n in nodes if n.image.labels.get(BASE_DIGEST)}
         out.append(_compare("pins", "base image digest", want, seen, lambda e, o: e == o,
                             "not pinned; one base everywhere"))
-        ids = {n["name"]: n["image"].get("id") for n in nodes if n["image"].get("id")}
+        ids = {n.name: n.image.id for n in nodes if n.image.id}
         out.append(_compare("pins", "image id", None, ids, lambda e, o: e == o, "one image on every node"))
-    fw_versions = {n["name"]: framework_build(n, ref.framework).get("version") for n in nodes
+    fw_versions = {n.name: framework_build(n, ref.framework).get("version") for n in nodes
                    if framework_build(n, ref.framework).get("version")}
     out.append(_compare("pins", f"{ref.framework} version", ref.expect.get("framework_version"), fw_versions,
                         lambda e, o: e == o, "not in expect; the same on every node"))
     if ref.source:
         path = ref.source["path"]
-        lock_src = ((record.get("lock") or {}).get("sources", {}).get("source") or {}).get("commit")
-        commits = {n["name"]: (value(container(n).get("sources", {}).get(path)) or {}).get("commit")
+        lock_src = ((record.lock or {}).get("sources", {}).get("source") or {}).get("commit")
+        commits = {n.name: (value(container(n).get("sources", {}).get(path)) or {}).get("commit")
                    for n in nodes}
         out.append(_compare("pins", "source commit", lock_src or ref.source["commit"],
                             {k: v for k, v in commits.items() if v}, lambda e, o: e == o))
     return out
 
 
-def environment_checks(record: Mapping[str, Any], ref: Manifest) -> list[Check]:
+def environment_checks(record: ProvenanceRecord | Mapping[str, Any], ref: Manifest) -> list[Check]:
+    """The nodes' hardware and stack against the publication's; ``record`` a view, or the record ``repro up``
+    is writing (a dict)."""
+    record = as_record(record)
     out = []
     expect = ref.expect
     if "nodes" in expect:
-        n = len(record["nodes"])
+        n = len(record.nodes)
         out.append(Check("environment", "nodes", OK if n == expect["nodes"] else DRIFT,
                          str(expect["nodes"]), str(n)))
     for key, (_, same) in ENVIRONMENT.items():
@@ -352,27 +358,27 @@ def environment_checks(record: Mapping[str, Any], ref: Manifest) -> list[Check]:
     return out
 
 
-def result_checks(run: RunDir, record: Mapping[str, Any]) -> list[Check]:
-    counts = record.get("outcome") or {}
+def result_checks(run: RunDir, record: ProvenanceRecord) -> list[Check]:
+    counts = record.outcome
     unfinished = sum(v for k, v in counts.items() if k != "done")
     out = [Check("results", "repeats", MISSING if unfinished else OK, "all done",
                  ", ".join(f"{v} {k}" for k, v in counts.items() if v),
                  f"{unfinished} did not finish" if unfinished else "")]
-    if "report.json" not in record["results"]:
+    if REPORTS["json"] not in record.results:
         return out
     from repro.verdict.reproduce import reproduce_run
 
     try:
         now = {_cell_id(c.__dict__): c.reproduced for c in reproduce_run(run.path).cells}
-        doc = json.loads(run.file("report.json").read_text())
+        doc = json.loads(run.file(REPORTS["json"]).read_text())
         saved = {_cell_id(c): c.get("reproduced") for c in (doc["cells"] if isinstance(doc, dict) else doc)}
     except (ReproError, OSError, ValueError, KeyError) as e:
         return out + [Check("results", "report.json", TAMPERED, detail=f"cannot be re-derived: {e}")]
     differ = sorted(k for k in set(now) | set(saved) if not _close(now.get(k), saved.get(k)))
-    same_kit = record["kit"]["version"] == __version__
+    same_kit = record.kit.version == __version__
     status = OK if not differ else (TAMPERED if same_kit else DRIFT)
     detail = ("" if not differ else f"differs for {', '.join(differ[:3])}"
-              + ("" if same_kit else f" (written by kit {record['kit']['version']}, this is {__version__})"))
+              + ("" if same_kit else f" (written by kit {record.kit.version}, this is {__version__})"))
     return out + [Check("results", "report.json re-derived from the logs", status, f"{len(saved)} cells",
                         f"{len(now)} cells", detail)]
 
@@ -420,7 +426,7 @@ def signature_checks(run: RunDir, keys: list[Trusted] | None) -> list[Check]:
 
 def audit_run(run: RunDir, against: Manifest | None = None, keys: list[Trusted] | None = None) -> list[Check]:
     if not run.file(SUMS).exists() and not run.file(PROVENANCE).exists():
-        return [Check("integrity", PROVENANCE, NOT_SEALED, "provenance.json and SHA256SUMS", "absent",
+        return [Check("integrity", PROVENANCE, NOT_SEALED, f"{PROVENANCE} and {SUMS}", "absent",
                       "the run never sealed itself (it did not finish, or was stopped before the end): "
                       "nothing in it can be verified; `repro up --resume RUN_DIR` finishes and seals it")]
     record, checks = integrity(run)

@@ -18,11 +18,13 @@ from typing import Any
 from tabulate import tabulate
 
 from repro.record.archive import is_run_path, opened_run
-from repro.record.audit import ENVIRONMENT, container, per_node_text, framework_build, observe
+from repro.record.audit import BASE_DIGEST, ENVIRONMENT, container, per_node_text, framework_build, observe
 from repro.errors import UsageError
 from repro.spec.manifest import Manifest
 from repro.nodes.facts import value
-from repro.record.provenance import load_record
+from repro.layout import PROVENANCE, REPORTS
+from repro.record.provenance import read_record
+from repro.record.provenance_view import ProvenanceRecord
 from repro.run.rundir import RunDir
 
 ENV_KEYS = ("cluster", "nodes", "gpu_model", "gpu_memory_gb", "gpus_per_node", "driver", "interconnect",
@@ -47,44 +49,43 @@ def _cell(c: Mapping[str, Any]) -> str:
             f"{c['precision']} bs{c['batch_size']}")
 
 
-def _node_fact(record: Mapping[str, Any], probe: str, key: str) -> str | None:
-    per = {n["name"]: (value(n["host"].get(probe)) or {}).get(key) for n in record["nodes"]}
+def _node_fact(record: ProvenanceRecord, probe: str, key: str) -> str | None:
+    per = {n.name: (value(n.host.get(probe)) or {}).get(key) for n in record.nodes}
     per = {k: v for k, v in per.items() if v is not None}
     return per_node_text(per) if per else None
 
 
 def side_from_run(run: RunDir) -> Side:
-    record = load_record(run.file("provenance.json"))
+    record = read_record(run.file(PROVENANCE))
     manifest = run.load_manifest()
     fw = manifest.framework
-    env: dict[str, str | None] = {"cluster": cluster_name(record), "nodes": str(len(record["nodes"]))}
+    env: dict[str, str | None] = {"cluster": cluster_name(record), "nodes": str(len(record.nodes))}
     observed = {key: observe(record, key, fw) for key in ENVIRONMENT}
     for key, per in observed.items():
         env[key] = (per_node_text({k: round(v, 1) if isinstance(v, float) else v for k, v in per.items()})
                     if per else None)
     env["kernel"] = _node_fact(record, "kernel", "release")
     env["docker"] = _node_fact(record, "docker", "version")
-    pys = {n["name"]: (value(container(n).get("python")) or {}).get("version") for n in record["nodes"]}
+    pys = {n.name: (value(container(n).get("python")) or {}).get("version") for n in record.nodes}
     env["python"] = per_node_text({k: v for k, v in pys.items() if v}) or None
     env["nccl_transport"] = transport_seen(record)
     if "registry" in manifest.image:
-        images = {n["name"]: n["image"].get("digest") or n["image"].get("id") for n in record["nodes"]}
+        images = {n.name: n.image.digest or n.image.id for n in record.nodes}
     else:
-        images = {n["name"]: n["image"].get("labels", {}).get("org.opencontainers.image.base.digest")
-                  for n in record["nodes"]}
-    versions = {n["name"]: framework_build(n, fw).get("version") for n in record["nodes"]}
-    commits = {n["name"]: (value(container(n).get("sources", {}).get((manifest.source or {}).get("path", "")))
-                           or {}).get("commit") for n in record["nodes"]}
-    pins = {"target": manifest.id, "manifest sha256": record["manifest"]["sha256"][:16],
+        images = {n.name: n.image.labels.get(BASE_DIGEST) for n in record.nodes}
+    versions = {n.name: framework_build(n, fw).get("version") for n in record.nodes}
+    commits = {n.name: (value(container(n).get("sources", {}).get((manifest.source or {}).get("path", "")))
+                        or {}).get("commit") for n in record.nodes}
+    pins = {"target": manifest.id, "manifest sha256": record.manifest.sha256[:16],
             "image" if "registry" in manifest.image else "base image":
                 per_node_text({k: v for k, v in images.items() if v}) or None,
             "framework version": per_node_text({k: v for k, v in versions.items() if v}) or None,
             "source commit": per_node_text({k: v for k, v in commits.items() if v}) or None,
-            "kit": f"{record['kit']['version']} {record['kit']['commit'] or ''}".strip()}
+            "kit": f"{record.kit.version} {record.kit.commit or ''}".strip()}
     results: dict[str, float | None] = {}
     unit = manifest.published[0].unit if manifest.published else ""
     try:
-        report = json.loads(run.file("report.json").read_text(encoding="utf-8"))
+        report = json.loads(run.file(REPORTS["json"]).read_text(encoding="utf-8"))
         results = {_cell(c): c.get("reproduced")
                    for c in (report["cells"] if isinstance(report, dict) else report)}
     except (OSError, ValueError, KeyError):
@@ -95,19 +96,17 @@ def side_from_run(run: RunDir) -> Side:
     return Side(run.run_id, "run", env, pins, results, unit, observed=observed)
 
 
-def cluster_name(record: Mapping[str, Any]) -> str | None:
+def cluster_name(record: ProvenanceRecord) -> str | None:
     """The cluster a run ran on, as its inventory names it: the hosts file's name without its suffix
     (``hosts-perf.yaml``: ``hosts-perf``); without a file, the one machine's name."""
-    hosts = record.get("hosts") or {}
-    if hosts.get("source"):
-        return Path(hosts["source"]).stem
-    nodes = hosts.get("nodes") or []
-    return nodes[0]["name"] if len(nodes) == 1 else None
+    if record.hosts_source:
+        return Path(record.hosts_source).stem
+    return record.host_names[0] if len(record.host_names) == 1 else None
 
 
-def transport_seen(record: Mapping[str, Any]) -> str | None:
+def transport_seen(record: ProvenanceRecord) -> str | None:
     """The network transports NCCL used in the run, as its ranks' logs say (``IB``, ``Socket``, both)."""
-    seen = {(value(c.get("nccl_transport")) or {}).get("transport") for c in record.get("commands") or []}
+    seen = {(value(c.nccl_transport) or {}).get("transport") for c in record.commands}
     return "/".join(sorted(t for t in seen if t)) or None
 
 

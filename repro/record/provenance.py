@@ -5,12 +5,17 @@
 ``provenance.json`` (validated against ``repro/spec/schemas/provenance.v1.json``), the same
 facts as an in-toto Statement with a SLSA Provenance v1 predicate, and ``SHA256SUMS``.
 Environment values under secret-looking names are redacted before anything is written.
+
+Every reader of a run's record reads it with :func:`read_record`: bounded, validated, and typed
+(:mod:`repro.record.provenance_view`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -23,10 +28,12 @@ from repro.digest import sha256_file
 from repro.errors import ProvenanceError
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
-from repro.nodes.facts import Probe, fail, ok
+from repro.nodes.facts import Fact, fail, ok
 from repro.redact import redact_argv, redact_env
+from repro.layout import CHART, HOSTS, INTOTO, MANIFEST, PROVENANCE, REPORTS, STATE, SUMS, is_cell_file
 from repro.record.dsse import SIGNED
-from repro.run.rundir import INTOTO, PROVENANCE, REPORTS, STATE, SUMS, RunDir
+from repro.record.provenance_view import ProvenanceRecord
+from repro.run.rundir import RunDir
 from repro.spec.schema import load_schema, strict_validator_class
 
 SCHEMA = "provenance.v1"
@@ -81,11 +88,11 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
         "target": manifest.id,
         "kit": kit_identity(),
         "manifest": {"id": manifest.id, "path": str(manifest.path), "sha256": manifest.sha256,
-                     "file": "manifest.yaml", "redacted": list(state.get("redacted", [])),
+                     "file": MANIFEST, "redacted": list(state.get("redacted", [])),
                      **({"redacted_sha256": state["redacted_sha256"]}
                         if state.get("redacted_sha256") else {})},
         "lock": dict(lock) if lock else None,
-        "hosts": {"file": "hosts.yaml", "source": str(hosts.path) if hosts.path else None,
+        "hosts": {"file": HOSTS, "source": str(hosts.path) if hosts.path else None,
                   "nodes": [{"name": n.name, "address": n.address} for n in hosts.nodes]},
         "dataset": dict(dataset) if dataset else dataset_identity(manifest, hosts),
         "protocol": {"parser": manifest.measure.parser, "protocol": dict(manifest.measure.protocol),
@@ -104,8 +111,8 @@ def new_record(run: RunDir, manifest: Manifest, hosts: Hosts, *, lock: Mapping[s
     }
 
 
-def add_node(record: dict[str, Any], node: Node, *, host: Mapping[str, Probe], image: Mapping[str, Any],
-             container: Probe) -> None:
+def add_node(record: dict[str, Any], node: Node, *, host: Mapping[str, Fact], image: Mapping[str, Any],
+             container: Fact) -> None:
     """One node's facts: host probes, the image it ran (ref, id, digest, labels), the container probe."""
     record["nodes"].append({"name": node.name, "address": node.address, "host": dict(host),
                             "image": {"ref": image.get("ref"), "id": image.get("id"),
@@ -139,12 +146,12 @@ def add_finding(record: dict[str, Any], cell: Cell, repeat: int, kind: str, text
     record.setdefault("findings", []).append({"cell": cell.key, "repeat": repeat, "kind": kind, "text": text})
 
 
-def nccl_transport(path: Path) -> Probe:
-    """The transport NCCL used, as the rank's log says (NCCL_DEBUG=INFO lines; see repro.nccl)."""
+def nccl_transport(path: Path) -> Fact:
+    """The transport NCCL used, as the rank's log says (NCCL_DEBUG=INFO lines; see repro.measure.nccl)."""
     try:
         from repro.measure.nccl import scan
     except ImportError:
-        return fail("this kit has no NCCL log scanner (repro.nccl)")
+        return fail("this kit has no NCCL log scanner (repro.measure.nccl)")
     try:
         with path.open("r", encoding="utf-8", errors="replace") as f:
             s = scan(f)
@@ -163,13 +170,13 @@ def finalize(run: RunDir, record: dict[str, Any], *, finished: str | None = None
     the reports are ``repro up``'s (:func:`repro.up.write_reports`), taken as they are.
     """
     run.scrub_files()
-    record["results"] = {name: sha256_file(run.file(name)) for name in (*REPORTS.values(), "report.png")
+    record["results"] = {name: sha256_file(run.file(name)) for name in (*REPORTS.values(), CHART)
                          if run.file(name).is_file()}
     for cmd in record["commands"]:
         path = run.path / cmd["log"]
         cmd["log_sha256"] = sha256_file(path) if path.is_file() else None
         cmd["nccl_transport"] = nccl_transport(path) if path.is_file() else fail("no log")
-    record["logs"] = {rel: sha256_file(run.path / rel) for rel in run.files() if rel.startswith("cells/")}
+    record["logs"] = {rel: sha256_file(run.path / rel) for rel in run.files() if is_cell_file(rel)}
     state = run.read_state()
     counts = {s: 0 for s in ("done", "failed", "pending", "running")}
     for c in state["cells"].values():
@@ -216,18 +223,53 @@ def check_record(record: Any, where: str = PROVENANCE) -> None:
                               hint="it was written by another kit version, or edited by hand")
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """Read and validate a provenance.json (ProvenanceError when missing, unreadable or invalid)."""
+#: a provenance.json larger than this is not a run's record (a big run's is a few MiB; archives bound JSON so)
+MAX_RECORD_BYTES = 64 << 20
+
+
+def read_json(path: Path, limit: int = MAX_RECORD_BYTES) -> Any:
+    """A JSON file of a run directory, read as untrusted: a regular file, at most ``limit`` bytes, UTF-8."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         raise ProvenanceError(f"no {path}") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise ProvenanceError(f"{path} is unreadable: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory its own way
+        os.close(fd)
+        raise ProvenanceError(f"{path} is not a regular file (a directory, FIFO, socket or device)")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1) if st.st_size <= limit else b""
+    if st.st_size > limit or len(data) > limit:
+        raise ProvenanceError(f"{path} is over the {limit}-byte bound of a run's record",
+                              hint="a run directory written by `repro up` holds a record of a few MiB")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except ValueError as e:
         raise ProvenanceError(f"{path} is unreadable: {e}") from e
     except RecursionError:
         raise ProvenanceError(f"{path} is unreadable: nested too deeply") from None
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """A provenance.json as the document it is, validated (ProvenanceError when missing, unreadable, too large
+    or invalid): for a run that goes on writing its record. Readers use :func:`read_record`."""
+    record = read_json(path)
     check_record(record, str(path))
     return record
+
+
+def read_record(path: Path) -> ProvenanceRecord:
+    """A provenance.json as a typed, read-only view: the one reader of the record (checked as
+    :func:`load_record` checks it)."""
+    return ProvenanceRecord.from_checked(load_record(path))
+
+
+def as_record(record: ProvenanceRecord | Mapping[str, Any]) -> ProvenanceRecord:
+    """The view of a record this process is writing (the dict :func:`new_record` began: the kit's own, so not
+    validated again; KeyError or TypeError where a part is missing); a view as it is."""
+    return record if isinstance(record, ProvenanceRecord) else ProvenanceRecord.from_checked(record)
 
 
 def _image_uri(ref: str | None, digest: str) -> str:
@@ -237,8 +279,8 @@ def _image_uri(ref: str | None, digest: str) -> str:
 
 def resolved_dependencies(run: RunDir, record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Manifest, images (by digest), source commit, dataset and the published tables it reproduces."""
-    deps: list[dict[str, Any]] = [{"name": "manifest.yaml", "uri": f"repro:target/{record['target']}",
-                                   "digest": {"sha256": sha256_file(run.file("manifest.yaml"))},
+    deps: list[dict[str, Any]] = [{"name": MANIFEST, "uri": f"repro:target/{record['target']}",
+                                   "digest": {"sha256": sha256_file(run.file(MANIFEST))},
                                    "annotations": {"canonicalSha256": record["manifest"]["sha256"]}}]
     images: dict[str, dict[str, Any]] = {}
     for n in record["nodes"]:
@@ -299,7 +341,7 @@ def to_intoto(run: RunDir, record: Mapping[str, Any]) -> dict[str, Any]:
                 "metadata": {"invocationId": record["run_id"], "startedOn": record["started"],
                              "finishedOn": record["finished"]},
                 "byproducts": [{"name": name, "digest": {"sha256": sha256_file(run.file(name))}}
-                               for name in (PROVENANCE, STATE, "hosts.yaml") if run.file(name).is_file()],
+                               for name in (PROVENANCE, STATE, HOSTS) if run.file(name).is_file()],
             },
         },
     }

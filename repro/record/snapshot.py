@@ -23,9 +23,10 @@ from repro.errors import ProvenanceError
 from repro.nodes.telemetry import summary as telemetry_summary
 from repro.record.archive import opened_run
 from repro.record.diff import side_from_logs, side_from_run
-from repro.record.provenance import load_record, now
+from repro.record.provenance import now, read_record
 from repro.record.store import Snapshot
-from repro.run.rundir import PROVENANCE, RunDir
+from repro.layout import PROVENANCE, STATE, is_cell_file
+from repro.run.rundir import RunDir
 from repro.spec.manifest import Cell
 from repro.verdict.report import is_cpu
 from repro.verdict.reproduce import CellResult, TableResult
@@ -70,19 +71,19 @@ def _facts(side: Any, cluster: str | None) -> dict[str, Any]:
 def from_run(run: RunDir, results: Sequence[TableResult], *, source: str,
              cluster: str | None = None) -> Snapshot:
     """A ``repro up`` run (its directory open, or an archive unpacked) and the tables judged on it."""
-    record: dict[str, Any] = {}
+    started = None
     try:
-        record = load_record(run.file(PROVENANCE))
+        started = read_record(run.file(PROVENANCE)).started
         side = side_from_run(run)
         digest = "run:" + sha256_file(run.file(PROVENANCE))
     except ProvenanceError:  # never sealed (a run stopped hard): its logs identify it
         side = side_from_logs(run.run_id, [], cluster)
-        digest = "run:" + _logs_digest([run.path / p for p in run.files() if p.startswith("cells/")])
+        digest = "run:" + _logs_digest([run.path / p for p in run.files() if is_cell_file(p)])
     facts = _facts(side, cluster)
     rows = cell_rows(results)
     for row in rows:  # what the nodes sampled while the cell ran (repro.nodes.telemetry), where they did
         row["telemetry"] = telemetry_summary(run.path, row["cell"])
-    started = record.get("started") or _mtime([run.file("state.json")])
+    started = started or _mtime([run.file(STATE)])
     return Snapshot(digest, "run", run.run_id, source, started,
                     facts["env"].get("cluster"), facts, rows)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from repro.errors import RunFailed
+from repro.layout import log_name
 from repro.run.launchers.mpi import MPI_DIR
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
@@ -134,7 +135,7 @@ class CellJob:
         """Where rank ``rank``'s output on ``node`` goes: the job's log writer, else ``RANK-NODE.log``."""
         if self.log_writer is not None:
             return self.log_writer(rank, node)
-        return FileSink(self.log_dir / f"{rank}-{node}.log")
+        return FileSink(self.log_dir / log_name(rank, node))
 
 
 def mpi_files(plans: Sequence[NodePlan], ssh_port: int) -> dict[str, tuple[bytes, int]]:

@@ -30,6 +30,7 @@ from docker.types import DeviceRequest, Ulimit
 
 from repro import labels
 from repro.errors import EnvironmentUnavailable, RunFailed
+from repro.layout import log_name
 from repro.run.launchers.base import IB_DEVICE_DIR, rdma_container_options
 from repro.run.launchers.mpi import SESSION_ENV, session_environment
 from repro.run.cell import CellFailed, CellJob, NodeResult, mpi_files, now
@@ -39,7 +40,7 @@ from repro.throwaway import throwaway
 
 log = logging.getLogger(__name__)
 
-Event = tuple[str, str, str]  # (kind, node name, text): started | line | exited | error
+ContainerEvent = tuple[str, str, str]  # (kind, node name, text): started | line | exited | error
 TAIL_LINES = 20
 READY_TIMEOUT_S = 60
 
@@ -138,13 +139,13 @@ class CellRun:
         self.on_event = job.emit
         self.image = job.image or self.plans[0].image
         self.containers: dict[str, Any] = {}
-        self.events: queue.Queue[Event] = queue.Queue()
+        self.events: queue.Queue[ContainerEvent] = queue.Queue()
         log_dir.mkdir(parents=True, exist_ok=True)
         self.samplers = Samplers(log_dir, job.run_id, cell.key, manifest.launch.timeout_s)
         self.log_writer = job.sink
         self.results = {p.command.node.name: NodeResult(
             p.command.node.name, p.command.node.address, p.command.rank, p.command.role, p.command.command,
-            str(log_dir / f"{p.command.rank}-{p.command.node.name}.log")) for p in self.plans}
+            str(log_dir / log_name(p.command.rank, p.command.node.name))) for p in self.plans}
 
     # -- creation -------------------------------------------------------------------------
     def _create_one(self, plan: NodePlan, files: Mapping[str, tuple[bytes, int]]) -> None:

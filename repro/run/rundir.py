@@ -1,19 +1,4 @@
-"""The run directory: everything one ``repro up`` produced, in one layout.
-
-::
-
-    logs/<run-id>/                         run id: 20261122T111500Z-<target>-3f9a1c
-      manifest.yaml                        the manifest as loaded
-      hosts.yaml                           the inventory it ran on
-      state.json                           per cell and repeat: pending | running | done | failed (+ why)
-      cells/<cell-key>/r<k>/<rank>-<node>.log   one log per node, cell and repeat (k from 1, rank 0 first)
-      report.md  report.csv  report.json   the table compared from the rank-0 logs
-      report.png  report.html              its chart, and one self-contained page with both
-      provenance.json                      what ran where (schema repro/spec/schemas/provenance.v1.json)
-      provenance.intoto.json               the same as an in-toto Statement (SLSA Provenance v1)
-      SHA256SUMS                           ``sha256sum -c`` format, every file but itself
-      job/                                 a detached run's batch script and what its job wrote
-                                           (repro/run/schedulers/slurm/detached.py)
+"""The run directory: everything one ``repro up`` produced, laid out as :mod:`repro.layout` says.
 
 Nothing secret is ever written here: the values of environment variables whose names
 look secret (TOKEN, SECRET, PASSWORD, KEY, AUTH...) are replaced in every file the kit
@@ -41,6 +26,7 @@ import yaml
 
 from repro.errors import ProvenanceError, UsageError
 from repro.fastyaml import libyaml
+from repro.layout import CELL_KEY, CELLS, HOSTS, LOG_NAME, MANIFEST, STATE, SUMS, log_name, repeat_dir
 from repro.redact import Redactor, redact_document, redact_env
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest, canonical_sha256, load_manifest
@@ -50,16 +36,9 @@ PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATUSES = (PENDING, RUNNING, DONE, FAILED)
 STATE_VERSION = 1
 
-MANIFEST, HOSTS, STATE = "manifest.yaml", "hosts.yaml", "state.json"
-PROVENANCE, INTOTO, SUMS = "provenance.json", "provenance.intoto.json", "SHA256SUMS"
-REPORTS = {"md": "report.md", "csv": "report.csv", "json": "report.json"}
-
 #: ``<UTC time>-<target>-<6 hex>``, as make_run_id writes it.
 RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9._-]+-[0-9a-f]{6}\Z")
-_CELL_KEY = re.compile(r"^(\d+)n(\d+)g-(.+)-bs(\d+)$")
 MAX_PENDING = 1 << 16
-#: ``<rank>-<node>.log``; ``rank<rank>-<node>.log`` (repro.launch's naming) is read too.
-_LOG_NAME = re.compile(r"^(?:rank)?(\d+)-(.+)\.log$")
 
 #: libyaml's safe dumper and loader where PyYAML has them (the same documents, several times faster)
 _DUMPER = libyaml(yaml.SafeDumper) or yaml.SafeDumper
@@ -71,7 +50,7 @@ def _state_problem(state: Any) -> str | None:
     if not isinstance(state, dict) or not isinstance(state.get("cells"), dict):
         return "not a run state (an object with 'cells')"
     for key, cell in state["cells"].items():
-        if (not _CELL_KEY.match(key) or not isinstance(cell, dict)
+        if (not CELL_KEY.match(key) or not isinstance(cell, dict)
                 or not isinstance(cell.get("repeats"), dict)):
             return f"cells.{key}: not a cell (a key like 1n8g-fp32-bs256 with 'repeats')"
         for k, r in cell["repeats"].items():
@@ -89,7 +68,7 @@ def make_run_id(target: str, now: datetime | None = None, short: str | None = No
 
 
 def parse_cell_key(key: str) -> Cell:
-    m = _CELL_KEY.match(key)
+    m = CELL_KEY.match(key)
     if not m:
         raise UsageError(f"not a cell key: {key!r}", hint="cell keys read like 1n8g-fp32-bs256")
     return Cell(int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4)))
@@ -156,19 +135,19 @@ class RunDir:
 
     @property
     def cells_dir(self) -> Path:
-        return self.path / "cells"
+        return self.path / CELLS
 
     def log_dir(self, cell: Cell | str, repeat: int) -> Path:
         """``cells/<cell-key>/r<repeat>``: where one repeat's per-node logs go."""
         key = cell if isinstance(cell, str) else cell.key
-        if repeat < 1 or not _CELL_KEY.match(key):
+        if repeat < 1 or not CELL_KEY.match(key):
             raise UsageError(f"bad log coordinates: cell {key!r}, repeat {repeat}")
-        return self.cells_dir / key / f"r{repeat}"
+        return repeat_dir(self.path, key, repeat)
 
     def log_path(self, cell: Cell | str, repeat: int, rank: int, node: str) -> Path:
         if rank < 0 or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", node):
             raise UsageError(f"bad log coordinates: rank {rank}, node {node!r}")
-        return self.log_dir(cell, repeat) / f"{rank}-{node}.log"
+        return self.log_dir(cell, repeat) / log_name(rank, node)
 
     # ------------------------------------------------------------ create / open
     @classmethod
@@ -316,7 +295,7 @@ class RunDir:
         if not d.is_dir():
             return []
         return sorted((int(m.group(1)), p) for p in d.iterdir()
-                      if p.is_file() and (m := _LOG_NAME.match(p.name)))
+                      if p.is_file() and (m := LOG_NAME.match(p.name)))
 
     def files(self) -> list[str]:
         """Every regular file, as a sorted relative POSIX path, except SHA256SUMS and partial writes."""

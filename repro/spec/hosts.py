@@ -43,7 +43,7 @@ class Hosts:
     data: str | Mapping[str, str] | None = None  # one directory, or one per dataset format
     env: Mapping[str, str] = field(default_factory=dict)
     placeholder: bool = False  # made up for a dry run without a hosts file
-    scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.schedulers)
+    scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.run.schedulers)
     gpus: int | None = None  # GPUs of every node: ``defaults.gpus``, else the fewest any listed node has
 
     def data_dir(self, fmt: str) -> str | None:

@@ -1,7 +1,7 @@
 """Every scheduler setting, checked by one table before anything is rendered or submitted.
 
-The inventory's ``scheduler:`` section (``repro.hosts``) and ``--scheduler KIND:KEY=VALUE``
-(``repro.schedulers``) both go through ``problems``, so ``validate``, ``plan``, ``preflight`` and
+The inventory's ``scheduler:`` section (``repro.spec.hosts``) and ``--scheduler KIND:KEY=VALUE``
+(``repro.run.schedulers``) both go through ``problems``, so ``validate``, ``plan``, ``preflight`` and
 ``up`` accept and refuse the same values. A value that passes cannot add a line to a batch script,
 an option to sbatch or an entry to a list: Slurm names are single words, lists are comma-separated
 words, and nothing may hold whitespace, a newline or a shell metacharacter. ``sbatch_extra`` (the only

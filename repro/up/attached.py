@@ -21,6 +21,7 @@ from repro.errors import ReproError, RunFailed, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images import ImagesResult, prepare
 from repro.images.engine import node_client
+from repro.layout import PROVENANCE
 from repro.run.clean import clean_clients
 from repro.run.rundir import RunDir, make_run_id
 from repro.run.schedulers.slurm.jobfiles import is_detached
@@ -55,7 +56,7 @@ def manifest_and_hosts(target: str | None, opts: UpOptions) -> tuple[Manifest, H
     if opts.resume is None:
         return target_manifest(target, opts), load_hosts(opts.hosts_file), None
     run = RunDir.open(opts.resume)
-    if is_detached(run.path) and not run.file("provenance.json").is_file():
+    if is_detached(run.path) and not run.file(PROVENANCE).is_file():
         raise UsageError(f"{opts.resume} is a detached run not judged yet: its state is in its job's files",
                          hint=f"repro report {opts.resume} first (repro status shows whether the job ended)")
     manifest = run.load_manifest()
@@ -85,7 +86,7 @@ def _up(s: Start, used: Hosts, run: RunDir | None, started: float) -> UpResult:
     """The run on the nodes ``used``; a new run directory keeps the inventory for --resume (under Slurm,
     the allocated nodes)."""
     manifest, opts, progress, sched = s.manifest, s.opts, s.progress, s.sched
-    recorded = run is not None and run.file("provenance.json").is_file()  # a resumed run keeps its record
+    recorded = run is not None and run.file(PROVENANCE).is_file()  # a resumed run keeps its record
     reports = [] if opts.skip_preflight and recorded else _preflight(s, used)
     if sched.engines:
         progress(Event("step", f"images on {len(used.nodes)} node(s)"))
@@ -198,8 +199,8 @@ def _record(run: RunDir, manifest: Manifest, hosts: Hosts, images: ImagesResult,
     from repro.nodes import facts as probes
     from repro.record import provenance
 
-    if run.file("provenance.json").is_file():
-        return provenance.load_record(run.file("provenance.json"))
+    if run.file(PROVENANCE).is_file():
+        return provenance.load_record(run.file(PROVENANCE))
     progress(Event("step", f"recording the environment of {len(hosts.nodes)} node(s)"))
     record = provenance.new_record(run, manifest, hosts, lock=images.pins.to_json(manifest))
     # no engine of the node's (pyxis): the image's facts from the engine that built or pulled it, same digest

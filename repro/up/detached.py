@@ -161,14 +161,14 @@ def _write_state(run: RunDir, jv: JobView) -> None:
 def _add_nodes(run: RunDir, record: dict, hosts: Hosts) -> None:
     """Every node's host facts from the probe step's output, and the image's facts (the digest it pulled)."""
     from repro.nodes import facts as probes
-    from repro.nodes.facts import Probe
+    from repro.nodes.facts import Fact
     from repro.nodes.preflight import node_report
     from repro.record import provenance
 
     image = json.loads(run.file(IMAGE).read_text(encoding="utf-8"))
     for i, node in enumerate(hosts.nodes):
         said = jobfiles.probe_output(run.path, i, node.name)
-        host = node_report(node, said[0], Probe(detail="srun"), said[1], "exit 0").host if said else None
+        host = node_report(node, said[0], Fact(detail="srun"), said[1], "exit 0").host if said else None
         host = host or probes.not_run("the probe step of the job wrote nothing for this node")
         provenance.add_node(record, node, host=host, image=image, container=image["container"])
 

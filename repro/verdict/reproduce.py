@@ -63,7 +63,7 @@ class CellResult:
     efficiency: float | None = None
     label: str | None = None
     kind: str = REDERIVATION  # or NEW_RUN: see repro.verdict
-    low: float | None = None  # a new run's interval (repro.verdict.INTERVAL)
+    low: float | None = None  # a new run's interval (repro.verdict.rules.INTERVAL)
     high: float | None = None
     spread_pct: float | None = None  # sample standard deviation of the repeats, % of the figure
     tolerance_pct: float | None = None
@@ -310,8 +310,8 @@ def _published_speedup_check(r: CellResult, base: CellResult, digits: int | None
 def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path | LogTree | None = None,
                     maps: Mapping[str, list[Path]] | None = None) -> TableResult:
     """Re-derive one table from the bundled logs; or, given a tree of logs (matched to the cells by content,
-    see :mod:`repro.userlogs`) or logs ``maps`` names for cells (``--map``), judge those as a new run: a cell
-    none of them is for is ``not run``, never filled from the publication's logs."""
+    see :mod:`repro.measure.userlogs`) or logs ``maps`` names for cells (``--map``), judge those as a new run:
+    a cell none of them is for is ``not run``, never filled from the publication's logs."""
     tree = scan_logs(from_logs) if isinstance(from_logs, Path) else from_logs
     if tree is None and not maps:
         cells = [reproduce_cell(manifest, table, cell, list(cell.logs)) for cell in table.cells]
@@ -338,7 +338,7 @@ def reproduce_table(manifest: Manifest, table: PublishedTable, from_logs: Path |
 
 
 def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | None = None) -> TableResult:
-    """Re-derive a published table from a ``repro up`` run directory (see repro.rundir).
+    """Re-derive a published table from a ``repro up`` run directory (see repro.run.rundir).
 
     Each published cell is measured on the rank-0 log of every repeat of its matrix cell
     that finished; the manifest is the one the run recorded, not today's. A target that

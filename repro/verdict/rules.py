@@ -2,7 +2,7 @@
 
 *Re-derivation* compares a published figure with the figure its own published log gives under
 the manifest's protocol: exact at the published precision, within the table's (tiny)
-tolerance, or not derivable at all (see :func:`repro.reproduce._judge`).
+tolerance, or not derivable at all (see :func:`repro.verdict.reproduce._judge`).
 
 *New run* compares your repeats with the published figure. The estimate is the manifest's
 repeat aggregate (median unless it says otherwise); the interval is a 95 % Student-t

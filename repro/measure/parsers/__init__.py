@@ -2,7 +2,7 @@
 
 ``parse_file`` reads a file in blocks of whole lines (memory stays flat whatever the file size;
 the records' too when it is given the protocol they are for), tolerates damaged bytes
-(:mod:`repro.parsers.text`), and hands the blocks to the parser, which ignores any line no rule
+(:mod:`repro.measure.parsers.text`), and hands the blocks to the parser, which ignores any line no rule
 knows (NCCL chatter, warnings, tracebacks).
 """
 
@@ -56,7 +56,7 @@ def parse_file(path: str | os.PathLike[str], parser: str | None = None,
                protocol: Protocol | None = None) -> ParseResult:
     """Parse one log file; ``parser=None`` detects the format from the head of the file. With a
     ``protocol`` (the one the series will be measured by), each run's records are folded into
-    what that protocol needs as they are read, and not kept (:class:`repro.measure.Tally`)."""
+    what that protocol needs as they are read, and not kept (:class:`repro.measure.protocol.Tally`)."""
     p = Path(path)
     check_file(p)
     cls = PARSERS.get(parser) if parser is not None else detect_file(p)

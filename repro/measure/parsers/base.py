@@ -2,7 +2,7 @@
 
 A built-in parser is a table of :class:`Rule` objects (a regular expression plus what to do with a
 match) and a few small handler methods. :class:`PatternParser` runs every rule over each block of
-clean text (see :mod:`repro.parsers.text`) with ``re.finditer`` and hands the matches over in file
+clean text (see :mod:`repro.measure.parsers.text`) with ``re.finditer`` and hands the matches over in file
 order: by line, and on one line the other rules' matches before a record's (a run boundary or a
 fact then applies to the record beside it).
 

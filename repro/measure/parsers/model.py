@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 
-class Tally(Protocol):
-    """What a series folds its records into (``repro.measure.protocol.Tally``: what one protocol needs)."""
+class RecordSink(Protocol):
+    """What a series folds its records into (:class:`repro.measure.protocol.Tally`: what one protocol
+    needs)."""
 
     count: int
 
@@ -46,7 +47,7 @@ class Series:
     __slots__ = ("_cols", "_narrow", "facts", "gpus", "per_gpu", "summary", "tally")
 
     def __init__(self, gpus: int | None, records: Iterable[Record] = (), summary: float | None = None,
-                 per_gpu: bool = False, tally: Tally | None = None,
+                 per_gpu: bool = False, tally: RecordSink | None = None,
                  facts: dict[str, object] | None = None) -> None:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
@@ -145,7 +146,7 @@ class ParseResult:
 
 
 class LogParser(abc.ABC):
-    """One log format. Subclasses register themselves in :data:`repro.parsers.PARSERS`."""
+    """One log format. Subclasses register themselves in :data:`repro.measure.parsers.PARSERS`."""
 
     name: ClassVar[str]  # set by the registry
     #: fewest usable records a figure may come from (a protocol may ask for more)

@@ -12,6 +12,7 @@ from typing import Any
 
 import docker
 
+from repro.layout import log_name
 from repro.run.cell import CellFailed, CellJob, NodeResult, mpi_files
 from repro.run.launchers.mpi import DEFAULT_SSH_PORT
 from repro.nodes.telemetry import sampler_argv
@@ -20,7 +21,7 @@ from repro.run.sampling import TelemetryFiles
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import cli, stamp
 from repro.run.schedulers.slurm.render import srun_argv, step_spec
-from repro.run.schedulers.slurm.steps import CellStep, Event
+from repro.run.schedulers.slurm.steps import CellStep, StepEvent
 
 
 class AgentStep(CellStep):
@@ -48,7 +49,7 @@ class AgentStep(CellStep):
         spec = step_spec(plans, job.run_id, job.cell, job.image or plans[0].image, files, port)
         spec["telemetry"] = sampler_argv(job.timeout)  # each agent samples its node beside its rank
         results = [NodeResult(c.node.name, c.node.address, c.rank, c.role, c.command,
-                              str(job.log_dir / f"{c.rank}-{c.node.name}.log"), container=rank["name"])
+                              str(job.log_dir / log_name(c.rank, c.node.name)), container=rank["name"])
                    for c, rank in zip((p.command for p in plans), spec["ranks"])]
         return cls(alloc, job, results, spec)
 
@@ -76,7 +77,7 @@ class AgentStep(CellStep):
     def ended(self) -> bool:
         return not self.decisive or super().ended()
 
-    def follow(self, events: Iterator[Event]) -> None:
+    def follow(self, events: Iterator[StepEvent]) -> None:
         for kind, rank, text in events:
             self.job.emit((kind, self.results[rank].node, text))
             if kind == "error" or (kind == "exited" and text != "0"):

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import RunFailed
+from repro.layout import PROVENANCE
+from repro.run.rundir import read_head
 from repro.events import Event
 from repro.run.cell import FileSink
 from repro.run.schedulers.slurm.allocation import Allocation
@@ -85,10 +87,14 @@ class ImageStep(JobStep):
 def earlier_jobs(run_dir: Path) -> list[str]:
     """The Slurm jobs a resumed run ran in before (its provenance's allocations)."""
     try:
-        record = json.loads((run_dir / "provenance.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = json.loads(read_head(run_dir / PROVENANCE, 64 << 20))
+    except (OSError, ValueError, RecursionError):
         return []
-    return [str(a.get("job_id")) for a in record.get("scheduler") or [] if str(a.get("job_id", "")).isdigit()]
+    allocations = record.get("scheduler") if isinstance(record, dict) else None
+    if not isinstance(allocations, list):
+        return []
+    return [str(a["job_id"]) for a in allocations
+            if isinstance(a, dict) and str(a.get("job_id", "")).isdigit()]
 
 
 class RunImage:

@@ -48,7 +48,7 @@ TAIL = 20  # lines of each rank's output a failure shows
 STOP_WAIT_S = 60  # how long a stopped step's srun gets to end before it is killed
 TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): Exited with exit code (\d+)$")
 
-Event = tuple[str, int, str]  # (kind, rank, text): line, started, exited, error
+StepEvent = tuple[str, int, str]  # (kind, rank, text): line, started, exited, error
 
 
 def task_exits(lines: Sequence[str], nodes: Sequence[str]) -> dict[str, int]:
@@ -69,7 +69,7 @@ class Demux:
     def __init__(self, sinks: Sequence[LogSink], *, per_node: int = 1,
                  control: Callable[[int, str, str], None] | None = None) -> None:
         self.sinks, self.per_node, self.control = list(sinks), per_node, control
-        self.events: queue.Queue[Event] = queue.Queue()
+        self.events: queue.Queue[StepEvent] = queue.Queue()
         self.other: list[str] = []
         self.tails: list[list[str]] = [[] for _ in self.sinks]
         self.step_id: str | None = None
@@ -153,7 +153,7 @@ class JobStep:
         finally:
             self.finish()
 
-    def events(self, deadline: float) -> Iterator[Event]:
+    def events(self, deadline: float) -> Iterator[StepEvent]:
         """The demultiplexer's events as they come, until the step ended and all are taken, or the
         deadline passed."""
         while not self.ended() or not self.demux.events.empty():
@@ -169,7 +169,7 @@ class JobStep:
         """Whether the step is over for the kit (by default: srun's output ended)."""
         return self.demux.done.is_set()
 
-    def follow(self, events: Iterator[Event]) -> None:
+    def follow(self, events: Iterator[StepEvent]) -> None:
         """What the step does with each event (by default: nothing but wait for the end)."""
         for _ in events:
             pass
