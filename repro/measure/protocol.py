@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.measure.parsers.model import Series
+from repro.measure.model import Series
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
 SCALES = ("global", "per_gpu")

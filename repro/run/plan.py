@@ -17,8 +17,7 @@ from typing import Any
 from repro import labels
 from repro.errors import UsageError
 from repro.spec.hosts import Hosts, Node, load_hosts, local_hosts, placeholder_hosts
-from repro.run.launchers import LAUNCHERS, NodeCommand
-from repro.run.launchers.base import rdma_container_options
+from repro.run.launchers import LAUNCHERS, NodeCommand, rdma_container_options
 from repro.spec.manifest import Cell, Manifest
 from repro.redact import redact_argv, redact_text
 

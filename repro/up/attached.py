@@ -24,7 +24,7 @@ from repro.images.engine import node_client
 from repro.layout import PROVENANCE
 from repro.run.clean import clean_clients
 from repro.run.rundir import RunDir, make_run_id
-from repro.run.schedulers.slurm.jobfiles import is_detached
+from repro.run.schedulers.slurm import is_detached
 from repro.spec.hosts import Hosts, load_hosts
 from repro.spec.manifest import Cell, Manifest, find_target
 from repro.up.finishing import keep_scheduler_facts, seal

@@ -21,8 +21,8 @@ from repro.images import ImagesResult
 from repro.redact import Redactor
 from repro.run.rundir import DONE, FAILED, SUMS, RunDir, make_run_id
 from repro.run.schedulers import KEYS, SCHEDULERS
-from repro.run.schedulers.slurm import jobfiles
-from repro.run.schedulers.slurm.jobfiles import IMAGE, RECORD, JobView, is_detached, seconds_of
+from repro.run.schedulers import slurm
+from repro.run.schedulers.slurm import IMAGE, RECORD, JobView, is_detached, seconds_of
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.up.finishing import keep_scheduler_facts
 from repro.up.start import (Start, UpOptions, UpResult, before_nodes, image_record, new_run,
@@ -75,7 +75,7 @@ def view(run_path: Path) -> tuple[RunDir, JobView]:
                          hint="repro status reads runs `repro up --detach` submitted; `repro report RUN_DIR` "
                               "judges any run")
     kind = (load_hosts(run.file("hosts.yaml")).scheduler or {}).get("kind", "slurm")
-    return run, jobfiles.read_job(run.path, SCHEDULERS.get(kind).job_state)
+    return run, slurm.read_job(run.path, SCHEDULERS.get(kind).job_state)
 
 
 def status_text(run: RunDir, jv: JobView) -> str:
@@ -121,10 +121,10 @@ def adopt(run_path: Path) -> UpResult:
     if not jv.nodes:
         raise UsageError(f"{run.path}: job {jv.job_id} ended ({jv.state}) before it named its nodes "
                          f"(job/nodes): nothing ran", hint=f"see {run.file('job')}/batch-*.out")
-    run.redactor = Redactor.from_envs(*jobfiles.job_envs(run.path))
-    image = jobfiles.pyxis_image(run.path, jv)
+    run.redactor = Redactor.from_envs(*slurm.job_envs(run.path))
+    image = slurm.pyxis_image(run.path, jv)
     _write_state(run, jv)
-    jobfiles.drop_inputs(run.path)
+    slurm.drop_inputs(run.path)
     manifest = run.load_manifest()
     record = json.loads(run.file(RECORD).read_text(encoding="utf-8"))
     inventory = load_hosts(run.file("hosts.yaml"))
@@ -135,17 +135,17 @@ def adopt(run_path: Path) -> UpResult:
     result = UpResult(run, manifest, record, cells=[c for c in manifest.cells()
                                                      if any(k == c.key for k, _ in jv.repeats)])
     _add_commands(result, jv, hosts)
-    jobfiles.copy_telemetry(run, jv)
+    slurm.copy_telemetry(run, jv)
     result.seconds = seconds_of(jv.started, jv.last)
     result.cell_seconds = sum(seconds_of(r.started, r.ended) for r in jv.repeats.values())
-    keep_scheduler_facts(result, jobfiles.job_facts(run.path, jv, inventory.scheduler or {}, image))
+    keep_scheduler_facts(result, slurm.job_facts(run.path, jv, inventory.scheduler or {}, image))
     return result
 
 
 def image_failure(result: UpResult) -> RunFailed | None:
     """The error the run stops with where a node's image held another digest than the run locks, or was
     not ready where the job's script ended the job for that; None otherwise."""
-    return jobfiles.image_failure(result.record, result.run.path)
+    return slurm.image_failure(result.record, result.run.path)
 
 
 def _write_state(run: RunDir, jv: JobView) -> None:
@@ -167,7 +167,7 @@ def _add_nodes(run: RunDir, record: dict, hosts: Hosts) -> None:
 
     image = json.loads(run.file(IMAGE).read_text(encoding="utf-8"))
     for i, node in enumerate(hosts.nodes):
-        said = jobfiles.probe_output(run.path, i, node.name)
+        said = slurm.probe_output(run.path, i, node.name)
         host = node_report(node, said[0], Fact(detail="srun"), said[1], "exit 0").host if said else None
         host = host or probes.not_run("the probe step of the job wrote nothing for this node")
         provenance.add_node(record, node, host=host, image=image, container=image["container"])
@@ -191,7 +191,7 @@ def _add_commands(result: UpResult, jv: JobView, hosts: Hosts) -> None:
             elif rep.status == FAILED:
                 result.failed.append(f"{key} r{r}")
             ranks = [(p.command.rank, p.command.node.name) for p in plans]
-            for p, (started, exit_code) in zip(plans, jobfiles.rank_outcomes(run.path, rep, ranks)):
+            for p, (started, exit_code) in zip(plans, slurm.rank_outcomes(run.path, rep, ranks)):
                 c = p.command
                 log = run.log_path(key, r, c.rank, c.node.name).relative_to(run.path)
                 provenance.add_command(result.record, run, cell, r, rank=c.rank, node=c.node.name,

@@ -14,8 +14,7 @@ from repro.errors import UsageError
 from repro.events import Event, Progress
 from repro.images import ImagesOptions, ImagesResult, check_pins, lock, prepare
 from repro.run.rundir import MANIFEST, RunDir
-from repro.run.schedulers import make_scheduler
-from repro.run.schedulers.base import Scheduler
+from repro.run.schedulers import Scheduler, make_scheduler
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest, find_target, synthetic
 

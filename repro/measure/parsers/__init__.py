@@ -12,15 +12,12 @@ import os
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from repro.errors import ParseError
-from repro.measure.parsers.model import LogParser, ParseResult, Record, Series
+from repro.measure.model import LogParser, ParseResult, Record, Series
 from repro.measure.parsers.text import Damage, check_file, read_blocks
+from repro.measure.protocol import Protocol, Tally
 from repro.registry import Registry
-
-if TYPE_CHECKING:
-    from repro.measure.protocol import Protocol
 
 __all__ = ["PARSERS", "LogParser", "ParseResult", "Record", "Series", "detect", "parse_file"]
 
@@ -63,8 +60,6 @@ def parse_file(path: str | os.PathLike[str], parser: str | None = None,
     damage = Damage()
     inst, blocks = cls(), read_blocks(p, damage)
     if hasattr(inst, "parse_blocks"):  # the built-in engine reads blocks of lines
-        from repro.measure.protocol import Tally  # (it imports this package's model)
-
         result = inst.parse_blocks(blocks, partial(Tally, protocol) if protocol else None)
     else:
         result = inst.parse(line for block in blocks for line in block.splitlines(keepends=True))

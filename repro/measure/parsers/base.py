@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from repro.measure.parsers.model import LogParser, ParseResult, Record, Series
+from repro.measure.model import LogParser, ParseResult, Record, Series
 from repro.measure.parsers.text import BLOCK_BYTES, MPI_PREFIX, clean_text
 
 if TYPE_CHECKING:

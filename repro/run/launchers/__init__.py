@@ -1,6 +1,6 @@
 """Launcher plugins, registered by the names manifests use in ``launch.kind``."""
 
-from repro.run.launchers.base import Launcher, NodeCommand
+from repro.run.launchers.base import IB_DEVICE_DIR, Launcher, NodeCommand, fill, rdma_container_options
 from repro.registry import Registry
 
 LAUNCHERS: Registry[Launcher] = Registry(
@@ -9,4 +9,4 @@ LAUNCHERS: Registry[Launcher] = Registry(
      "repro.run.launchers.plain", "repro.run.launchers.tf_ps"],
 )
 
-__all__ = ["LAUNCHERS", "Launcher", "NodeCommand"]
+__all__ = ["IB_DEVICE_DIR", "LAUNCHERS", "Launcher", "NodeCommand", "fill", "rdma_container_options"]

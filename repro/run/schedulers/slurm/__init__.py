@@ -34,7 +34,10 @@ from repro.run.schedulers.slurm.apptainerstep import ApptainerStep
 from repro.run.schedulers.slurm.commands import SchedulerStopped
 from repro.run.schedulers.slurm.detached import Detach, check_container, render_detached, submit, write_job
 from repro.run.schedulers.slurm.dockerstep import AgentStep
-from repro.run.schedulers.slurm.jobfiles import slurm_state
+from repro.run.schedulers.slurm.jobfiles import (IMAGE, RECORD, JobView, copy_telemetry, drop_inputs,
+                                                 image_failure, is_detached, job_envs, job_facts,
+                                                 probe_output, pyxis_image, rank_outcomes, read_job,
+                                                 seconds_of, slurm_state)
 from repro.run.schedulers.slurm.imagestep import RunImage
 from repro.run.schedulers.slurm.pyxisstep import PyxisStep
 from repro.run.schedulers.slurm.render import (AGENT, pyxis_head, pyxis_step, render_plan_slurm, render_pyxis,
@@ -48,7 +51,10 @@ from repro.spec.scheduler import seconds
 CELL_STEPS: dict[str, type[CellStep]] = {"docker": AgentStep, "pyxis": PyxisStep, "apptainer": ApptainerStep}
 
 __all__ = ["AGENT", "CELL_STEPS", "SchedulerStopped", "SlurmScheduler", "pyxis_head", "pyxis_step",
-           "render_pyxis", "render_sbatch", "seconds", "srun_argv", "step_spec", "task_exits"]
+           "render_pyxis", "render_sbatch", "seconds", "srun_argv", "step_spec", "task_exits",
+           # a detached job's files, read back by repro.up
+           "IMAGE", "RECORD", "JobView", "copy_telemetry", "drop_inputs", "image_failure", "is_detached",
+           "job_envs", "job_facts", "probe_output", "pyxis_image", "rank_outcomes", "read_job", "seconds_of"]
 
 
 @SCHEDULERS.register("slurm")
