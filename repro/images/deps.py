@@ -41,6 +41,14 @@ NEVER = "sys_platform == 'never'"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==| @ )")
 _SEAL = re.compile(r"^# sha256 of the lines above: ([0-9a-f]{64})\n?$")
+#: the lines of a lock below its header: a pinned distribution (or a VCS wheel the kit built) continued
+#: onto its hash lines, each hash line continued but the last; the kit's own --index-url line; comments
+_ENTRY_LINE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*"
+                         rf"|[A-Za-z0-9][A-Za-z0-9._-]* @ file://{vcs.IMAGE_WHEELS}/[A-Za-z0-9._+-]+\.whl)"
+                         r" \\$")
+_HASH_LINE = re.compile(r"^    --hash=sha256:[0-9a-f]{64}( \\)?$")
+#: a lock larger than this is no lock `repro lock` wrote (the largest seed lock is some 60 KiB)
+LOCK_MAX = 16 << 20
 
 
 def normalize(name: str) -> str:
@@ -194,9 +202,50 @@ def pin_count(text: str) -> int:
     return len(pins(text)) + len(vcs.direct_pins(text))
 
 
-def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None) -> list[str]:
-    """What is wrong with a target's lock, offline: missing, edited, made for other inputs, or installing a
-    second distribution of one the base ships. One message per problem."""
+def read_lock_text(manifest: Manifest) -> str | None:
+    """The text of the target's dependency lock (None: there is none); one that is not UTF-8 text or is
+    larger than LOCK_MAX is a UsageError naming it."""
+    path = deps_lock_path(manifest)
+    try:
+        with path.open("rb") as f:
+            data = f.read(LOCK_MAX + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it: {e.strerror}") from None
+    again = f"run `repro lock {manifest.id} --deps-only` again"
+    if len(data) > LOCK_MAX:
+        raise UsageError(f"{path}: over {LOCK_MAX} bytes, no lock `repro lock` writes: {again}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): "
+                         f"{again}") from None
+
+
+def line_problems(text: str, name: str) -> list[str]:
+    """Lines of a lock's body that pip would read as something other than a pinned distribution with its
+    hashes (another index, a requirements file, an editable or URL requirement, an option): each named."""
+    out, continued = [], False
+    own_index = f"--index-url {index_of(text)}"
+    body = text.splitlines()[:-1]
+    for n, line in enumerate(body, 1):
+        if continued:
+            ok = bool(_HASH_LINE.match(line))
+        else:
+            ok = not line or line.startswith("#") or line == own_index or bool(_ENTRY_LINE.match(line))
+        continued = line.endswith("\\")  # a bad line's hash lines are its own, not another problem
+        if not ok or continued and n == len(body):
+            out.append(f"{name} line {n}: {line[:80]!r} is not a pinned distribution with its hashes "
+                       "(name==version \\ --hash=sha256:...): the lock was edited; run `repro lock` again")
+    return out
+
+
+def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None, *,
+                  named_index: str | None = None) -> list[str]:
+    """What is wrong with a target's lock, offline: missing, edited, made for other inputs, installing a
+    second distribution of one the base ships, holding a line that is no hashed pin, or naming an index
+    over plain http that the command line (``named_index``) did not name. One message per problem."""
     path = deps_lock_path(manifest)
     if text is None:
         return [f"{path.name} is missing: run `repro lock {manifest.id} --deps-only`"]
@@ -205,8 +254,12 @@ def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = 
     if sealed is None or hashlib.sha256("".join(lines[:-1]).encode()).hexdigest() != sealed.group(1):
         return [f"{path.name} was changed after `repro lock` wrote it "
                 "(its last line's sha256 does not match)"]
-    problems = []
-    want = header(manifest, index_url or index_of(text))
+    problems = line_problems(text, path.name)
+    locked_index = index_of(text)
+    if locked_index.startswith("http://") and locked_index != named_index:
+        problems.append(f"{path.name} reads its index over plain http ({locked_index}): anyone on the way "
+                        "can answer for it; give it with --index-url to accept it")
+    want = header(manifest, index_url or locked_index)
     have = [ln.rstrip("\n") for ln in lines[:len(want)]]
     for w, h in zip(want, have, strict=False):
         if w != h:
