@@ -5,6 +5,11 @@ shape of what it reads, against a real HTTP server on loopback started here."""
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -142,3 +147,128 @@ nodes:
   - {name: g1, address: 10.77.0.11}
 scheduler: {kind: slurm, partition: debug, time: 15, container: docker}
 """
+
+
+# ------------------------------------------------------------------ the package index (PEP 691) on loopback
+PAGE = {"meta": {"api-version": "1.1"}, "name": "pytorch-ignite",
+        "files": [{"filename": "pytorch_ignite-0.3.0-py2.py3-none-any.whl", "upload-time": "2020-01-21T10:00:00Z",
+                   "url": "x", "hashes": {}}]}
+ANSWERS: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {}
+
+
+def answer(name: str):
+    def register(fn):
+        ANSWERS[name] = fn
+        return fn
+    return register
+
+
+def _head(h: http.server.BaseHTTPRequestHandler, length: int | None = None) -> None:
+    h.send_response(200)
+    h.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+    if length is not None:
+        h.send_header("Content-Length", str(length))
+    h.end_headers()
+
+
+@answer("good")
+def _good(h):
+    body = json.dumps(PAGE).encode()
+    _head(h, len(body))
+    h.wfile.write(body)
+
+
+@answer("drip")
+def _drip(h):  # a byte every 0.2 s, for ever: each read has its byte in time
+    _head(h, 1 << 30)
+    h.wfile.write(b"{")
+    while True:
+        time.sleep(0.2)
+        h.wfile.write(b" ")
+        h.wfile.flush()
+
+
+@answer("huge")
+def _huge(h):  # 300 MB of a JSON string
+    _head(h, 300 << 20)
+    h.wfile.write(b'"')
+    block = b"x" * (1 << 20)
+    for _ in range(300):
+        h.wfile.write(block)
+
+
+def _body(data: bytes):
+    def send(h):
+        _head(h, len(data))
+        h.wfile.write(data)
+    return send
+
+
+for _name, _data in {"not-json": b"{oops", "deep": b"[" * 100_000 + b"]" * 100_000, "a-list": b"[1]",
+                     "files-a-string": b'{"files": "x"}', "file-a-number": b'{"files": [1]}',
+                     "filename-a-number": b'{"files": [{"filename": 1}]}',
+                     "upload-time-a-number": b'{"files": [{"filename": "a-1.whl", "upload-time": 5}]}',
+                     "upload-time-garbage": b'{"files": [{"filename": "a-1.whl", "upload-time": "x"}]}',
+                     "not-utf8": b'{"files": "\xff"}', "cut-short": b""}.items():
+    ANSWERS[_name] = _body(_data)
+ANSWERS["cut-short"] = lambda h: (_head(h, 1000), h.wfile.write(b'{"files": ['))
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        try:
+            ANSWERS[self.path.split("/")[1]](self)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def index() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def within(seconds: float, fn: Callable[[], list[str]]) -> list[str]:
+    """What ``fn`` returns, asserted to return within ``seconds`` of wall time."""
+    got: list[list[str]] = []
+    t = threading.Thread(target=lambda: got.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert got, f"still reading after {seconds} s"
+    return got[0]
+
+
+@pytest.fixture()
+def resolving(upstream: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
+    monkeypatch.setattr(deps, "INDEX_DEADLINE_S", 2.0, raising=False)
+    m = load_manifest(manifest(tmp_path, upstream[1]))
+    text = deps.deps_lock_path(m).read_text(encoding="utf-8")
+    return lambda url: within(10, lambda: deps.upload_problems(m, text, url))
+
+
+def test_a_good_index_answer_is_read(index: str, resolving) -> None:
+    assert resolving(f"{index}/good") == []
+
+
+@pytest.mark.parametrize("case,words", [
+    ("drip", "no whole answer within 2 s"), ("huge", "an answer over 67108864 bytes"),
+    ("not-json", "Expecting property name"), ("deep", "not a JSON document: RecursionError"),
+    ("not-utf8", "not a JSON document: UnicodeDecodeError"), ("a-list", "not a PEP 691 project page"),
+    ("files-a-string", "not a PEP 691 project page"), ("file-a-number", "a file entry without a file name"),
+    ("filename-a-number", "a file entry without a file name"),
+    ("upload-time-a-number", "upload-time '5' of a-1.whl is no ISO 8601 UTC time"),
+    ("upload-time-garbage", "upload-time 'x' of a-1.whl is no ISO 8601 UTC time"),
+    ("cut-short", "an answer cut short (989 of its bytes missing)"),
+])
+def test_a_hostile_index_answer_is_a_problem_in_bounded_time(index: str, resolving, case: str, words: str) -> None:
+    t0 = time.monotonic()
+    got = resolving(f"{index}/{case}")
+    assert got == [f"pytorch-ignite: the index {index}/{case} cannot be read: {got[0].split(': ', 2)[2]}"], got
+    assert words in got[0], got
+    assert time.monotonic() - t0 < 6
