@@ -176,3 +176,32 @@ def test_a_store_path_that_loops_is_exit_2(recorded: Path, tmp_path: Path, verb:
     code, out, took = run_cli([*args, "--results", str(loop)], bound=60)
     assert code == 2, out
     assert f"results store {loop}: a symbolic link loop" in out, out
+
+
+# ------------------------------------------------------------------ what plan shows, quoted as it is passed
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+def test_plan_quotes_a_steps_environment_as_it_is_passed(tmp_path: Path, runtime: str) -> None:
+    import subprocess
+
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).parent / "data" / "good" / "minimal.yaml").read_text())
+    doc["image"]["registry"]["digest"] = "sha256:" + "a" * 64
+    env = {"FOO": "a\nrm -rf ~", "BAR": "x y $(id) 'q'", "PLAIN": "INFO"}
+    doc["launch"]["env"] = env
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("schema_version: 1\ndefaults: {user: root, gpus: 8}\nnodes:\n  - {name: g1, address: 10.0.0.1}\n"
+                     f"scheduler: {{kind: slurm, partition: debug, time: 15, container: {runtime}}}\n")
+    code, out, _ = run_cli(["plan", str(manifest), "--hosts", str(hosts), "--cells",
+                            "gpus_per_node=1,precision=fp32"])
+    assert code == 0, out
+    assert not any(ln.startswith("rm -rf") for ln in out.splitlines()), out
+    prefix = "APPTAINERENV_" if runtime == "apptainer" else ""
+    for line in out[out.index("  env "):out.index("  $ srun")].splitlines():  # each read back by bash
+        name = line.removeprefix("  env ").partition("=")[0]
+        got = subprocess.run(["bash", "-c", f"export {line.removeprefix('  env ')}; printf %s \"${name}\""],
+                             capture_output=True, text=True, check=True).stdout
+        assert got == env[name.removeprefix(prefix)], line
+    assert "  env PLAIN=INFO\n" in out or f"  env {prefix}PLAIN=INFO\n" in out
