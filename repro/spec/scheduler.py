@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-_NAME = r"[A-Za-z0-9_.-]+"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # a letter or digit first: never an option, never "-"
 WORD = re.compile(rf"^{_NAME}$")
 WORDS = re.compile(rf"^{_NAME}(,{_NAME})*$")
 HOSTLIST = re.compile(rf"^{_NAME}(\[[0-9,-]+\])?(,{_NAME}(\[[0-9,-]+\])?)*$")
