@@ -105,3 +105,42 @@ def test_an_invalid_inventory_is_refused_with_file_and_field(tmp_path: Path, cas
     path = tmp_path / f"{case}.yaml"
     path.write_text(dump(change(BASE_HOSTS)))
     check(["validate", str(path)], 2, str(path), f": {field}: ", words)
+
+
+# ------------------------------------------------------------------ preflight's exit code, as documented
+FAKE_SLURM = """#!/bin/sh
+# Slurm's client commands as a cluster answers them whose sbatch refuses to queue the job
+case "$(basename "$0") $*" in
+  "scontrol ping") echo "Slurmctld(primary) at ctl is UP" ;;
+  "scontrol show partition"*) echo "PartitionName=debug TotalNodes=4 State=UP" ;;
+  "sinfo "*) echo "debug*" ;;
+  "srun --help") echo "--container-image" ;;
+  "sbatch --test-only") echo "sbatch: Job 7 to start at now using 1 processors on nodes n1 in partition debug" >&2 ;;
+  "sbatch --parsable") echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1 ;;
+  *) echo "unexpected: $0 $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_preflight_that_cannot_get_its_nodes_exits_3_as_documented(tmp_path: Path) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "sinfo", "srun", "sbatch"):
+        (bin_dir / name).write_text(FAKE_SLURM)
+        (bin_dir / name).chmod(0o755)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("schema_version: 1\ndefaults: {user: root, gpus: 8}\nnodes:\n  - {name: g1, address: 10.0.0.1}\n"
+                     "scheduler: {kind: slurm, partition: debug, time: 15, container: pyxis}\n")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"3 environment unavailable\s+\(Docker, SSH, a node, preflight\)", readme)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    proc = subprocess.run([sys.executable, "-m", "repro", "preflight", "--hosts", str(hosts)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "QOSMaxSubmitJobPerUserLimit" in proc.stderr and "Traceback" not in proc.stderr
