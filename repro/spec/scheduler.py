@@ -140,7 +140,7 @@ class Setting:
     many: bool = False                  # a list in the inventory (its items are checked one by one)
 
 
-_ONE = "one word of letters, digits, '_', '.' or '-'"
+_ONE = "one word of letters, digits, '_', '.' or '-' that starts with a letter or digit"
 #: Every key a ``scheduler:`` section or ``--scheduler`` may set, in the order the batch script lists them.
 SETTINGS: dict[str, Setting] = {
     "kind": Setting(_choice("ssh", "slurm"), "slurm"),
