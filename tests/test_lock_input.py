@@ -90,6 +90,8 @@ def test_an_http_index_in_a_lock_fails_unless_named_on_the_command_line(upstream
     named = check_target(m, CheckOptions(git_mirrors=(("https://github.com/example/", f"{mirror}/"),),
                                          index_url="http://mirror.example/simple"))
     assert not [f for f in named.failures if f.check == "deps"], named.failures
+    resealed(path, index="http://127.0.0.1:8080/simple")  # loopback: no one on the way
+    assert failures(path, mirror) == []
 
 
 def test_the_seed_locks_pass_the_line_check() -> None:

@@ -397,7 +397,8 @@ def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
     except ReproError as e:
         fail("deps", str(e))
         return
-    problems = deps.lock_problems(manifest, text, named_index=opts.index_url)
+    problems = deps.lock_problems(manifest, text)
+    problems += deps.index_problems(manifest, text, opts.index_url) if text is not None else []
     sealed = text is not None and not any("was changed after" in p for p in problems)
     if sealed and opts.resolve:
         assert text is not None

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -244,11 +245,22 @@ def line_problems(text: str, name: str) -> list[str]:
     return out
 
 
-def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None, *,
-                  named_index: str | None = None) -> list[str]:
+def index_problems(manifest: Manifest, text: str, named_index: str | None) -> list[str]:
+    """A lock whose ``# index:`` is plain http to another machine, which the command line (``named_index``)
+    did not name: what that index answers (upload times, what resolves) anyone on the way could write."""
+    locked = index_of(text)
+    host = urllib.parse.urlsplit(locked).hostname or ""
+    if not locked.startswith("http://") or locked == named_index or host in ("localhost", "::1") \
+            or host.startswith("127."):
+        return []
+    return [f"{deps_lock_path(manifest).name} reads its index over plain http ({locked}): anyone on the way "
+            "can answer for it; give it with --index-url to accept it"]
+
+
+def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None) -> list[str]:
     """What is wrong with a target's lock, offline: missing, edited, made for other inputs, installing a
-    second distribution of one the base ships, holding a line that is no hashed pin, or naming an index
-    over plain http that the command line (``named_index``) did not name. One message per problem."""
+    second distribution of one the base ships, or holding a line that is no hashed pin. One message per
+    problem."""
     path = deps_lock_path(manifest)
     if text is None:
         return [f"{path.name} is missing: run `repro lock {manifest.id} --deps-only`"]
@@ -258,11 +270,7 @@ def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = 
         return [f"{path.name} was changed after `repro lock` wrote it "
                 "(its last line's sha256 does not match)"]
     problems = line_problems(text, path.name)
-    locked_index = index_of(text)
-    if locked_index.startswith("http://") and locked_index != named_index:
-        problems.append(f"{path.name} reads its index over plain http ({locked_index}): anyone on the way "
-                        "can answer for it; give it with --index-url to accept it")
-    want = header(manifest, index_url or locked_index)
+    want = header(manifest, index_url or index_of(text))
     have = [ln.rstrip("\n") for ln in lines[:len(want)]]
     for w, h in zip(want, have, strict=False):
         if w != h:
