@@ -205,3 +205,16 @@ def test_plan_quotes_a_steps_environment_as_it_is_passed(tmp_path: Path, runtime
                              capture_output=True, text=True, check=True).stdout
         assert got == env[name.removeprefix(prefix)], line
     assert "  env PLAIN=INFO\n" in out or f"  env {prefix}PLAIN=INFO\n" in out
+
+
+@pytest.mark.parametrize("args,option", [
+    (["plan", "torch-rn50-cpu", "--script", "--hosts", "tests/data/detach/hosts-cpu.yaml", "--repeats", str(10**30)],
+     "--repeats"),
+    (["up", "torch-rn50-cpu", "--repeats", str(10**30)], "--repeats"),
+    (["parse", "README.md", "--gpus", str(10**30)], "--gpus"),
+    (["parse", "README.md", "--jobs", str(10**30)], "--jobs"),
+], ids=["plan-repeats", "up-repeats", "parse-gpus", "parse-jobs"])
+def test_counts_from_the_command_line_are_bounded(args: list[str], option: str) -> None:
+    code, out, took = run_cli(args)
+    assert code == 2 and took < TIME_BOUND_S, out
+    assert f"Invalid value for '{option}'" in out and "is not in the range" in out, out

@@ -251,7 +251,7 @@ def preflight(
 @cells_option
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1000),  # the manifest's own limit (matrix.repeats)
     help="run at most N repeats of each cell (default: the manifest's)",
 )
 @click.option(
