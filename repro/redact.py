@@ -50,7 +50,10 @@ _HEADER = re.compile(r"(?P<head>\b(?:proxy-authorization|authorization|set-cooki
                      r"|x-[a-z0-9-]*(?:token|key|auth|secret)[a-z0-9-]*)[ \t]*:[ \t]*)"
                      r"(?P<secret>[^\s'\"][^\r\n'\"]*)", re.IGNORECASE)
 _VALUE = r"(?P<secret>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
-_TEXT_OPTION = re.compile(rf"(?P<head>(?<![\w/-]){_OPTION_NAME}(?:=| +(?!-))){_VALUE}", re.IGNORECASE)
+#: a secret option's value is the next word unless that is a long option (``--token -V``: -V is the value)
+_TEXT_OPTION = re.compile(rf"(?P<head>(?<![\w/-]){_OPTION_NAME}(?:=| +(?!--[A-Za-z]))){_VALUE}",
+                          re.IGNORECASE)
+_LONG_OPTION = re.compile(r"^--[A-Za-z]")
 #: NAME=value in text and argv: environment-style (upper-case) names only; ``HostKey=/path`` is an sshd option
 _TEXT_ASSIGN = re.compile(r"(?P<head>\b[A-Z_][A-Z0-9_]*(?:PASS|SECRET|TOKEN|KEY|WEBHOOK|CREDENTIAL|AUTH"
                           rf"|COOKIE)[A-Z0-9_]*=){_VALUE}")
@@ -105,8 +108,10 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     for i, tok in enumerate(argv):
         if by_program and i and not hide_next and not tok.startswith("-"):
             by_program = ()  # its first operand: what follows is another program's (sshpass -p X ssh -p 22)
-        if hide_next and not tok.startswith("-") and "{" not in tok:
+        if hide_next and not _LONG_OPTION.match(tok) and "{" not in tok:
             out.append(REDACTED)
+            hide_next = env_next = False
+            continue
         elif (m := _OPTION.match(tok) or _short_attached(tok, by_program)) and m[2] and "{" not in m[2]:
             out.append(f"{m[1]}={REDACTED}" if tok.startswith(f"{m[1]}=") else m[1] + REDACTED)
         else:

@@ -100,7 +100,7 @@ def test_slurm_times(text: str, expected: int | None) -> None:
     ("time", "-1", "is not a Slurm time"), ("time", "abc", "is not a Slurm time"),
     ("time", "0", "is not a positive time limit"), ("time", "0:00:00", "is not a positive time limit"),
     ("account", "bench --export=ALL,LD_PRELOAD=/tmp/x.so", "is not one word"),
-    ("partition", "gpu\n#SBATCH --wrap=x", "is not one word"), ("partition", "-p", None),
+    ("partition", "gpu\n#SBATCH --wrap=x", "is not one word"), ("partition", "-p", "that starts with a letter or digit"), ("partition", "-", "is not one word"),
     ("qos", "a;b", "is not one word"), ("reservation", "$(id)", "is not one word"),
     ("constraint", "v100\ntouch /tmp/x", "where &, | or a closing bracket belongs"),
     ("constraint", "v100 ib", "where &, | or a closing bracket belongs"),

@@ -56,10 +56,9 @@ ALLOWED_UP = {("repro.spec.manifest", "repro.measure.parsers")}
 #: dynamic imports of names the module's source does not spell out, and where those names come from
 UNRESOLVED_OK = {"repro.registry": "the modules a Registry lists; each list is read where it is written"}
 #: Reach-ins into a room's private modules that still stand, each with what it takes and where that should
-#: come from. All are in the run's lifecycle (repro/up.py, repro/detach.py, repro/run/launch.py,
-#: repro/run/cell.py, repro/run/schedulers/**), which issue 34's item 1 rebuilds as repro/up/; that change
-#: removes them. The mpi launcher's names need a module beside launchers/base.py that the face can export
-#: (mpi.py registers itself through the face, so the face cannot import mpi.py without closing a circle).
+#: come from: the lifecycle's reading of a detached job (only Slurm detaches), and the launchers' names the
+#: containers and steps need. The mpi launcher's names need a module beside launchers/base.py that the face can
+#: export (mpi.py registers itself through the face, so the face cannot import mpi.py without closing a circle).
 SLURM, LAUNCHERS = "repro.run.schedulers.slurm", "repro.run.launchers"
 REACH_INS: dict[tuple[str, str], str] = {
     ("repro.up.attached", SLURM): "is_detached: only Slurm detaches; the Scheduler interface does not say yet",

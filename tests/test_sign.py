@@ -25,7 +25,8 @@ from repro.cli import cli
 from repro.record import provenance
 from repro.record.archive import create
 from repro.record.dsse import SIGNED
-from repro.run.rundir import INTOTO, RunDir
+from repro.layout import INTOTO
+from repro.run.rundir import RunDir
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
 

@@ -74,7 +74,7 @@ def record_finished(result: Any, results_path: Path | None, no_record: bool, clu
 @click.option("--cluster", help="only runs recorded under this cluster name (import: the name to record them "
               "under)")
 @click.option("--since", metavar="DATE", help="only runs from DATE on (YYYY-MM-DD, or YYYY-MM-DDTHH:MM, UTC)")
-@click.option("--last", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--last", type=click.IntRange(min=0, max=1_000_000), default=20, show_default=True,
               help="the text shows each cell's latest N runs (0: every run; csv and json hold every one)")
 @format_option("csv", "json", help="csv and json: one record per cell and run")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),

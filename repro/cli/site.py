@@ -210,20 +210,24 @@ def preflight(
     from repro.spec.manifest import find_target
     from repro.nodes.preflight import assess, compare, dataset_to_check, site_checks
     from repro.nodes.table import render_preflight, to_json
+    from repro.errors import EnvironmentUnavailable, RunFailed
     from repro.run.schedulers import scheduled_preflight
 
     manifest = find_target(target) if target else None
     expect = manifest.expect if manifest else {}
     hosts = load_hosts(hosts_file)
     dataset = dataset_to_check(manifest, hosts, required=False) if manifest else None
-    reports, size = scheduled_preflight(
-        hosts,
-        manifest,
-        scheduler,
-        accept_new_host_keys=accept_new_host_keys,
-        dataset=dataset,
-        progress=image_events(False),
-    )
+    try:
+        reports, size = scheduled_preflight(
+            hosts,
+            manifest,
+            scheduler,
+            accept_new_host_keys=accept_new_host_keys,
+            dataset=dataset,
+            progress=image_events(False),
+        )
+    except RunFailed as e:  # no node to probe (the allocation refused or ended): the environment, exit 3
+        raise EnvironmentUnavailable(f"preflight could not run on the nodes: {e}", hint=e.hint) from None
     deviations = compare(reports, expect, size)
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
     deviations += more
@@ -248,7 +252,7 @@ def preflight(
 @cells_option
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1000),  # the manifest's own limit (matrix.repeats)
     help="run at most N repeats of each cell (default: the manifest's)",
 )
 @click.option(

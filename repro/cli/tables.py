@@ -100,7 +100,7 @@ def validate(paths: tuple[Path, ...]) -> None:
     "split with a shell line continuation)",
 )
 @scheduler_option
-@click.option("--repeats", type=click.IntRange(min=1),
+@click.option("--repeats", type=click.IntRange(min=1, max=1000),
               help="with --script: as `repro up --repeats N` would run")
 @click.option("--script", is_flag=True,
               help="print only the batch script `repro up --detach` submits (exact text; needs --scheduler "
@@ -162,14 +162,14 @@ def plan(
 )
 @click.option(
     "--gpus",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=4096 * 64),
     help="GPU count of the run; multiplies per-GPU figures (PaddleClas rank-0 logs)",
 )
 @format_option("json", "jsonl", help="json: a list with one object a log; jsonl: one object a line")
 @click.option(
     "--jobs",
     "-j",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1024),
     default=None,
     help="worker processes for several logs (default: one per CPU this process may use)",
 )

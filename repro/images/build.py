@@ -256,7 +256,7 @@ def _dependency_lock(manifest: Manifest, context: Path) -> None:
                          hint="declare image.build.deps (cutoff, why), then run "
                               "`repro lock TARGET --deps-only`")
     path = deps.deps_lock_path(manifest)
-    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    text = deps.read_lock_text(manifest)
     problems = deps.lock_problems(manifest, text)
     if problems:
         raise BuildError(f"{manifest.id}: " + "; ".join(problems),

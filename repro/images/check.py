@@ -152,6 +152,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
             fail("commit", f"cannot read {url}: {e}")
     else:
         _copies(manifest, None, opts, passed, fail)
+    _image_lock(manifest, passed, fail)
     _rdma(manifest, opts, passed, fail)
     _apt(manifest, opts, passed, fail)
     _deps(manifest, opts, passed, fail)
@@ -280,6 +281,15 @@ def _upstream_requirements(manifest: Manifest, tree: _Tree, passed: list[str], f
         passed.append(f"image.build.deps.requirements is {rel} at {tree.commit[:12]}")
 
 
+def _image_lock(manifest: Manifest, passed: list[str], fail: Fail) -> None:
+    """The image lock, where there is one: readable, of the shape `repro lock` writes."""
+    try:
+        if lock.read_lock(lock.lock_path(manifest)) is not None:
+            passed.append(f"{lock.lock_path(manifest).name} reads")
+    except ReproError as e:
+        fail("lock", str(e))
+
+
 def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail) -> None:
     rdma = manifest.rdma
     if rdma is None or rdma.strategy == "image":
@@ -297,7 +307,10 @@ def _rdma(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
     name = rdma_layer.bundle_name(manifest)
     passed.append(f"MLNX_OFED bundle {name} matches the base OS {os_}")
     bundle = rdma_layer.cached_bundle(manifest, opts.ofed_cache)
-    locked = lock.read_lock(lock.lock_path(manifest))
+    try:
+        locked = lock.read_lock(lock.lock_path(manifest))
+    except ReproError:
+        locked = None  # said by _image_lock
     expected = rdma.sha256 or (locked.files.get(name, "") if locked else "")
     if bundle is None:
         return
@@ -379,8 +392,13 @@ def _deps(manifest: Manifest, opts: CheckOptions, passed: list[str], fail: Fail)
                          f"(cutoff, why, requirements), then run `repro lock {manifest.id} --deps-only`")
         return
     path = deps.deps_lock_path(manifest)
-    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    try:
+        text = deps.read_lock_text(manifest)
+    except ReproError as e:
+        fail("deps", str(e))
+        return
     problems = deps.lock_problems(manifest, text)
+    problems += deps.index_problems(manifest, text, opts.index_url) if text is not None else []
     sealed = text is not None and not any("was changed after" in p for p in problems)
     if sealed and opts.resolve:
         assert text is not None

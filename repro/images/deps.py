@@ -18,12 +18,16 @@ and on every name it provides, are taken as met by the base; one that stands for
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -41,6 +45,14 @@ NEVER = "sys_platform == 'never'"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==| @ )")
 _SEAL = re.compile(r"^# sha256 of the lines above: ([0-9a-f]{64})\n?$")
+#: the lines of a lock below its header: a pinned distribution (or a VCS wheel the kit built) continued
+#: onto its hash lines, each hash line continued but the last; the kit's own --index-url line; comments
+_ENTRY_LINE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*"
+                         rf"|[A-Za-z0-9][A-Za-z0-9._-]* @ file://{vcs.IMAGE_WHEELS}/[A-Za-z0-9._+-]+\.whl)"
+                         r" \\$")
+_HASH_LINE = re.compile(r"^    --hash=sha256:[0-9a-f]{64}( \\)?$")
+#: a lock larger than this is no lock `repro lock` wrote (the largest seed lock is some 60 KiB)
+LOCK_MAX = 16 << 20
 
 
 def normalize(name: str) -> str:
@@ -194,9 +206,61 @@ def pin_count(text: str) -> int:
     return len(pins(text)) + len(vcs.direct_pins(text))
 
 
+def read_lock_text(manifest: Manifest) -> str | None:
+    """The text of the target's dependency lock (None: there is none); one that is not UTF-8 text or is
+    larger than LOCK_MAX is a UsageError naming it."""
+    path = deps_lock_path(manifest)
+    try:
+        with path.open("rb") as f:
+            data = f.read(LOCK_MAX + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it: {e.strerror}") from None
+    again = f"run `repro lock {manifest.id} --deps-only` again"
+    if len(data) > LOCK_MAX:
+        raise UsageError(f"{path}: over {LOCK_MAX} bytes, no lock `repro lock` writes: {again}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): "
+                         f"{again}") from None
+
+
+def line_problems(text: str, name: str) -> list[str]:
+    """Lines of a lock's body that pip would read as something other than a pinned distribution with its
+    hashes (another index, a requirements file, an editable or URL requirement, an option): each named."""
+    out, continued = [], False
+    own_index = f"--index-url {index_of(text)}"
+    body = text.splitlines()[:-1]
+    for n, line in enumerate(body, 1):
+        if continued:
+            ok = bool(_HASH_LINE.match(line))
+        else:
+            ok = not line or line.startswith("#") or line == own_index or bool(_ENTRY_LINE.match(line))
+        continued = line.endswith("\\")  # a bad line's hash lines are its own, not another problem
+        if not ok or continued and n == len(body):
+            out.append(f"{name} line {n}: {line[:80]!r} is not a pinned distribution with its hashes "
+                       "(name==version \\ --hash=sha256:...): the lock was edited; run `repro lock` again")
+    return out
+
+
+def index_problems(manifest: Manifest, text: str, named_index: str | None) -> list[str]:
+    """A lock whose ``# index:`` is plain http to another machine, which the command line (``named_index``)
+    did not name: what that index answers (upload times, what resolves) anyone on the way could write."""
+    locked = index_of(text)
+    host = urllib.parse.urlsplit(locked).hostname or ""
+    if not locked.startswith("http://") or locked == named_index or host in ("localhost", "::1") \
+            or host.startswith("127."):
+        return []
+    return [f"{deps_lock_path(manifest).name} reads its index over plain http ({locked}): anyone on the way "
+            "can answer for it; give it with --index-url to accept it"]
+
+
 def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = None) -> list[str]:
-    """What is wrong with a target's lock, offline: missing, edited, made for other inputs, or installing a
-    second distribution of one the base ships. One message per problem."""
+    """What is wrong with a target's lock, offline: missing, edited, made for other inputs, installing a
+    second distribution of one the base ships, or holding a line that is no hashed pin. One message per
+    problem."""
     path = deps_lock_path(manifest)
     if text is None:
         return [f"{path.name} is missing: run `repro lock {manifest.id} --deps-only`"]
@@ -205,7 +269,7 @@ def lock_problems(manifest: Manifest, text: str | None, index_url: str | None = 
     if sealed is None or hashlib.sha256("".join(lines[:-1]).encode()).hexdigest() != sealed.group(1):
         return [f"{path.name} was changed after `repro lock` wrote it "
                 "(its last line's sha256 does not match)"]
-    problems = []
+    problems = line_problems(text, path.name)
     want = header(manifest, index_url or index_of(text))
     have = [ln.rstrip("\n") for ln in lines[:len(want)]]
     for w, h in zip(want, have, strict=False):
@@ -225,25 +289,91 @@ def index_of(text: str) -> str:
     return next((ln.split(": ", 1)[1].strip() for ln in text.splitlines() if ln.startswith("# index: ")), "")
 
 
-def _fetch_json(url: str) -> dict:
+#: PEP 700's upload-time: ISO 8601, UTC
+_UPLOAD_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+                          r"(?:Z|[+-]00:00)")
+#: the whole of one answer of the package index, headers to last byte, within this many seconds
+INDEX_DEADLINE_S = 60.0
+#: and no larger than this (PyPI's JSON page of its largest projects is a few MiB)
+INDEX_MAX_BYTES = 64 << 20
+
+
+def _fetch_json(url: str) -> Any:
+    """The JSON document at ``url``, read whole within INDEX_DEADLINE_S and INDEX_MAX_BYTES (else OSError):
+    the reading runs in a thread of its own that is waited for no longer than the deadline, and stops by
+    itself at the first read past it."""
+    deadline = time.monotonic() + INDEX_DEADLINE_S
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            got.append(_read_bounded(url, deadline))
+        except BaseException as e:  # handed to the caller's thread
+            got.append(e)
+
+    reader = threading.Thread(target=read, name="repro-index", daemon=True)
+    reader.start()
+    reader.join(INDEX_DEADLINE_S)
+    if not got:
+        raise OSError(f"no whole answer within {INDEX_DEADLINE_S:g} s")
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    try:
+        return json.loads(got[0].decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"not a JSON document: {type(e).__name__}") from None
+
+
+def _read_bounded(url: str, deadline: float) -> bytes:
     req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read().decode("utf-8"))
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(req, timeout=INDEX_DEADLINE_S) as r:
+            while chunk := r.read(1 << 16):
+                size += len(chunk)
+                if size > INDEX_MAX_BYTES:
+                    raise OSError(f"an answer over {INDEX_MAX_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise OSError(f"no whole answer within {INDEX_DEADLINE_S:g} s")
+                chunks.append(chunk)
+            if getattr(r, "length", None):  # fewer bytes than its Content-Length said
+                raise OSError(f"an answer cut short ({r.length} of its bytes missing)")
+    except http.client.HTTPException as e:  # a broken answer (cut short, bad status line)
+        raise OSError(f"a broken HTTP answer: {type(e).__name__}") from None
+    return b"".join(chunks)
+
+
+def _uploads(doc: Any) -> list[tuple[str, str]]:
+    """(file name, upload time) of each file a PEP 691 project page lists with an upload time; a page of
+    another shape is a ValueError saying what is wrong."""
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise ValueError("not a PEP 691 project page (no list of files)")
+    out = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
+            raise ValueError("a file entry without a file name (not PEP 691)")
+        when = f.get("upload-time")
+        if when is not None and not (isinstance(when, str) and _UPLOAD_TIME.fullmatch(when)):
+            raise ValueError(f"upload-time {str(when)[:40]!r} of {f['filename'][:80]} is no ISO 8601 UTC "
+                             "time")
+        if when:
+            out.append((f["filename"], when))
+    return out
 
 
 def upload_problems(manifest: Manifest, text: str, index_url: str,
-                    fetch: Callable[[str], dict] = _fetch_json) -> list[str]:
+                    fetch: Callable[[str], Any] = _fetch_json) -> list[str]:
     """Pins whose release the index shows uploaded after the cutoff (PEP 691 ``upload-time``)."""
     cutoff, index_url = _when((declared(manifest) or {})["cutoff"]), checked_index(index_url)
     problems = []
     for name, version in sorted(pins(text).items()):
         try:
-            files = fetch(f"{index_url.rstrip('/')}/{name}/").get("files", [])
-        except OSError as e:
+            uploads = _uploads(fetch(f"{index_url.rstrip('/')}/{name}/"))
+            times = [_when(t) for filename, t in uploads if _version_of(filename, name) == version]
+        except (OSError, ValueError) as e:
             problems.append(f"{name}: the index {index_url} cannot be read: {e}")
             continue
-        times = [_when(f["upload-time"]) for f in files
-                 if f.get("upload-time") and _version_of(f["filename"], name) == version]
         if not times:
             problems.append(f"{name}=={version}: the index lists no file of it with an upload time")
         elif min(times) > cutoff:

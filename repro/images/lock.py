@@ -68,20 +68,30 @@ def image_refs(manifest: Manifest) -> dict[str, Ref]:
 
 
 def read_lock(path: Path) -> Pins | None:
+    """The pins of a lock file (None: there is none); one that cannot be read or is not of the shape
+    ``repro lock`` writes is a UsageError naming it."""
+    fix = "regenerate it: repro lock TARGET --update-lock"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read lock file {path}: {e}",
-                         hint="regenerate it: repro lock TARGET --update-lock") from e
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"{path}: cannot read it as a lock file: {e}", hint=fix) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a lock file (a JSON object)", hint=fix)
     if data.get("lock_version") != LOCK_VERSION:
-        raise UsageError(f"{path}: lock_version {data.get('lock_version')!r}, this kit reads {LOCK_VERSION}")
+        raise UsageError(f"{path}: lock_version {data.get('lock_version')!r:.40}, this kit reads "
+                         f"{LOCK_VERSION}")
     try:
         images = {k: parse_ref(v["ref"], v["digest"]) for k, v in data.get("images", {}).items()}
-    except (KeyError, TypeError, UsageError) as e:
-        raise UsageError(f"{path}: bad images entry: {e}") from e
-    return Pins(images, {k: dict(v) for k, v in data.get("sources", {}).items()}, dict(data.get("files", {})))
+    except (AttributeError, KeyError, TypeError, UsageError) as e:
+        raise UsageError(f"{path}: bad images entry: {e}", hint=fix) from None
+    try:
+        sources = {k: {a: str(b) for a, b in v.items()} for k, v in data.get("sources", {}).items()}
+        files = {str(k): str(v) for k, v in data.get("files", {}).items()}
+    except (AttributeError, TypeError) as e:
+        raise UsageError(f"{path}: bad sources or files entry: {e}", hint=fix) from None
+    return Pins(images, sources, files)
 
 
 def write_lock(path: Path, manifest: Manifest, pins: Pins) -> None:

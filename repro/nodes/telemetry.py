@@ -16,12 +16,13 @@ import csv
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro.layout import TELEMETRY_PREFIX, TELEMETRY_SUFFIX, TELEMETRY_SUMMARY, repeat_dirs, telemetry_name
+from repro.nodes.telemetry_shape import shaped
 
 SAMPLER = Path(__file__).with_name("sampler.py")
 INTERVAL_MS = 1000
@@ -52,7 +53,18 @@ NAMES = {
     "timestamp": "timestamp",
 }
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
-_NUMBER = re.compile(r"^(-?[0-9.]+)(?:\s*(?:MHz|W|%|MiB|C))?$")
+#: a figure as the tools print one (at most 15 digits either side of the point), and what only looks like one
+_FIGURE = r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?"
+_NUMBER = re.compile(rf"^({_FIGURE})(?:\s*(?:MHz|W|%|MiB|C))?$")
+_NUMBERLIKE = re.compile(r"^-?[0-9.]+(?:\s*(?:MHz|W|%|MiB|C))?$|^0x[0-9A-Fa-f]+$")
+#: a line longer than this is no sample (a GPU row of every field nvidia-smi has is about 2 KiB)
+LINE_MAX = 64 << 10
+#: what of a node's file is read: the sampler's own cap and the kit's first line, with room to spare
+READ_MAX = 2 * MAX_BYTES
+
+
+class BadSample(ValueError):
+    """A value that looks like a figure and is none (``1.2.3``, 5,000 digits): its sample is skipped."""
 
 
 def sampler_argv(max_s: float, interval_ms: int = INTERVAL_MS, max_bytes: int = MAX_BYTES,
@@ -86,9 +98,11 @@ def value(text: str) -> float | str | None:
     if not text or text.strip("[]") in ("N/A", "Not Supported", "Unknown Error", "Requested functionality "
                                                                                  "has been deprecated"):
         return None
-    if re.fullmatch(r"0x[0-9A-Fa-f]+", text):
+    if re.fullmatch(r"0x[0-9A-Fa-f]{1,16}", text):
         return int(text, 16)
     m = _NUMBER.match(text)
+    if m is None and _NUMBERLIKE.match(text):
+        raise BadSample(text[:40])
     return float(m[1]) if m else text
 
 
@@ -100,9 +114,14 @@ def reasons(mask: int | None) -> list[str]:
 def parse_gpu_csv(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Rows of ``nvidia-smi --query-gpu=... --format=csv[,nounits]``: the header names the columns (units in
     brackets dropped), each later row is one GPU's sample with the quantities of NAMES; a header seen again
-    starts over, lines of another width are skipped."""
+    starts over, lines of another width are skipped, and so is a row with a bad figure."""
+    return _gpu_rows(lines)[0]
+
+
+def _gpu_rows(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
+    """parse_gpu_csv's rows and how many rows it skipped for a bad figure."""
     header: list[str] | None = None
-    rows = []
+    rows, bad = [], 0
     for raw in lines:
         cells = next(csv.reader([raw], skipinitialspace=True), [])
         if not cells:
@@ -112,9 +131,11 @@ def parse_gpu_csv(lines: Iterable[str]) -> list[dict[str, Any]]:
             continue
         if header is None or len(cells) != len(header):
             continue
-        row = {NAMES[h]: value(c) for h, c in zip(header, cells, strict=True) if h in NAMES}
-        rows.append(row)
-    return rows
+        try:
+            rows.append({NAMES[h]: value(c) for h, c in zip(header, cells, strict=True) if h in NAMES})
+        except BadSample:
+            bad += 1
+    return rows, bad
 
 
 def parse_apps_csv(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -132,7 +153,10 @@ def parse_apps_csv(lines: Iterable[str]) -> list[dict[str, Any]]:
         if header is None or len(cells) != len(header):
             continue
         row = dict(zip(header, cells, strict=True))
-        mem = value(row.get("used_gpu_memory", row.get("used_memory", "")))
+        try:
+            mem = value(row.get("used_gpu_memory", row.get("used_memory", "")))
+        except BadSample:
+            mem = None
         out.append({"gpu_uuid": row.get("gpu_uuid", "").strip(), "pid": row.get("pid", "").strip(),
                     "name": row.get("process_name", "").strip(),
                     "memory_mib": mem if isinstance(mem, float) else None})
@@ -141,14 +165,14 @@ def parse_apps_csv(lines: Iterable[str]) -> list[dict[str, Any]]:
 
 def parse_loadavg(text: str) -> tuple[float, float, float, int, int] | None:
     """/proc/loadavg: the 1, 5 and 15 minute load, the runnable and all scheduling entities."""
-    m = re.match(r"\s*([0-9.]+) ([0-9.]+) ([0-9.]+) (\d+)/(\d+)", text)
+    m = re.match(rf"\s*({_FIGURE}) ({_FIGURE}) ({_FIGURE}) ([0-9]{{1,18}})/([0-9]{{1,18}})(?:\s|$)", text)
     return (float(m[1]), float(m[2]), float(m[3]), int(m[4]), int(m[5])) if m else None
 
 
 def parse_stat_cpu(text: str) -> tuple[int, int] | None:
     """The ``cpu`` line of /proc/stat: (busy, total) jiffies since boot (idle and iowait are not busy)."""
     parts = text.split()
-    if len(parts) < 5 or parts[0] != "cpu" or not all(p.isdigit() for p in parts[1:]):
+    if len(parts) < 5 or parts[0] != "cpu" or not all(re.fullmatch("[0-9]{1,20}", p) for p in parts[1:]):
         return None
     ticks = [int(p) for p in parts[1:9]]  # user nice system idle iowait irq softirq steal (guest is in user)
     idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
@@ -158,9 +182,11 @@ def parse_stat_cpu(text: str) -> tuple[int, int] | None:
 def parse_mhz(text: str) -> list[float]:
     """The CPUs' MHz: /proc/cpuinfo's ``cpu MHz`` values, or cpufreq's kHz after ``khz``."""
     parts = text.split()
-    if parts and parts[0] == "khz":
-        return [int(p) / 1000 for p in parts[1:] if p.isdigit()]
-    return [float(p) for p in parts if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", p)]
+    khz = bool(parts) and parts[0] == "khz"
+    numbers = parts[1:] if khz else parts
+    if not all(re.fullmatch(r"[0-9]{1,12}" if khz else r"[0-9]{1,12}(?:\.[0-9]{1,6})?", p) for p in numbers):
+        return []
+    return [int(p) / 1000 if khz else float(p) for p in numbers]
 
 
 @dataclass
@@ -178,6 +204,8 @@ class Stream:
     mhz: list[list[float]] = field(default_factory=list)
     no_gpu: str | None = None
     capped: bool = False
+    #: sample lines skipped: a figure that is none, a line over LINE_MAX
+    skipped: int = 0
 
 
 def parse_stream(node: str, lines: Iterable[str]) -> Stream:
@@ -185,6 +213,9 @@ def parse_stream(node: str, lines: Iterable[str]) -> Stream:
     s = Stream(node)
     gpu_lines, app_lines = [], []
     for line in lines:
+        if len(line) > LINE_MAX:
+            s.skipped += 1
+            continue
         tag, _, rest = line.rstrip("\n").partition(" ")
         if tag in ("loadavg", "stat", "mhz"):
             rest = rest.partition(" ")[2]  # the epoch
@@ -198,18 +229,39 @@ def parse_stream(node: str, lines: Iterable[str]) -> Stream:
             app_lines.append(rest)
         elif tag == "cgroup" and len(parts := rest.split()) == 2:
             s.cgroups[parts[0]] = parts[1]
-        elif tag == "loadavg" and (load := parse_loadavg(rest)):
-            s.load.append(load)
-        elif tag == "stat" and (stat := parse_stat_cpu(rest)):
-            s.stat.append(stat)
-        elif tag == "mhz" and (mhz := parse_mhz(rest)):
-            s.mhz.append(mhz)
+        elif tag in ("loadavg", "stat", "mhz"):
+            _cpu_sample(s, tag, rest)
         elif tag == "nogpu":
             s.no_gpu = rest
         elif tag == "capped":
             s.capped = True
-    s.gpu, s.apps = parse_gpu_csv(gpu_lines), parse_apps_csv(app_lines)
+    (s.gpu, bad), s.apps = _gpu_rows(gpu_lines), parse_apps_csv(app_lines)
+    s.skipped += bad
     return s
+
+
+def _cpu_sample(s: Stream, tag: str, rest: str) -> None:
+    """One loadavg, stat or mhz line into ``s`` (one that does not parse: skipped, counted)."""
+    got = {"loadavg": parse_loadavg, "stat": parse_stat_cpu, "mhz": parse_mhz}[tag](rest)
+    if not got:
+        s.skipped += 1
+    else:
+        {"loadavg": s.load, "stat": s.stat, "mhz": s.mhz}[tag].append(got)  # type: ignore[arg-type]
+
+
+def bounded_lines(path: Path) -> Iterator[str]:
+    """The lines of a node's file, read at most READ_MAX bytes of it, each at most LINE_MAX + 1 characters
+    (a longer one comes cut there, and the rest of it is read past, never held)."""
+    left = READ_MAX
+    with path.open(encoding="utf-8", errors="replace", newline="\n") as f:
+        while left > 0 and (line := f.readline(min(LINE_MAX + 1, left))):
+            left -= len(line)
+            yield line
+            while len(line) > LINE_MAX and not line.endswith("\n") and left > 0:
+                line = f.readline(min(LINE_MAX + 1, left))
+                if not line:
+                    return
+                left -= len(line)
 
 
 # -------------------------------------------------------------------------------------- summaries
@@ -302,7 +354,8 @@ def cpu_summary(s: Stream) -> dict[str, Any] | None:
 
 
 def node_summary(s: Stream) -> dict[str, Any]:
-    return {"gpu": gpu_summary(s), "cpu": cpu_summary(s), "no_gpu": s.no_gpu, "capped": s.capped}
+    return {"gpu": gpu_summary(s), "cpu": cpu_summary(s), "no_gpu": s.no_gpu, "capped": s.capped,
+            **({"skipped": s.skipped} if s.skipped else {})}
 
 
 def repeat_summary(log_dir: Path) -> dict[str, Any] | None:
@@ -311,8 +364,7 @@ def repeat_summary(log_dir: Path) -> dict[str, Any] | None:
     out = {}
     for f in files:
         node = f.name[len(TELEMETRY_PREFIX):-len(TELEMETRY_SUFFIX)]
-        with f.open(encoding="utf-8", errors="replace") as lines:
-            out[node] = node_summary(parse_stream(node, lines))
+        out[node] = node_summary(parse_stream(node, bounded_lines(f)))
     return out or None
 
 
@@ -330,25 +382,35 @@ def summary(run_dir: Path | str, cell: Any) -> dict[str, Any] | None:
     ``1n8g-fp32-bs256``): ``{"cell", "repeats": {k: {node: node summary}}, "gpu": the whole cell's figures,
     "cpu": ...}``; None when no repeat of the cell has telemetry."""
     key = cell if isinstance(cell, str) else cell.key
-    repeats = {k: found for k, d in repeat_dirs(Path(run_dir), key)
-               if (found := _saved_or_parsed(d)) is not None}
+    repeats, misshapen = {}, 0
+    for k, d in repeat_dirs(Path(run_dir), key):
+        found, saved_ok = _saved_or_parsed(d)
+        misshapen += not saved_ok
+        if found is not None:
+            repeats[k] = found
     if not repeats:
         return None
     nodes = [n for r in repeats.values() for n in r.values()]
+    skipped = sum(n.get("skipped", 0) for n in nodes)
     return {"cell": key, "repeats": repeats, "gpu": _gpu_overall([n["gpu"] for n in nodes if n.get("gpu")]),
-            "cpu": _cpu_overall([n["cpu"] for n in nodes if n.get("cpu")])}
+            "cpu": _cpu_overall([n["cpu"] for n in nodes if n.get("cpu")]),
+            **({"skipped": skipped} if skipped else {}), **({"misshapen": misshapen} if misshapen else {})}
 
 
-def _saved_or_parsed(d: Path) -> dict[str, Any] | None:
+def _saved_or_parsed(d: Path) -> tuple[dict[str, Any] | None, bool]:
+    """A repeat's summary: its telemetry.json where there is one of the kit's shape, else from its samples;
+    and False where a telemetry.json was there but not of that shape (or not readable)."""
     saved = d / TELEMETRY_SUMMARY
-    if saved.is_file():
-        try:
-            doc = json.loads(saved.read_text(encoding="utf-8"))
-            if isinstance(doc, dict):
-                return doc
-        except (OSError, ValueError):
-            pass
-    return repeat_summary(d)
+    if not saved.is_file():
+        return repeat_summary(d), True
+    try:
+        with saved.open("rb") as f:
+            doc = json.loads(f.read(READ_MAX))
+    except (OSError, ValueError, RecursionError):
+        doc = None
+    if shaped(doc):
+        return doc, True
+    return repeat_summary(d), False
 
 
 def _weighted(parts: Sequence[Mapping[str, Any]], key: str, weight: str) -> float | None:

@@ -274,5 +274,8 @@ def _terminate_as_exit() -> Iterator[None]:
 def is_run_path(text: str) -> bool:
     """Does a command-line argument name a run directory or archive (rather than a target)?"""
     p = Path(text)
-    return (p.is_dir() and (p / STATE).is_file()) or is_archive(p)
+    try:
+        return (p.is_dir() and (p / STATE).is_file()) or is_archive(p)
+    except OSError:  # a name too long to be a path, say: no run
+        return False
 

@@ -14,7 +14,8 @@ from repro.errors import ProvenanceError
 from repro.record.archive import SUFFIX, create, is_archive, opened_run
 from repro.record.audit import TAMPERED, integrity
 from repro.record.dsse import MAX_ENVELOPE_BYTES, SIGNED, Signer, envelope, read_bounded
-from repro.run.rundir import INTOTO, SUMS, RunDir, atomic_write
+from repro.layout import INTOTO, SUMS
+from repro.run.rundir import RunDir, atomic_write
 
 
 def sign_run(run_dir: Path, key: Signer) -> str:

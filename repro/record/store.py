@@ -17,8 +17,10 @@ a :class:`StoreError` that names it. Nothing here touches a run directory.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import UsageError
+from repro.record.rows import KINDS, holds
 
 #: "RPRO": the application id this kit writes into its stores' headers
 APPLICATION_ID = 0x5250524F
@@ -137,6 +140,27 @@ HISTORY_COLUMNS = ("r.id AS run_no", "r.run_id", "r.source", "r.started", "r.clu
                    "c.cell", "c.device", "c.nodes", "c.gpus", "c.precision", "c.batch_size", "c.unit",
                    "c.published", "c.value", "c.low", "c.high", "c.n",
                    "c.spread_pct", "c.delta_pct", "c.verdict", "c.tolerance_pct")
+
+
+def checked_row(path: Path, names: Sequence[str], row: Sequence[Any]) -> list[Any]:
+    """A row read from the store with each column of the type KINDS names (JSON ones decoded); a column of
+    another type (a tampered or corrupt store) is a StoreError naming the row and the column."""
+    out = []
+    for name, v in zip(names, row, strict=True):
+        try:
+            out.append(holds(KINDS[name], v) if name in KINDS else v)
+        except ValueError as e:
+            named = dict(zip(names, row, strict=True))
+            where = ", ".join(f"{k} {named[k]!r:.40}" for k in ("run_no", "run", "id", "cell") if k in named)
+            raise StoreError(f"results store {path}: row of {where}: column {name} holds {v!r:.60}, not {e} "
+                             "(a tampered or corrupt store)",
+                             hint="move the file aside and record the runs again (`repro history import "
+                                  "RUN...`), or give another --results") from None
+    return out
+
+
+#: the names of HISTORY_COLUMNS as a row holds them
+HISTORY_NAMES = tuple(c.split(" AS ")[-1].split(".")[-1] for c in HISTORY_COLUMNS)
 
 
 @dataclass
@@ -275,8 +299,11 @@ class Store:
         of HISTORY_COLUMNS (what 10,000 runs' cells cost least to read)."""
         where, params = _run_filters(cluster, since, "r.")
         where, params = ["(c.tbl = ? OR c.target = ?)", *where], [name, name, *params]
-        return self._plain(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM cells c JOIN runs r ON r.id = c.run "
-                           f"WHERE {' AND '.join(where)}", params)
+        return self._history_rows(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM cells c JOIN runs r ON "
+                                  f"r.id = c.run WHERE {' AND '.join(where)}", params)
+
+    def _history_rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return [tuple(checked_row(self.path, HISTORY_NAMES, r)) for r in self._plain(sql, params)]
 
     def history_latest(self, name: str, last: int, *, cluster: str | None = None,
                        since: str | None = None) -> list[CellRuns]:
@@ -301,8 +328,9 @@ class Store:
             key = [tbl, target, cell]
             low, high = span or (self._plain(f"SELECT {end}(value) FROM cells WHERE tbl = ? AND target = ? "
                                              "AND cell = ?", key)[0][0] for end in ("min", "max"))
-            out.append(CellRuns(count, low, high, self._plain(first_row, [first])[0],
-                                self._plain(latest, [*key, *params, last])))
+            low, high = checked_row(self.path, ("cell", "value", "value"), (cell, low, high))[1:]
+            out.append(CellRuns(count, low, high, self._history_rows(first_row, [first])[0],
+                                self._history_rows(latest, [*key, *params, last])))
         return out
 
     def _plain(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -317,8 +345,9 @@ class Store:
     def find(self, ref: str) -> Snapshot | None:
         """A recorded run by its number (``12`` or ``#12``), its run id, or its digest."""
         key = ref[1:] if ref.startswith("#") else ref
-        sql = "SELECT * FROM runs WHERE " + ("id = ?" if key.isdigit() else "run_id = ? OR digest = ?")
-        rows = self.query(sql + " ORDER BY id DESC LIMIT 1", (int(key),) if key.isdigit() else (key, key))
+        number = re.fullmatch("[0-9]{1,18}", key) is not None  # ASCII digits that fit SQLite's INTEGER
+        sql = "SELECT * FROM runs WHERE " + ("id = ?" if number else "run_id = ? OR digest = ?")
+        rows = self.query(sql + " ORDER BY id DESC LIMIT 1", (int(key),) if number else (key, key))
         return self.snapshot(rows[0]) if rows else None
 
     def find_digest(self, digest: str) -> Snapshot | None:
@@ -326,14 +355,11 @@ class Store:
         return self.snapshot(rows[0]) if rows else None
 
     def snapshot(self, run: sqlite3.Row) -> Snapshot:
-        cells = [dict(r) for r in self.query("SELECT * FROM cells WHERE run = ? ORDER BY rowid",
-                                             (run["id"],))]
-        for c in cells:
-            c["repeats"] = json.loads(c["repeats"])
-            c["telemetry"] = json.loads(c["telemetry"]) if c.get("telemetry") else None
+        cells = [dict(zip(r.keys(), checked_row(self.path, r.keys(), tuple(r)), strict=True))
+                 for r in self.query("SELECT * FROM cells WHERE run = ? ORDER BY rowid", (run["id"],))]
+        run = dict(zip(run.keys(), checked_row(self.path, run.keys(), tuple(run)), strict=True))
         return Snapshot(run["digest"], run["kind"], run["run_id"], run["source"], run["started"],
-                        run["cluster"],
-                        json.loads(run["facts"]), cells, id=run["id"], recorded=run["recorded"])
+                        run["cluster"], run["facts"], cells, id=run["id"], recorded=run["recorded"])
 
     def count(self) -> int:
         return int(self.query("SELECT count(*) FROM runs")[0][0])
@@ -361,6 +387,12 @@ def open_store(path: Path, *, create: bool = True, upto: int = SCHEMA_VERSION,
     """The store at ``path``, migrated to schema ``upto`` (tests stop earlier to make an old store);
     ``create`` False: a missing file is an error rather than a new store."""
     path = Path(path)
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"results store {path}: a symbolic link loop, not a file",
+                             hint="give a file path with --results or REPRO_RESULTS") from None
     if path.exists() and not path.is_file():
         raise StoreError(f"results store {path}: not a file", hint="give a file path with --results")
     if not path.exists():

@@ -6,6 +6,7 @@ model (its cells) or the parser registry stay in :mod:`repro.spec.manifest`, whi
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,28 +141,64 @@ def check_mounts(doc: YamlDoc) -> list[Problem]:
     out: list[Problem] = []
     for mi, mount in enumerate(doc.data["launch"].get("container", {}).get("mounts", [])):
         where = ["launch", "container", "mounts", mi]
-        out += [doc.problem([*where, key], f"{mount[key]!r} contains ':'",
-                            "Docker bind specs are SOURCE:TARGET[:MODE]; a path with ':' cannot be mounted")
-                for key in ("source", "target") if ":" in mount[key] and mount[key] != "{data}"]
+        out += [doc.problem([*where, key], f"{mount[key]!r} contains {c!r}",
+                            "bind specs are SOURCE:TARGET[:MODE], pyxis and Apptainer join them with ','; "
+                            "a path with ':' or ',' cannot be mounted")
+                for key in ("source", "target") for c in ":," if c in mount[key] and mount[key] != "{data}"]
         if mount["source"] != "{data}" and not mount["source"].startswith("/"):
             out.append(doc.problem([*where, "source"],
                                    f"{mount['source']!r} is neither an absolute host path nor {{data}}"))
     return out
 
 
+def _excluded(matrix: Mapping[str, Any], n: int, g: int, p: str, b: int) -> bool:
+    values = {"nodes": n, "gpus_per_node": g, "gpus": n * g, "precision": p, "batch_size": b}
+    return any(all(values.get(k) == v for k, v in x.items()) for x in matrix.get("exclude", []))
+
+
 def check_published(doc: YamlDoc) -> list[Problem]:
-    """Each published table's log directory, and each of its cells: one the matrix runs, with its logs."""
+    """The matrix runs a cell; each published table's id is its own, its tolerance a number, its log
+    directory there, and each of its cells one the matrix runs, published once, with its logs."""
     matrix = doc.data["matrix"]
     matrix_cells = {(n, g, p, b) for n in matrix["nodes"] for g in matrix["gpus_per_node"]
                     for p in matrix["precision"] for b in matrix["batch_size"]}
-    out: list[Problem] = []
+    runs = {c for c in matrix_cells if not _excluded(matrix, *c)}
+    out: list[Problem] = [] if runs else [doc.problem(["matrix", "exclude"], "excludes every cell of the "
+                                                      "matrix", "the matrix must run at least one cell")]
+    ids: dict[str, int] = {}
     for ti, table in enumerate(doc.data.get("published", [])):
+        out += _check_table(doc, ti, table, ids)
         logs_dir, problems = _logs_dir(doc, ti, table)
         out += problems
+        seen: dict[tuple[Any, ...], int] = {}
         for ci, cell in enumerate(table["cells"]):
-            out += _check_published_cell(doc, ["published", ti, "cells", ci], cell, matrix_cells)
-            out += _check_cell_logs(doc, ["published", ti, "cells", ci], cell, table, logs_dir)
+            where: list[str | int] = ["published", ti, "cells", ci]
+            key = (cell["nodes"], cell["gpus"], cell["precision"], cell["batch_size"])
+            if key in seen:
+                out.append(doc.problem(where, f"the same cell as published[{ti}].cells[{seen[key]}]",
+                                       "publish each cell of a table once"))
+            seen.setdefault(key, ci)
+            out += _finite(doc, [*where, "tolerance_pct"], cell.get("tolerance_pct", 0))
+            out += _check_published_cell(doc, where, cell, matrix_cells, runs)
+            out += _check_cell_logs(doc, where, cell, table, logs_dir)
     return out
+
+
+def _check_table(doc: YamlDoc, ti: int, table: Mapping[str, Any], ids: dict[str, int]) -> list[Problem]:
+    """A published table's id is no other table's; its tolerance a finite number."""
+    out = []
+    if table["id"] in ids:
+        out.append(doc.problem(["published", ti, "id"],
+                               f"{table['id']!r} is the id of published[{ids[table['id']]}] too",
+                               "give each published table an id of its own"))
+    ids.setdefault(table["id"], ti)
+    return out + _finite(doc, ["published", ti, "tolerance_pct"], table.get("tolerance_pct", 0))
+
+
+def _finite(doc: YamlDoc, where: list[str | int], tolerance: float) -> list[Problem]:
+    """A tolerance is a finite number (.nan passes every bound of the schema, and matches nothing)."""
+    return [] if math.isfinite(tolerance) else [doc.problem(where, f"{tolerance} is not a finite number",
+                                                            "give the tolerance in percent, e.g. 3")]
 
 
 def _logs_dir(doc: YamlDoc, ti: int, table: Mapping[str, Any]) -> tuple[Path | None, list[Problem]]:
@@ -179,14 +216,18 @@ def _logs_dir(doc: YamlDoc, ti: int, table: Mapping[str, Any]) -> tuple[Path | N
 
 
 def _check_published_cell(doc: YamlDoc, where: list[str | int], cell: Mapping[str, Any],
-                          matrix_cells: set[tuple[Any, ...]]) -> list[Problem]:
+                          matrix_cells: set[tuple[Any, ...]], runs: set[tuple[Any, ...]]) -> list[Problem]:
     if cell["gpus"] % cell["nodes"]:
         return [doc.problem(where + ["gpus"], f"{cell['gpus']} GPUs do not split over {cell['nodes']} nodes")]
-    if (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"],
-        cell["batch_size"]) not in matrix_cells:
-        return [doc.problem(where, f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), "
-                            f"{cell['precision']}, batch {cell['batch_size']} is not a cell of the matrix",
+    key = (cell["nodes"], cell["gpus"] // cell["nodes"], cell["precision"], cell["batch_size"])
+    named = (f"{cell['nodes']} node(s) x {cell['gpus'] // cell['nodes']} GPU(s), {cell['precision']}, "
+             f"batch {cell['batch_size']}")
+    if key not in matrix_cells:
+        return [doc.problem(where, f"{named} is not a cell of the matrix",
                             "a published cell must be one the matrix can run; extend matrix or fix the cell")]
+    if key not in runs:
+        return [doc.problem(where, f"{named} is a cell matrix.exclude removes",
+                            "a published cell must be one the matrix runs; narrow matrix.exclude")]
     return []
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-_NAME = r"[A-Za-z0-9_.-]+"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # a letter or digit first: never an option, never "-"
 # every pattern is used with fullmatch: ``$`` would also match before a final newline
 WORD = re.compile(_NAME)
 WORDS = re.compile(rf"{_NAME}(,{_NAME})*")
@@ -144,7 +144,7 @@ class Setting:
     many: bool = False                  # a list in the inventory (its items are checked one by one)
 
 
-_ONE = "one word of letters, digits, '_', '.' or '-'"
+_ONE = "one word of letters, digits, '_', '.' or '-' that starts with a letter or digit"
 #: Every key a ``scheduler:`` section or ``--scheduler`` may set, in the order the batch script lists them.
 SETTINGS: dict[str, Setting] = {
     "kind": Setting(_choice("ssh", "slurm"), "slurm"),

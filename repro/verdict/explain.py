@@ -106,6 +106,11 @@ def _pct(x: float) -> str:
 def _telemetry(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manifest: Any,
                published: Sequence[Path]) -> None:
     found = telemetry_summary(run_dir, e.cell)
+    if (found or {}).get("skipped"):
+        e.checked.append(f"telemetry: {found['skipped']} bad sample line(s) skipped")  # type: ignore[index]
+    if (found or {}).get("misshapen"):
+        e.checked.append(f"telemetry: {found['misshapen']} telemetry.json file(s) of the wrong shape, "  # type: ignore[index]
+                         "read from the samples")
     gpu = (found or {}).get("gpu")
     if not gpu:
         e.checked.append("telemetry: no GPU samples recorded" if found is None or not found.get("cpu")

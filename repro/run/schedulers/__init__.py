@@ -108,7 +108,10 @@ def scheduled_script(manifest: Manifest, cells: Sequence[Cell], hosts_file: Path
         image = f"REGISTRY/{image}@DIGEST"
     elif "@" not in image:
         pins = lock.read_lock(lock.lock_path(manifest))
-        image = pins.images["image"].pinned if pins and "image" in pins.images else image
+        if not pins or not pins.images.get("image") or not pins.images["image"].digest:
+            raise UsageError(f"{manifest.id}: no lock pins its image {image} ({lock.lock_path(manifest)})",
+                             hint=f"run `repro lock {manifest.id}`: a batch script runs its image by digest")
+        image = pins.images["image"].pinned
     return SCHEDULERS.get(cfg["kind"]).detached_script(cfg, manifest, hosts, cells, image, repeats)
 
 

@@ -274,7 +274,7 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     else:
         argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf,
                                      mpi=str(cfg.get("mpi", "pmix")))
-    lines = [f"  env {k}={v}" for k, v in sorted(redact_env(env).items())]
+    lines = [f"  env {k}={shell_word(v)}" for k, v in sorted(redact_env(env).items())]
     lines.append(f"  $ {shlex.join(redact_argv(argv))}")
     if text is not None:
         lines.append("  multi-prog.conf:")
@@ -283,6 +283,15 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
                                          manifest.launch.timeout_s))
     return lines + ["  telemetry (a job step of its own beside it, on each host, no container):",
                     "    $ " + " ".join(w if w == SHOWN else shlex.quote(w) for w in sampler)]
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one word bash reads back exactly, on one line: shlex.quote, or where it holds a control
+    character (a line break would read as another command), bash's ``$'...'`` with that character escaped."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return shlex.quote(value)
+    return "$'" + "".join(c if 32 <= ord(c) != 127 and c not in "\\'" else f"\\x{ord(c):02x}"
+                          for c in value) + "'"
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
