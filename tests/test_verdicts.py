@@ -149,7 +149,7 @@ def test_cli_exit_codes_of_the_published_tables() -> None:
     code, out = report("perf-2.5-v100")
     assert code == 7 and "1 not derivable" in out  # 1438.518
     assert report("perf-2.5-v100", "--fail-on", "inconclusive,not-run")[0] == 0
-    assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 cell deviates from its own log
+    assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 figure does not come from its own log
     bad = run_cli("report", "perf-2.5-v100", "--fail-on", "worse", cwd=REPO)
     assert bad.returncode == 2 and "hint: use a comma-separated list of slower, faster" in bad.stderr
     helptext = CliRunner().invoke(cli, ["report", "--help"], terminal_width=200).output
