@@ -197,6 +197,35 @@ def test_csv_and_json_round_trip_in_pandas(tmp_path: Path) -> None:
     assert not expected["log"].str.startswith("/").any()
 
 
+def test_csv_is_written_without_pandas_as_pandas_wrote_it(tmp_path: Path) -> None:
+    """pandas is in the test extra only: the CSV comes from the standard library, byte for byte what
+    ``DataFrame.to_csv`` wrote (a new run's intervals, None, formula-like text)."""
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    results = [reproduce_run(run.path), *[reproduce_table(m, t) for m, t in resolve_tables(["perf-2.5-a100"])]]
+    code = ("import sys, pickle; sys.modules['pandas'] = None; from repro.verdict.report import render_csv; "
+            "sys.stdout.write(render_csv(pickle.load(sys.stdin.buffer)))")
+    import pickle
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(results), capture_output=True,
+                         check=False)
+    assert got.returncode == 0, got.stderr.decode()[-2000:]
+    from repro.verdict.report import COLUMNS, spreadsheet_safe
+
+    rows = [{k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results)]
+    assert got.stdout.decode() == pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)
+
+
+def test_the_runtime_needs_no_pandas() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    runtime = {re.split(r"[<>=~ ;\[]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert "pandas" not in runtime
+    assert any(d.startswith("pandas") for d in project["optional-dependencies"]["test"])
+
+
 def raw_text(df: pd.DataFrame) -> pd.DataFrame:
     """The CSV's text cells as they were before a leading ``'`` neutralised a formula (the README's recipe)."""
     for col in df.columns:

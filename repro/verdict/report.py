@@ -340,10 +340,15 @@ def spreadsheet_safe(value: Any) -> Any:
 
 
 def render_csv(results: Sequence[TableResult]) -> str:
-    import pandas as pd
+    """The records as CSV (the standard library's writer: ``pandas.read_csv`` reads it back)."""
+    import csv
+    import io
 
-    rows = [{k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results)]
-    return pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results))
+    return buf.getvalue()
 
 
 def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None) -> str:

@@ -5,8 +5,9 @@ log with the cell's protocol, aggregate repeats as the publication did, and give
 verdict. With the publication's own logs that is a re-derivation, and the verdict never
 rounds a number into a match: a published figure that lies outside every record its protocol
 uses from the log (the records after its warm-up skip; per GPU where the log's records are per
-GPU) cannot be derived from that log, whatever the tolerance says (:func:`not_derivable_text`). With other logs (a run
-directory, your own) it is a new run, judged by its repeats' own variance (repro.verdict).
+GPU) cannot be derived from that log, whatever the tolerance says (:func:`not_derivable_text`).
+With other logs (a run directory, your own) it is a new run, judged by its repeats' own variance
+(repro.verdict).
 """
 
 from __future__ import annotations
