@@ -257,6 +257,34 @@ def test_junit_is_read_by_a_junit_library(tmp_path: Path) -> None:
     assert next(iter(JUnitXml.fromfile(str(path)))).failures == 0
 
 
+def test_junit_skips_cells_with_nothing_to_judge(tmp_path: Path) -> None:
+    """`not published` is skipped, never passed; `not run` is skipped where --fail-on does not count it
+    (where it does, it is a failure, as the exit status says)."""
+    from junitparser import Skipped
+
+    results = [reproduce_table(m, t) for m, t in resolve_tables(["perf-2.5-a100", "tf-benchmarks-ec2-k80-real"])]
+    path = tmp_path / "verdicts.xml"
+
+    def kinds(fail_on: str | None) -> dict[str, dict[str, int]]:
+        path.write_text(render_junit(results, parse_fail_on(fail_on)))
+        out: dict[str, dict[str, int]] = {}
+        for suite in JUnitXml.fromfile(str(path)):
+            for case in suite:
+                kind = type(case.result[0]).__name__ if case.result else "passed"
+                out.setdefault(suite.name, {}).setdefault(kind, 0)
+                out[suite.name][kind] += 1
+            assert suite.skipped == out[suite.name].get("Skipped", 0)
+        return out
+
+    assert kinds(None) == {"perf-2.5-a100": {"passed": 13, "Skipped": 2, "Failure": 1},
+                           "tf-benchmarks-ec2-k80-real": {"Failure": 19, "Skipped": 1}}
+    assert kinds("slower,faster,deviates,not-derivable") == {
+        "perf-2.5-a100": {"passed": 13, "Skipped": 2, "Failure": 1},
+        "tf-benchmarks-ec2-k80-real": {"Skipped": 20}}
+    skipped = next(c for s in JUnitXml.fromfile(str(path)) for c in s if c.result)
+    assert isinstance(skipped.result[0], Skipped) and skipped.result[0].message.startswith("not published: ")
+
+
 def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
     run = scaled_run(tmp_path, 0.97, 0.003)
     page = render_html([reproduce_run(run.path)])

@@ -352,7 +352,8 @@ def render_csv(results: Sequence[TableResult]) -> str:
 
 
 def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None) -> str:
-    """JUnit XML: a testsuite per publication, a testcase per cell; a counted verdict is a failure."""
+    """JUnit XML: a testsuite per publication, a testcase per cell; a counted verdict is a failure, a cell
+    with nothing to judge (``not published``, or ``not run`` where ``fail_on`` does not count it) skipped."""
     import xml.etree.ElementTree as ET
 
     root = ET.Element("testsuites", name="repro")
@@ -360,7 +361,7 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
         name = group[0].table.id if group[0].table else group[0].manifest.id
         suite = ET.SubElement(root, "testsuite", name=name)
         cells = [(r, c) for r in group for c in r.cells]
-        failures = 0
+        failures = skipped = 0
         for r, c in cells:
             case = ET.SubElement(suite, "testcase", classname=f"{name}.{c.target}",
                                  name=f"{row_label(c, is_cpu(r))} {c.precision} bs{c.batch_size}")
@@ -369,13 +370,17 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
                 why = c.detail or cell_text(c)
                 fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {why}"[:500], type=c.verdict)
                 fail.text = cell_text(c) + (f"\n{c.detail}" if c.detail else "")
+            elif c.verdict in (NOT_PUBLISHED, NOT_RUN):
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"{c.verdict}: {c.detail or cell_text(c)}"[:500])
             else:
                 ET.SubElement(case, "system-out").text = cell_text(c)
         suite.set("tests", str(len(cells)))
         suite.set("failures", str(failures))
         suite.set("errors", "0")
-    root.set("tests", str(sum(int(s.get("tests", 0)) for s in root)))
-    root.set("failures", str(sum(int(s.get("failures", 0)) for s in root)))
+        suite.set("skipped", str(skipped))
+    for total in ("tests", "failures", "skipped"):
+        root.set(total, str(sum(int(s.get(total, 0)) for s in root)))
     ET.indent(root)
     return xml_safe('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
 
