@@ -207,7 +207,7 @@ def test_json_csv_and_markdown_forms() -> None:
     assert {(c["gpus"], c["published"]) for c in recs} >= {(1, 389.12), (32, 39972.131)}
     assert recs[0]["log"].startswith("logs/published/")  # relative, never a local absolute path
     csv = RENDERERS["csv"](results).splitlines()
-    assert csv[0] == ("table,target,framework,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
+    assert csv[0] == ("table,target,framework,model,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
                       "interval_low,interval_high,repeats,spread_pct,delta_pct,verdict,reason,unit,tolerance_pct,"
                       "tolerance_reason,published_speedup,speedup,efficiency,log")
     assert len(csv) == 7

@@ -39,8 +39,8 @@ table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #cbd5e0;padding:3px 8px;text-align:right}th{background:#edf2f7}
 td.l,th.l{text-align:left}img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
 """
-CELL_HEADS = ("target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict",
-              "reason", "log")
+CELL_HEADS = ("target", "framework", "model", "cell", "published", "reproduced", "interval", "repeats",
+              "delta %", "verdict", "reason", "log")
 CHECK_HEADS = ("check", "status", "published", "observed", "detail")
 
 
@@ -114,7 +114,8 @@ def _cell_row(rec: dict[str, Any], c: CellResult) -> str:
     reproduced = fmt(rec["reproduced"], digits) if rec["reproduced"] is not None else ""
     published = "" if rec["published"] is None else rec["published"]
     return (f"<tr style='background:{HTML_COLOUR.get(rec['verdict'], '#fff')}'>"
-            f"<td class=l>{_e(rec['target'])}</td>"
+            f"<td class=l>{_e(rec['target'])}</td><td class=l>{_e(rec['framework'])}</td>"
+            f"<td class=l>{_e(rec['model'])}</td>"
             f"<td class=l>{rec['gpus']} {unit}{'s' if rec['gpus'] > 1 else ''}, {rec['nodes']} node(s), "
             f"{_e(rec['precision'])} bs{rec['batch_size']}</td><td>{published}</td><td>{reproduced}</td>"
             f"<td>{interval}</td><td>{rec['repeats']}</td><td>{delta}</td>"

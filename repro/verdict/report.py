@@ -47,10 +47,10 @@ GOOD = {MATCH, REPRODUCED, MEASURED}
 BAD = {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}
 UNSURE = {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
-COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size",
-           "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct", "delta_pct",
-           "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup",
-           "efficiency", "log")
+COLUMNS = ("table", "target", "framework", "model", "kind", "nodes", "gpus", "device", "precision",
+           "batch_size", "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct",
+           "delta_pct", "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup",
+           "speedup", "efficiency", "log")
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -300,7 +300,9 @@ def _rel(paths: Sequence[str], bases: Iterable[Path]) -> str:
 
 
 def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
-    """Tidy long form: one record per (table, target, cell); the same columns in CSV and JSON."""
+    """Tidy long form: one record per (table, target, cell); the same columns in CSV and JSON. The framework
+    and model are the manifest's words (one vocabulary, the manifest schema's); the published column heading
+    is the text form's."""
     from repro.paths import data_root
 
     out = []
@@ -309,7 +311,8 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
         cpu = is_cpu(r)
         for c in r.cells:
             out.append({
-                "table": r.table.id if r.table else None, "target": c.target, "framework": c.column,
+                "table": r.table.id if r.table else None, "target": c.target,
+                "framework": r.manifest.framework, "model": r.manifest.model,
                 "kind": c.kind if c.verdict != NOT_RUN else None, "nodes": c.nodes, "gpus": c.gpus,
                 "device": "CPU" if cpu else "GPU", "precision": c.precision, "batch_size": c.batch_size,
                 "published": float(c.published) if c.published is not None else None,
