@@ -295,6 +295,54 @@ def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
     assert "Exit status of this report: 7." in page
 
 
+def _log_links(page: str) -> list[str]:
+    from html import unescape
+
+    return [unescape(h) for h in re.findall(r"<td class=l><a href='([^']*)'>", page)]
+
+
+def test_html_log_links_of_bundled_logs_open_wherever_the_page_is_read() -> None:
+    """A publication's bundled log links to its file in the cited repository at the log set's commit (the
+    path inside the repository: logs/published/<set>@<commit>/<group>/ dropped), not to a path of the checkout
+    that an installed kit (repro/_data) or a page saved elsewhere does not have."""
+    from repro.spec.manifest import load_catalog, manifest_files
+
+    ids = sorted({t.id for m in load_catalog(manifest_files()).values() for t in m.published if any(c.logs for c in t.cells)})
+    results = [reproduce_table(m, t) for m, t in resolve_tables(ids)]
+    links = {}
+    for r in results:
+        page = render_html([r], chart=b"")
+        bundled = [c.logs for c in r.cells if c.logs]
+        assert len(_log_links(page)) == len(bundled), r.manifest.id
+        links.update(zip(_log_links(page), [records([r])[i]["log"] for i, c in enumerate(r.cells) if c.logs]))
+    assert len(links) == 80  # every cell with a bundled log, across the 8 tables that bundle logs
+    web = re.compile(r"https://github\.com/(PaddlePaddle/Perf|Oneflow-Inc/DLPerf|wanghuancoder/PerformanceReport)"
+                     r"/(blob|tree)/([0-9a-f]{7,40})/(.+)")
+    for href, log in links.items():
+        m = web.fullmatch(href)
+        assert m, href
+        parts = log.split("/")
+        assert parts[2].replace("/", "-").endswith("@" + m[3][:7]) and m[4] == "/".join(parts[4:]), (href, log)
+        assert m[2] == ("tree" if (REPO / log).is_dir() else "blob")
+    assert ("https://github.com/PaddlePaddle/Perf/blob/c1ad14b35c7bf6cce484abab75c6c89b3e0b2f15/ResNet50V1.5/logs/"
+            "A100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log") in links
+    assert ("https://github.com/Oneflow-Inc/DLPerf/tree/e36df2e/Tensorflow/resnet50v1.5/logs/tensorflow/resnet50/1n1g"
+            in links)
+
+
+def test_html_log_links_of_a_run_open_inside_its_archive(tmp_path: Path) -> None:
+    """The page a run keeps (report.html at its root) links its logs relative to the run directory: each
+    opens in the archive unpacked anywhere."""
+    from repro.record import archive
+
+    run = scaled_run(tmp_path / "runs", 0.97, 0.003)
+    run.write_text("report.html", render_html([reproduce_run(run.path)], chart=b""))
+    top = archive.extract(archive.create(run), tmp_path / "elsewhere")
+    page = (top / "report.html").read_text(encoding="utf-8")
+    links = _log_links(page)
+    assert links and all(not h.startswith(("/", "http")) and (top / h).exists() for h in links), links
+
+
 def _png_dpi(path: Path) -> float:
     data = path.read_bytes()
     i = data.index(b"pHYs")
