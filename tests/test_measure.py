@@ -172,7 +172,19 @@ def test_skip_window_mean_median_harmonic() -> None:
         3 / (1 / 100 + 1 / 200 + 1 / 300)
     )
     m = measure(s, Protocol(skip_records=1, window=2))
-    assert (m.records_used, m.low, m.high, m.issues) == (2, 1.0, 600.0, [])
+    # the range a figure of this log may take under the protocol: the records after its skip, window or not
+    assert (m.records_used, m.low, m.high, m.issues) == (2, 100.0, 600.0, [])
+
+
+def test_the_range_is_that_of_the_records_the_protocol_may_use() -> None:
+    """A warm-up record the protocol skips cannot make a published figure derivable (PaddleClas P10)."""
+    s = _series([900.0, 880.0, 600.0, 590.0, 602.0])
+    m = measure(s, Protocol(skip_records=2, scale="per_gpu"), gpus=8)
+    assert (m.low, m.high) == (590.0 * 8, 602.0 * 8)
+    m = measure(_series([1.0, 2.0, 3.0, 4.0, 5.0], start=7), Protocol(from_iteration=9))
+    assert (m.low, m.high) == (3.0, 5.0)
+    m = measure(_series([1.0, 2.0]), Protocol(skip_records=5))
+    assert (m.value, m.low, m.high) == (None, None, None)
 
 
 def test_from_iteration() -> None:
@@ -311,14 +323,18 @@ def test_dlperf_ngc_pytorch_harmonic_mean_is_the_reports_timestamp_rule(tmp_path
 # a log read for a protocol folds its records as they come: the same figures as the whole list
 
 
+def _after_skip(values: list[float], iterations: list[int | None], p: Protocol) -> list[float]:
+    """The records the protocol may use: those after its skip (or from its iteration)."""
+    if p.from_iteration is not None:
+        return [v for v, it in zip(values, iterations) if it is not None and it >= p.from_iteration]
+    return values[p.skip_records :]
+
+
 def _old_rule(values: list[float], iterations: list[int | None], p: Protocol) -> float:
     """The protocol applied to the whole list of values, as plainly as it reads."""
     import statistics
 
-    if p.from_iteration is not None:
-        kept = [v for v, it in zip(values, iterations) if it is not None and it >= p.from_iteration]
-    else:
-        kept = values[p.skip_records :]
+    kept = _after_skip(values, iterations, p)
     kept = kept[: p.window] if p.window else kept
     if p.aggregate == "median":
         return statistics.median(kept)
@@ -367,7 +383,8 @@ def test_folded_records_give_the_figures_of_the_whole_list(big_log: tuple[Path, 
         want = _old_rule(values, iterations, p)
         assert len(b) == len(a) == 40000 and not b.records  # folded: no record is kept
         got = measure(b, p)
-        assert (got.value, got.low, got.high, got.issues) == (want, min(values), max(values), [])
+        after = _after_skip(values, iterations, p)
+        assert (got.value, got.low, got.high, got.issues) == (want, min(after), max(after), [])
         monkeypatch.setattr("repro.measure.protocol._PIECE", 999)  # the whole list summed in pieces
         assert measure(a, p) == got
     with pytest.raises(ValueError, match="another protocol"):

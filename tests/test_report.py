@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from repro.spec.manifest import find_target
+from repro.spec.manifest import find_target, load_catalog, manifest_files
 from repro.verdict.chart import plot_report
 from repro.verdict.report import RENDERERS
 from repro.verdict.reproduce import (
-    DEVIATES,
     MATCH,
     NOT_RUN,
     NOT_DERIVABLE,
@@ -65,7 +64,26 @@ def test_perf_2_5_ngc_columns_exact_paddle_within_deviation_and_one_cell_not_der
     assert odd.published == "1438.518"
     assert round(odd.reproduced, 3) == 1432.067
     assert odd.verdict == NOT_DERIVABLE, "1438.518 must never be rounded into a match"
-    assert "outside every record" in odd.detail and "1434.843" in odd.detail
+    assert odd.detail == ("published 1438.518 lies above every record the protocol uses from its log "
+                          "(1428.560 .. 1434.843), so no window of them gives it; the log gives 1432.067 (-0.45%)")
+
+
+def test_one_computed_rule_says_a_published_figure_does_not_come_from_its_log() -> None:
+    """The same words on every bundled table, computed from the log and never a manifest's note: the two
+    Paddle 2.5 cells whose figure lies outside every record their protocol uses, and no other cell."""
+    found = {}
+    for name in sorted({t.id for m in load_catalog(manifest_files()).values() for t in m.published}):
+        for c in cells(table(name)):
+            if c.verdict == NOT_DERIVABLE and c.reproduced is not None:
+                found[(name, c.target, c.gpus, c.precision)] = c.detail
+    assert found == {
+        ("perf-2.5-a100", "paddle-rn50-a100", 8, "fp32"):
+            "published 5333.558 (666.695 per GPU) lies above every record the protocol uses from its log "
+            "(419.132 .. 602.569 per GPU), so no window of them gives it; the log gives 4388.648 (-17.72%)",
+        ("perf-2.5-v100", "paddle-rn50-v100", 1, "fp16"):
+            "published 1438.518 lies above every record the protocol uses from its log (1428.560 .. 1434.843), "
+            "so no window of them gives it; the log gives 1432.067 (-0.45%)",
+    }
 
 
 def test_dlperf_tf2_medians_speedups_and_repeats() -> None:
@@ -146,20 +164,20 @@ def test_perf_2_5_a100_every_cell_from_its_log_or_not_published() -> None:
     for gpus, prec, value in [(1, "fp32", 908.246), (1, "fp16", 2602.554), (8, "fp16", 17598.478)]:
         c = got[("paddle-rn50-a100", gpus, prec)]
         assert round(c.reproduced, 3) == value and c.verdict == MATCH and not c.exact and "within 0.1 %" in c.detail
-    odd = got[("paddle-rn50-a100", 8, "fp32")]
-    assert round(odd.reproduced, 1) == 4388.6 and odd.verdict == DEVIATES
-    assert "does not come from its log" in odd.detail and "-17.72%" in odd.detail
+    odd = got[("paddle-rn50-a100", 8, "fp32")]  # 5333.558 / 8 = 666.7 a GPU, above every record after P10
+    assert round(odd.reproduced, 1) == 4388.6 and odd.verdict == NOT_DERIVABLE
+    assert "666.695 per GPU" in odd.detail and "602.569 per GPU" in odd.detail and "-17.72%" in odd.detail
 
 
 def test_perf_2_5_a100_markdown() -> None:
     md = RENDERERS["md"](table("perf-2.5-a100"))
     assert ("| 8 GPUs (1 node) | 7848.2 → 7848.21 (exact) match | 22690 → 22690.0 (exact) match  "
             "| 7020.9 → 7020.90 (exact) match   | 10744.6 → 10744.60 (exact) match | — (not published)                "
-            "| — (not published)               | 5333.558 → 4388.6484 (-17.72%) deviates "
+            "| — (not published)               | 5333.558 → 4388.6484 (-17.72%) not derivable "
             "| 17587.654 → 17598.4784 (+0.06%) match |") in md
     assert ("- ngc-tf1-rn50-a100 8 GPUs amp bs256: not published: the table prints - (no 8-GPU A100 TF run; no log)"
             in md)
-    assert md.rstrip().endswith("Verdict: 13 match, 2 not published, 1 deviates of 16 cells.")
+    assert md.rstrip().endswith("Verdict: 13 match, 2 not published, 1 not derivable of 16 cells.")
 
 
 def test_user_logs_directory_and_insufficient_records(tmp_path: Path) -> None:
@@ -189,7 +207,7 @@ def test_json_csv_and_markdown_forms() -> None:
     assert {(c["gpus"], c["published"]) for c in recs} >= {(1, 389.12), (32, 39972.131)}
     assert recs[0]["log"].startswith("logs/published/")  # relative, never a local absolute path
     csv = RENDERERS["csv"](results).splitlines()
-    assert csv[0] == ("table,target,framework,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
+    assert csv[0] == ("table,target,framework,model,kind,nodes,gpus,device,precision,batch_size,published,reproduced,"
                       "interval_low,interval_high,repeats,spread_pct,delta_pct,verdict,reason,unit,tolerance_pct,"
                       "tolerance_reason,published_speedup,speedup,efficiency,log")
     assert len(csv) == 7

@@ -149,7 +149,7 @@ def test_cli_exit_codes_of_the_published_tables() -> None:
     code, out = report("perf-2.5-v100")
     assert code == 7 and "1 not derivable" in out  # 1438.518
     assert report("perf-2.5-v100", "--fail-on", "inconclusive,not-run")[0] == 0
-    assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 cell deviates from its own log
+    assert report("paddle-rn50-a100")[0] == 7  # its 8-GPU FP32 figure does not come from its own log
     bad = run_cli("report", "perf-2.5-v100", "--fail-on", "worse", cwd=REPO)
     assert bad.returncode == 2 and "hint: use a comma-separated list of slower, faster" in bad.stderr
     helptext = CliRunner().invoke(cli, ["report", "--help"], terminal_width=200).output
@@ -197,6 +197,35 @@ def test_csv_and_json_round_trip_in_pandas(tmp_path: Path) -> None:
     assert not expected["log"].str.startswith("/").any()
 
 
+def test_csv_is_written_without_pandas_as_pandas_wrote_it(tmp_path: Path) -> None:
+    """pandas is in the test extra only: the CSV comes from the standard library, byte for byte what
+    ``DataFrame.to_csv`` wrote (a new run's intervals, None, formula-like text)."""
+    run = scaled_run(tmp_path, 0.97, 0.003)
+    results = [reproduce_run(run.path), *[reproduce_table(m, t) for m, t in resolve_tables(["perf-2.5-a100"])]]
+    code = ("import sys, pickle; sys.modules['pandas'] = None; from repro.verdict.report import render_csv; "
+            "sys.stdout.write(render_csv(pickle.load(sys.stdin.buffer)))")
+    import pickle
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(results), capture_output=True,
+                         check=False)
+    assert got.returncode == 0, got.stderr.decode()[-2000:]
+    from repro.verdict.report import COLUMNS, spreadsheet_safe
+
+    rows = [{k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results)]
+    assert got.stdout.decode() == pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)
+
+
+def test_the_runtime_needs_no_pandas() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    runtime = {re.split(r"[<>=~ ;\[]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert "pandas" not in runtime
+    assert any(d.startswith("pandas") for d in project["optional-dependencies"]["test"])
+
+
 def raw_text(df: pd.DataFrame) -> pd.DataFrame:
     """The CSV's text cells as they were before a leading ``'`` neutralised a formula (the README's recipe)."""
     for col in df.columns:
@@ -228,6 +257,34 @@ def test_junit_is_read_by_a_junit_library(tmp_path: Path) -> None:
     assert next(iter(JUnitXml.fromfile(str(path)))).failures == 0
 
 
+def test_junit_skips_cells_with_nothing_to_judge(tmp_path: Path) -> None:
+    """`not published` is skipped, never passed; `not run` is skipped where --fail-on does not count it
+    (where it does, it is a failure, as the exit status says)."""
+    from junitparser import Skipped
+
+    results = [reproduce_table(m, t) for m, t in resolve_tables(["perf-2.5-a100", "tf-benchmarks-ec2-k80-real"])]
+    path = tmp_path / "verdicts.xml"
+
+    def kinds(fail_on: str | None) -> dict[str, dict[str, int]]:
+        path.write_text(render_junit(results, parse_fail_on(fail_on)))
+        out: dict[str, dict[str, int]] = {}
+        for suite in JUnitXml.fromfile(str(path)):
+            for case in suite:
+                kind = type(case.result[0]).__name__ if case.result else "passed"
+                out.setdefault(suite.name, {}).setdefault(kind, 0)
+                out[suite.name][kind] += 1
+            assert suite.skipped == out[suite.name].get("Skipped", 0)
+        return out
+
+    assert kinds(None) == {"perf-2.5-a100": {"passed": 13, "Skipped": 2, "Failure": 1},
+                           "tf-benchmarks-ec2-k80-real": {"Failure": 19, "Skipped": 1}}
+    assert kinds("slower,faster,deviates,not-derivable") == {
+        "perf-2.5-a100": {"passed": 13, "Skipped": 2, "Failure": 1},
+        "tf-benchmarks-ec2-k80-real": {"Skipped": 20}}
+    skipped = next(c for s in JUnitXml.fromfile(str(path)) for c in s if c.result)
+    assert isinstance(skipped.result[0], Skipped) and skipped.result[0].message.startswith("not published: ")
+
+
 def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
     run = scaled_run(tmp_path, 0.97, 0.003)
     page = render_html([reproduce_run(run.path)])
@@ -236,6 +293,54 @@ def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
     assert page.count("src='data:image/png;base64,") == 1
     assert "href='cells/1n1g-fp32-bs256'" in page and "Perf" in page and "slower" in page
     assert "Exit status of this report: 7." in page
+
+
+def _log_links(page: str) -> list[str]:
+    from html import unescape
+
+    return [unescape(h) for h in re.findall(r"<td class=l><a href='([^']*)'>", page)]
+
+
+def test_html_log_links_of_bundled_logs_open_wherever_the_page_is_read() -> None:
+    """A publication's bundled log links to its file in the cited repository at the log set's commit (the
+    path inside the repository: logs/published/<set>@<commit>/<group>/ dropped), not to a path of the checkout
+    that an installed kit (repro/_data) or a page saved elsewhere does not have."""
+    from repro.spec.manifest import load_catalog, manifest_files
+
+    ids = sorted({t.id for m in load_catalog(manifest_files()).values() for t in m.published if any(c.logs for c in t.cells)})
+    results = [reproduce_table(m, t) for m, t in resolve_tables(ids)]
+    links = {}
+    for r in results:
+        page = render_html([r], chart=b"")
+        bundled = [c.logs for c in r.cells if c.logs]
+        assert len(_log_links(page)) == len(bundled), r.manifest.id
+        links.update(zip(_log_links(page), [records([r])[i]["log"] for i, c in enumerate(r.cells) if c.logs]))
+    assert len(links) == 80  # every cell with a bundled log, across the 8 tables that bundle logs
+    web = re.compile(r"https://github\.com/(PaddlePaddle/Perf|Oneflow-Inc/DLPerf|wanghuancoder/PerformanceReport)"
+                     r"/(blob|tree)/([0-9a-f]{7,40})/(.+)")
+    for href, log in links.items():
+        m = web.fullmatch(href)
+        assert m, href
+        parts = log.split("/")
+        assert parts[2].replace("/", "-").endswith("@" + m[3][:7]) and m[4] == "/".join(parts[4:]), (href, log)
+        assert m[2] == ("tree" if (REPO / log).is_dir() else "blob")
+    assert ("https://github.com/PaddlePaddle/Perf/blob/c1ad14b35c7bf6cce484abab75c6c89b3e0b2f15/ResNet50V1.5/logs/"
+            "A100-LOG/PaddleClas_ResNet50_bs256_fp32_DP_N1C8_log") in links
+    assert ("https://github.com/Oneflow-Inc/DLPerf/tree/e36df2e/Tensorflow/resnet50v1.5/logs/tensorflow/resnet50/1n1g"
+            in links)
+
+
+def test_html_log_links_of_a_run_open_inside_its_archive(tmp_path: Path) -> None:
+    """The page a run keeps (report.html at its root) links its logs relative to the run directory: each
+    opens in the archive unpacked anywhere."""
+    from repro.record import archive
+
+    run = scaled_run(tmp_path / "runs", 0.97, 0.003)
+    run.write_text("report.html", render_html([reproduce_run(run.path)], chart=b""))
+    top = archive.extract(archive.create(run), tmp_path / "elsewhere")
+    page = (top / "report.html").read_text(encoding="utf-8")
+    links = _log_links(page)
+    assert links and all(not h.startswith(("/", "http")) and (top / h).exists() for h in links), links
 
 
 def _png_dpi(path: Path) -> float:

@@ -80,9 +80,46 @@ def test_no_junit_failure_message_is_empty(results: list[TableResult]) -> None:
         assert verdict == f.get("type") and why.strip(), ET.tostring(f)[:200]
 
 
+def columns(line: str) -> int:
+    """The terminal columns a line takes: a wide character two, a combining one none (→, — and ± one each:
+    a line's UTF-8 bytes are more than its columns)."""
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in line)
+
+
 def test_the_terminal_form_of_every_table_fits_120_columns(results: list[TableResult]) -> None:
-    text = render_text(results)
-    assert max(map(len, text.splitlines())) <= 120
+    widths = {}
+    for r in results:  # each as `repro report TABLE` prints it, and all together
+        widths[(r.table.id if r.table else r.manifest.id, r.manifest.id)] = max(map(columns,
+                                                                                   render_text([r]).splitlines()))
+    assert len({t for t, _ in widths}) == 18 and max(widths.values()) <= 120, widths
+    assert max(map(columns, render_text(results).splitlines())) <= 120
+
+
+def test_one_framework_vocabulary_and_a_model_column(results: list[TableResult]) -> None:
+    """The framework is the manifest's (one word of the schema's list), never a published column heading;
+    the model is the manifest's, in CSV, JSON and HTML."""
+    import json
+
+    from repro.spec.schema import load_schema
+    from repro.verdict.report import render_json
+
+    words = set(load_schema("manifest.v1")["properties"]["framework"]["enum"])
+    recs = records(results)
+    assert {rec["framework"] for rec in recs} <= words
+    assert {rec["framework"] for rec in recs} == {"paddle", "pytorch", "tensorflow", "mxnet"}
+    assert [(rec["framework"], rec["model"]) for rec in recs] == [(r.manifest.framework, r.manifest.model)
+                                                                  for r in results for _ in r.cells]
+    assert {rec["model"] for rec in recs} >= {"resnet50v1.5", "alexnet", "vgg16"}
+    rows = list(csv.DictReader(io.StringIO(render_csv(results))))
+    assert [(row["framework"], row["model"]) for row in rows] == [(rec["framework"], rec["model"]) for rec in recs]
+    assert [(d["framework"], d["model"]) for d in json.loads(render_json(results))] == [
+        (rec["framework"], rec["model"]) for rec in recs]
+    html = render_html(results[-1:])
+    assert "<th class=l>framework</th><th class=l>model</th>" in html
+    assert "<td class=l>pytorch</td><td class=l>resnet50v1.5</td>" in html
 
 
 def test_headers_say_where_the_logs_came_from(results: list[TableResult]) -> None:

@@ -92,8 +92,8 @@ class Measurement:
     gpus: int | None
     value: float | None  # None when not derivable (never a made-up number)
     records_used: int
-    low: float | None  # min of ALL records of the series, scaled like value
-    high: float | None  # max of ALL records of the series, scaled like value
+    low: float | None  # min of the records the protocol may use (those after its skip), scaled like value
+    high: float | None  # their max: a figure of the log under this protocol lies in [low, high]
     issues: list[str] = field(default_factory=list)
 
 
@@ -121,7 +121,7 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
         series.settle()  # records added since the last fold
     else:
         raise ValueError(f"the series was read for another protocol ({t.protocol}), not {protocol}")
-    low, high = (t.low * factor, t.high * factor) if t.count and factor is not None else (None, None)
+    low, high = (t.low * factor, t.high * factor) if t.ranged and factor is not None else (None, None)
 
     if protocol.aggregate == "summary":
         raw, used = series.summary, 0
@@ -159,13 +159,14 @@ class Tally:
     has one). Figures are those of the whole list of values: the same ``math.fsum``, the same
     median."""
 
-    __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "sums",
-                 "used")
+    __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "ranged",
+                 "sums", "used")
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.count = 0  # records seen
-        self.low = self.high = 0.0  # their range (when count)
+        self.low = self.high = 0.0  # the range of the records after the skip (when ranged), window or not
+        self.ranged = False
         self.passed = 0  # records the protocol skipped (or found before from_iteration)
         self.used = 0  # records it uses
         self.numbered = False  # whether a record carries an iteration number
@@ -185,8 +186,6 @@ class Tally:
         if not n:
             return
         p = self.protocol
-        low, high = min(values), max(values)
-        self.low, self.high = (min(low, self.low), max(high, self.high)) if self.count else (low, high)
         self.count += n
         if p.from_iteration is not None:
             k, its = p.from_iteration, series.iterations
@@ -197,6 +196,10 @@ class Tally:
             skip = min(n, p.skip_records - self.passed)
             self.passed += skip
             used = values[skip:]
+        if len(used):
+            low, high = min(used), max(used)
+            self.low, self.high = (min(low, self.low), max(high, self.high)) if self.ranged else (low, high)
+            self.ranged = True
         if p.window is not None:
             used = used[: p.window - self.used]
         if not len(used):

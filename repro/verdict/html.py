@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro.redact import shown
@@ -39,8 +40,8 @@ table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #cbd5e0;padding:3px 8px;text-align:right}th{background:#edf2f7}
 td.l,th.l{text-align:left}img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
 """
-CELL_HEADS = ("target", "cell", "published", "reproduced", "interval", "repeats", "delta %", "verdict",
-              "reason", "log")
+CELL_HEADS = ("target", "framework", "model", "cell", "published", "reproduced", "interval", "repeats",
+              "delta %", "verdict", "reason", "log")
 CHECK_HEADS = ("check", "status", "published", "observed", "detail")
 
 
@@ -97,24 +98,26 @@ def _citation_html(group: Sequence[TableResult]) -> list[str]:
 
 def _cells_html(group: Sequence[TableResult]) -> str:
     """The group's cells as one table, a row per cell in the verdict's colour."""
-    rows = [_cell_row(rec, c) for rec, c in zip(records(group), (c for r in group for c in r.cells))]
+    rows = [_cell_row(rec, c, _log_href(rec["log"], r) if rec["log"] else "")
+            for rec, (r, c) in zip(records(group), ((r, c) for r in group for c in r.cells))]
     return ("<table><tr>" + "".join(f"<th class=l>{h}</th>" for h in CELL_HEADS) + "</tr>" + "".join(rows)
             + "</table>")
 
 
-def _cell_row(rec: dict[str, Any], c: CellResult) -> str:
+def _cell_row(rec: dict[str, Any], c: CellResult, href: str) -> str:
     interval = (f"{rec['interval_low']:.2f} .. {rec['interval_high']:.2f}"
                 if rec["interval_low"] is not None else "")
     unit = "worker" if rec["device"] == "CPU" else "GPU"
     log = rec["log"]
     delta = "" if rec["delta_pct"] is None else f"{rec['delta_pct']:+.2f}"
-    link = f"<a href='{_e(_relative_href(log))}'>{_e(Path(log).name)}</a>" if log else ""
+    link = f"<a href='{_e(href)}'>{_e(Path(log).name)}</a>" if log else ""
     digits = (2 if rec["kind"] != REDERIVATION or c.published is None
               else len(c.published.partition(".")[2]) + 1)
     reproduced = fmt(rec["reproduced"], digits) if rec["reproduced"] is not None else ""
     published = "" if rec["published"] is None else rec["published"]
     return (f"<tr style='background:{HTML_COLOUR.get(rec['verdict'], '#fff')}'>"
-            f"<td class=l>{_e(rec['target'])}</td>"
+            f"<td class=l>{_e(rec['target'])}</td><td class=l>{_e(rec['framework'])}</td>"
+            f"<td class=l>{_e(rec['model'])}</td>"
             f"<td class=l>{rec['gpus']} {unit}{'s' if rec['gpus'] > 1 else ''}, {rec['nodes']} node(s), "
             f"{_e(rec['precision'])} bs{rec['batch_size']}</td><td>{published}</td><td>{reproduced}</td>"
             f"<td>{interval}</td><td>{rec['repeats']}</td><td>{delta}</td>"
@@ -141,6 +144,29 @@ def _is_web(url: str) -> bool:
 
     parts = urlsplit(url.strip())
     return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _log_href(log: str, r: TableResult) -> str:
+    """Where a cell's log opens from the page, wherever the page is read. A publication's log the kit
+    bundles (``logs/published/<set>@<commit>/<group>/<path in the repository>``, in a checkout or an installed
+    kit's ``repro/_data``) is its file in the cited repository at that commit; any other log (a run's,
+    inside its run directory or archive, where the run's own report.html sits) a link relative to that
+    directory."""
+    from urllib.parse import quote, urlsplit
+
+    from repro.paths import data_root
+
+    parts = PurePosixPath(log).parts
+    if r.table is not None and len(parts) > 4 and parts[:2] == ("logs", "published"):
+        repo = r.table.cite["repository"].rstrip("/")
+        name, _, short = parts[2].partition("@")
+        owner_repo = urlsplit(repo).path.strip("/").split("/")
+        if (_is_web(repo) and urlsplit(repo).netloc == "github.com" and len(owner_repo) == 2
+                and name in ("-".join(owner_repo), owner_repo[1]) and re.fullmatch("[0-9a-f]{7,40}", short)):
+            commit = r.table.cite["commit"] if r.table.cite["commit"].startswith(short) else short
+            kind = "tree" if (data_root() / log).is_dir() else "blob"
+            return f"{repo}/{kind}/{commit}/{quote('/'.join(parts[4:]))}"
+    return _relative_href(log)
 
 
 def _relative_href(path: str) -> str:

@@ -47,10 +47,10 @@ GOOD = {MATCH, REPRODUCED, MEASURED}
 BAD = {SLOWER, FASTER, DEVIATES, NOT_DERIVABLE}
 UNSURE = {INCONCLUSIVE, NOT_RUN}
 ANSI = {**{v: "32" for v in GOOD}, **{v: "31" for v in BAD}, **{v: "33" for v in UNSURE}}
-COLUMNS = ("table", "target", "framework", "kind", "nodes", "gpus", "device", "precision", "batch_size",
-           "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct", "delta_pct",
-           "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup", "speedup",
-           "efficiency", "log")
+COLUMNS = ("table", "target", "framework", "model", "kind", "nodes", "gpus", "device", "precision",
+           "batch_size", "published", "reproduced", "interval_low", "interval_high", "repeats", "spread_pct",
+           "delta_pct", "verdict", "reason", "unit", "tolerance_pct", "tolerance_reason", "published_speedup",
+           "speedup", "efficiency", "log")
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -300,7 +300,9 @@ def _rel(paths: Sequence[str], bases: Iterable[Path]) -> str:
 
 
 def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
-    """Tidy long form: one record per (table, target, cell); the same columns in CSV and JSON."""
+    """Tidy long form: one record per (table, target, cell); the same columns in CSV and JSON. The framework
+    and model are the manifest's words (one vocabulary, the manifest schema's); the published column heading
+    is the text form's."""
     from repro.paths import data_root
 
     out = []
@@ -309,7 +311,8 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
         cpu = is_cpu(r)
         for c in r.cells:
             out.append({
-                "table": r.table.id if r.table else None, "target": c.target, "framework": c.column,
+                "table": r.table.id if r.table else None, "target": c.target,
+                "framework": r.manifest.framework, "model": r.manifest.model,
                 "kind": c.kind if c.verdict != NOT_RUN else None, "nodes": c.nodes, "gpus": c.gpus,
                 "device": "CPU" if cpu else "GPU", "precision": c.precision, "batch_size": c.batch_size,
                 "published": float(c.published) if c.published is not None else None,
@@ -340,14 +343,20 @@ def spreadsheet_safe(value: Any) -> Any:
 
 
 def render_csv(results: Sequence[TableResult]) -> str:
-    import pandas as pd
+    """The records as CSV (the standard library's writer: ``pandas.read_csv`` reads it back)."""
+    import csv
+    import io
 
-    rows = [{k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results)]
-    return pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: spreadsheet_safe(v) for k, v in rec.items()} for rec in records(results))
+    return buf.getvalue()
 
 
 def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None) -> str:
-    """JUnit XML: a testsuite per publication, a testcase per cell; a counted verdict is a failure."""
+    """JUnit XML: a testsuite per publication, a testcase per cell; a counted verdict is a failure, a cell
+    with nothing to judge (``not published``, or ``not run`` where ``fail_on`` does not count it) skipped."""
     import xml.etree.ElementTree as ET
 
     root = ET.Element("testsuites", name="repro")
@@ -355,7 +364,7 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
         name = group[0].table.id if group[0].table else group[0].manifest.id
         suite = ET.SubElement(root, "testsuite", name=name)
         cells = [(r, c) for r in group for c in r.cells]
-        failures = 0
+        failures = skipped = 0
         for r, c in cells:
             case = ET.SubElement(suite, "testcase", classname=f"{name}.{c.target}",
                                  name=f"{row_label(c, is_cpu(r))} {c.precision} bs{c.batch_size}")
@@ -364,13 +373,17 @@ def render_junit(results: Sequence[TableResult], fail_on: set[str] | None = None
                 why = c.detail or cell_text(c)
                 fail = ET.SubElement(case, "failure", message=f"{c.verdict}: {why}"[:500], type=c.verdict)
                 fail.text = cell_text(c) + (f"\n{c.detail}" if c.detail else "")
+            elif c.verdict in (NOT_PUBLISHED, NOT_RUN):
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"{c.verdict}: {c.detail or cell_text(c)}"[:500])
             else:
                 ET.SubElement(case, "system-out").text = cell_text(c)
         suite.set("tests", str(len(cells)))
         suite.set("failures", str(failures))
         suite.set("errors", "0")
-    root.set("tests", str(sum(int(s.get("tests", 0)) for s in root)))
-    root.set("failures", str(sum(int(s.get("failures", 0)) for s in root)))
+        suite.set("skipped", str(skipped))
+    for total in ("tests", "failures", "skipped"):
+        root.set(total, str(sum(int(s.get(total, 0)) for s in root)))
     ET.indent(root)
     return xml_safe('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
 

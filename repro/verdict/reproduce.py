@@ -3,9 +3,11 @@
 For each published cell: parse its log(s) with the manifest's parser, measure each
 log with the cell's protocol, aggregate repeats as the publication did, and give a
 verdict. With the publication's own logs that is a re-derivation, and the verdict never
-rounds a number into a match: a published figure that lies outside every record of its
-log cannot be derived from that log, whatever the tolerance says. With other logs (a run
-directory, your own) it is a new run, judged by its repeats' own variance (repro.verdict).
+rounds a number into a match: a published figure that lies outside every record its protocol
+uses from the log (the records after its warm-up skip; per GPU where the log's records are per
+GPU) cannot be derived from that log, whatever the tolerance says (:func:`not_derivable_text`).
+With other logs (a run directory, your own) it is a new run, judged by its repeats' own variance
+(repro.verdict).
 """
 
 from __future__ import annotations
@@ -171,7 +173,9 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     if r.reproduced is None:
         return r
     if r.kind == REDERIVATION:
-        _judge(r, cell, low, high, manifest.measure.protocol_for(cell).get("aggregate", "mean") == "summary")
+        protocol = manifest.measure.protocol_for(cell)
+        _judge(r, cell, low, high, protocol.get("aggregate", "mean") == "summary",
+               protocol.get("scale") == "per_gpu")
     else:  # your logs, not the publication's: judged with their own variance
         _judge_new_run(r, cell, run_tolerance(table.run_tolerance))
     if issues:
@@ -240,7 +244,21 @@ def _published_repeats_check(manifest: Manifest, cell: PublishedCell) -> str:
             f"{verdict} the published {cell.value}")
 
 
-def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool) -> None:
+def not_derivable_text(r: CellResult, published: str, low: float, high: float, per_gpu: bool) -> str:
+    """Why a published figure cannot come from its log: it lies outside every record the protocol uses
+    (per GPU where the log's records are per GPU), with the figure the log does give."""
+    pub = float(published)
+    side = "above" if pub > high else "below"
+    n = r.gpus if per_gpu and r.gpus > 1 else 1
+    mine = f"{pub / n:.3f} per GPU" if n > 1 else ""
+    each = " per GPU" if n > 1 else ""
+    given = f"; the log gives {r.reproduced:.3f} ({r.delta_pct:+.2f}%)" if r.reproduced is not None else ""
+    return (f"published {published}{f' ({mine})' if mine else ''} lies {side} every record the protocol uses "
+            f"from its log ({low / n:.3f} .. {high / n:.3f}{each}), so no window of them gives it{given}")
+
+
+def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | None, summary: bool,
+           per_gpu: bool = False) -> None:
     assert r.reproduced is not None
     pub = float(cell.value)
     r.tolerance_pct = cell.tolerance_pct
@@ -250,9 +268,7 @@ def _judge(r: CellResult, cell: PublishedCell, low: float | None, high: float | 
     half_ulp = 0.5 * 10 ** -cell.decimals
     if (not r.exact and not summary and low is not None and high is not None
             and not (low - half_ulp <= pub <= high + half_ulp)):
-        r.verdict = NOT_DERIVABLE
-        r.detail = (f"published {cell.value} lies outside every record of the log "
-                    f"({low:.3f} .. {high:.3f}), so no window of it can give that figure")
+        r.verdict, r.detail = NOT_DERIVABLE, not_derivable_text(r, cell.value, low, high, per_gpu)
     elif r.exact or abs(r.delta_pct) <= cell.tolerance_pct:
         r.verdict = MATCH
         r.detail = "exact at published precision" if r.exact else f"within {cell.tolerance_pct}%"
