@@ -315,7 +315,7 @@ def test_html_log_links_of_bundled_logs_open_wherever_the_page_is_read() -> None
         bundled = [c.logs for c in r.cells if c.logs]
         assert len(_log_links(page)) == len(bundled), r.manifest.id
         links.update(zip(_log_links(page), [records([r])[i]["log"] for i, c in enumerate(r.cells) if c.logs]))
-    assert len(links) == 80  # every cell with a bundled log, across the 8 tables that bundle logs
+    assert len(links) == 88  # every cell with a bundled log, across the 10 tables that bundle logs
     web = re.compile(r"https://github\.com/(PaddlePaddle/Perf|Oneflow-Inc/DLPerf|wanghuancoder/PerformanceReport)"
                      r"/(blob|tree)/([0-9a-f]{7,40})/(.+)")
     for href, log in links.items():

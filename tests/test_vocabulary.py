@@ -94,7 +94,7 @@ def test_the_terminal_form_of_every_table_fits_120_columns(results: list[TableRe
     for r in results:  # each as `repro report TABLE` prints it, and all together
         widths[(r.table.id if r.table else r.manifest.id, r.manifest.id)] = max(map(columns,
                                                                                    render_text([r]).splitlines()))
-    assert len({t for t, _ in widths}) == 18 and max(widths.values()) <= 120, widths
+    assert len({t for t, _ in widths}) == 20 and max(widths.values()) <= 120, widths
     assert max(map(columns, render_text(results).splitlines())) <= 120
 
 
