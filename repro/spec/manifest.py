@@ -62,6 +62,7 @@ class PublishedCell:
     speedup: str | None = None
     label: str | None = None
     note: str | None = None
+    protocol: Mapping[str, Any] = field(default_factory=dict)  # this cell's own, on top of measure's
 
     @property
     def decimals(self) -> int:
@@ -94,11 +95,13 @@ class Measure:
     speedup: Mapping[str, Any] | None = None
 
     def protocol_for(self, cell: Cell | PublishedCell) -> dict[str, Any]:
-        """The protocol for one cell: the default, then every matching override on top."""
+        """The protocol for one cell: the default, then every matching override on top, then a published
+        cell's own."""
         merged = dict(self.protocol)
         for when, proto in self.overrides:
             if cell.matches(when):
                 merged.update(proto)
+        merged.update(getattr(cell, "protocol", {}))
         return merged
 
 
@@ -256,13 +259,16 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
 
 
 def _check_parser(doc: YamlDoc) -> list[Problem]:
-    """measure.parser names a parser of the registry."""
+    """measure.parser names a parser of the registry, and each protocol's summary_metric a figure it reads."""
     from repro.measure.parsers import PARSERS  # lazy: parsers import nothing from here
 
-    if (name := doc.data["measure"]["parser"]) in PARSERS.names():
-        return []
-    return [doc.problem(["measure", "parser"], f"unknown parser {name!r}",
-                        f"available parsers: {', '.join(PARSERS.names())}")]
+    if (name := doc.data["measure"]["parser"]) not in PARSERS.names():
+        return [doc.problem(["measure", "parser"], f"unknown parser {name!r}",
+                            f"available parsers: {', '.join(PARSERS.names())}")]
+    known = PARSERS.get(name).summary_names
+    hint = f"it reads: {', '.join(known)}" if known else "it reads no summary figure by name"
+    return [doc.problem([*where, "summary_metric"], f"parser {name} reads no printed summary {metric!r}",
+                        hint) for where, metric in checks.summary_metrics(doc.data) if metric not in known]
 
 
 def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
@@ -332,7 +338,7 @@ def _build(doc: YamlDoc) -> Manifest:
                 logs=(tuple(logs_dir / p for p in c.get("logs", [c["log"]] if "log" in c else []))
                       if logs_dir else ()),
                 repeats=tuple(c.get("repeats", ())), speedup=c.get("speedup"), label=c.get("label"),
-                note=c.get("note"),
+                note=c.get("note"), protocol=dict(c.get("protocol", {})),
             )
             for c in t["cells"]
         )
