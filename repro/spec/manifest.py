@@ -84,6 +84,7 @@ class PublishedTable:
     column: str | None = None
     logs_dir: Path | None = None
     run_tolerance: Mapping[str, Any] | None = None  # a new run's tolerance: {pct, reason}
+    logs_from: str | None = None  # where the logs of cells without a bundled one come from
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,7 @@ def _build(doc: YamlDoc) -> Manifest:
         tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"],
                                      tolerance_pct=t["tolerance_pct"],
                                      cells=cells, column=t.get("column"), logs_dir=logs_dir,
-                                     run_tolerance=t.get("run_tolerance")))
+                                     run_tolerance=t.get("run_tolerance"), logs_from=t.get("logs_from")))
     return Manifest(
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
         sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],
