@@ -166,6 +166,19 @@ def test_a_missing_commit(upstream: tuple[Path, str], tmp_path: Path) -> None:
         f"test-check-t: commit: {'0' * 40} is not in {mirror}/ConvNets"]
 
 
+def test_a_source_that_cannot_be_reached_is_unverifiable_never_ok(upstream: tuple[Path, str], tmp_path: Path) -> None:
+    """Offline (no route to the repository's host), nothing of the source is checked: the target says so and fails;
+    a mirror (--git-mirror) is the way to check it."""
+    _, commit = upstream
+    path = manifest(tmp_path, commit)
+    proc = run_check(str(path), "--git-mirror", "https://github.com/example/=https://nonexistent.invalid/")
+    assert (proc.returncode, proc.stderr) == (1, "")
+    assert proc.stdout == (
+        "FAIL test-check-t: unverifiable: offline: cannot reach https://nonexistent.invalid/ConvNets (Could not "
+        "resolve host: nonexistent.invalid), so its commit, patches and files were not checked; read it from a "
+        "mirror with --git-mirror PREFIX=URL\n")
+
+
 @pytest.mark.parametrize("patch, message", [
     ({"file": "bench/main.py", "old": "x = 1\n", "new": "x = 2\n"},
      "source.patches[1] (bench/main.py): the old text 'x = 1\\n' occurs 2 times, not once"),

@@ -216,6 +216,19 @@ def test_summary() -> None:
     assert (m.value, m.low, m.high) == (8.0, 20.0, 20.0)
 
 
+def test_a_named_summary_is_the_figure_the_log_printed_under_that_name() -> None:
+    s = Series(gpus=1, summary=794.40, summaries={"train.total_ips": 794.40, "train.compute_ips": 797.38})
+    named = Protocol(aggregate="summary", summary_metric="train.compute_ips")
+    assert measure(s, named).value == 797.38
+    assert measure(s, Protocol(aggregate="summary", summary_metric="train.total_ips")).value == 794.40
+    assert measure(s, Protocol(aggregate="summary")).value == 794.40  # the parser's own summary
+    m = measure(Series(gpus=1, summary=794.40, summaries={"train.total_ips": 794.40}), named)
+    assert m == Measurement(1, None, 0, None, None,
+                            ["no printed summary train.compute_ips in the log (it prints: train.total_ips)"])
+    m = measure(_series([1.0, 2.0]), named)
+    assert m.value is None and m.issues == ["no printed summary train.compute_ips in the log (it prints none)"]
+
+
 def test_insufficient_records() -> None:
     m = measure(_series([1.0] * 6), Protocol(skip_records=10))
     assert m.value is None and m.issues == ["insufficient records: found 6, need 11"]
@@ -283,6 +296,9 @@ def test_from_dict_field_names_and_skip_forms() -> None:
         ({"skip_records": -1}, "skip_records"),
         ({"round_each": 1.5}, "round_each"),
         ({"skip_records": True}, "skip_records"),
+        ({"summary_metric": "train.compute_ips"}, "summary_metric train.compute_ips needs aggregate: summary"),
+        ({"aggregate": "summary", "summary_metric": ""}, "summary_metric must name"),
+        ({"aggregate": "summary", "summary_metric": 3}, "summary_metric must name"),
     ],
 )
 def test_from_dict_rejects(d: dict, message: str) -> None:

@@ -16,6 +16,7 @@ from parsers_helpers import (
     CASES,
     P_9881,
     P_C1AD,
+    PERFREPORT,
     PUBLISHED,
     Case,
     crlf,
@@ -130,6 +131,18 @@ def test_summaries_and_record_units() -> None:
     )
     assert [r.iteration for r in tf.series[0].records] == list(range(200, 500))
     assert tf.series[0].summary == 12671.899230200308
+
+
+def test_dllogger_summaries_keep_each_printed_figure_by_name() -> None:
+    """The DLLogger Summary prints train.total_ips and train.compute_ips (2020-2022: on two lines; 2023: on
+    one); the parser's summary is total_ips, and each is kept under its name for a protocol that names it."""
+    e15 = PUBLISHED / f"{PERFREPORT}@e15dece/ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs"
+    c1a = PUBLISHED / P_C1AD / "ngc-pytorch/ResNet50V1.5/OtherReports/PyTorch/logs/V100-LOG"
+    for path, total, compute in ((e15 / "pytorch_gpu1_amp_bs256.txt", 794.40, 797.38),
+                                 (c1a / "pytorch_gpu1_amp_bs256.txt", 782.08, 785.06)):
+        (s,) = parse_file(path).series
+        assert s.summary == total
+        assert s.summaries == {"train.total_ips": total, "train.compute_ips": compute}
 
 
 def test_record_line_numbers_point_at_the_line() -> None:

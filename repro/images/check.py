@@ -8,7 +8,8 @@ base image declares its OS, its tag names no other OS, and a bundle in the cache
 for that OS and has the recorded sha256; on a CUDA base published before NVIDIA's April 2022 apt key
 rotation, no ``apt-get update`` of the build (the Dockerfile and the kit's layers) reads NVIDIA's CUDA
 sources unless it installs NVIDIA's current keyring by checksum. Sources are read with git, through
-``--git-mirror`` prefixes for sites without GitHub. Nothing here prints.
+``--git-mirror`` prefixes for sites without GitHub; a repository whose host cannot be reached is
+``unverifiable`` (offline), a failure, never a pass. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ KEY_ROTATION = "2022-04"
 _CUDA_REF = re.compile(r"(^|/)nvidia/|nvcr\.io/|cuda|-gpu", re.IGNORECASE)
 _APT_UPDATE = re.compile(r"\bapt(?:-get)?((?:\s+-o\s*\S+|\s+-\S+)*)\s+update\b")
 _KEYRING = re.compile(r"cuda-keyring[^\n]*\bsha256sum\b|\bsha256sum\b[^\n]*cuda-keyring")
+#: git's words for a repository whose host cannot be reached (no network), as opposed to one that is wrong
+_UNREACHABLE = re.compile(r"(?:Could not resolve host|Failed to connect to|Connection timed out"
+                          r"|Connection refused|Network is unreachable"
+                          r"|Temporary failure in name resolution)[^\n]*")
 #: records one failed check: (check, message)
 Fail = Callable[[str, str], None]
 
@@ -52,7 +57,7 @@ Fail = Callable[[str, str], None]
 @dataclass(frozen=True)
 class Failure:
     target: str
-    check: str       # commit, patch, copy, requirements, rdma, checksum, apt, deps
+    check: str       # commit (or unverifiable: offline), patch, copy, requirements, rdma, checksum, apt, deps
     message: str
 
     def __str__(self) -> str:
@@ -149,7 +154,12 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                     _upstream_requirements(manifest, tree, passed, fail)
                     _copies(manifest, tree, opts, passed, fail)
         except ReproError as e:
-            fail("commit", f"cannot read {url}: {e}")
+            if (cause := _UNREACHABLE.search(str(e))) is None:
+                fail("commit", f"cannot read {url}: {e}")
+            else:  # offline: not a verdict on the recipe, and never ok
+                fail("unverifiable", f"offline: cannot reach {url} ({cause.group(0).strip()}), so its "
+                     "commit, patches and files were not checked; read it from a mirror with "
+                     "--git-mirror PREFIX=URL")
     else:
         _copies(manifest, None, opts, passed, fail)
     _image_lock(manifest, passed, fail)

@@ -44,13 +44,15 @@ class Series:
     many records the run has, and its :attr:`records` are only those not yet folded.
     """
 
-    __slots__ = ("_cols", "_narrow", "facts", "gpus", "per_gpu", "summary", "tally")
+    __slots__ = ("_cols", "_narrow", "facts", "gpus", "per_gpu", "summaries", "summary", "tally")
 
     def __init__(self, gpus: int | None, records: Iterable[Record] = (), summary: float | None = None,
                  per_gpu: bool = False, tally: RecordSink | None = None,
-                 facts: dict[str, object] | None = None) -> None:
+                 facts: dict[str, object] | None = None, summaries: dict[str, float] | None = None) -> None:
         self.gpus = gpus  # GPU count of that run if the log says it, else None
         self.summary = summary  # the figure the log itself prints as its result, if any
+        # the figures of the printed summary by name (the parser's own among them where it names it)
+        self.summaries: dict[str, float] = summaries if summaries is not None else {}
         self.per_gpu = per_gpu  # True when values are per GPU (PaddleClas rank-0 ips)
         self.tally = tally
         self.facts: dict[str, object] = facts if facts is not None else {}  # what the log says about this run
@@ -123,8 +125,8 @@ class Series:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Series):
             return NotImplemented
-        return (self.gpus, self.summary, self.per_gpu, self.records) == (
-            other.gpus, other.summary, other.per_gpu, other.records)
+        return (self.gpus, self.summary, self.summaries, self.per_gpu, self.records) == (
+            other.gpus, other.summary, other.summaries, other.per_gpu, other.records)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -151,6 +153,8 @@ class LogParser(abc.ABC):
     name: ClassVar[str]  # set by the registry
     #: fewest usable records a figure may come from (a protocol may ask for more)
     min_records: ClassVar[int] = 1
+    #: the figures of the format's printed summary a protocol may name (``summary_metric``)
+    summary_names: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def detect(cls, head: Sequence[str]) -> bool:

@@ -2,7 +2,8 @@
 
 How a publisher got from log lines to a table cell is data (:class:`Protocol`), not code: skip
 the warm-up (a number of records, or everything before an iteration), optionally keep a window,
-aggregate (mean, median, harmonic mean, or the summary the log printed itself), scale per-GPU
+aggregate (mean, median, harmonic mean, or the summary the log printed itself, by default the
+one its parser reads, or another figure of the summary by name), scale per-GPU
 figures to the cell's GPU count, and round the way the publisher's script did. Rounding uses
 numpy's half-to-even-after-scaling rule because DLPerf's scripts call ``round`` on numpy floats;
 Python's own ``round`` gives different last digits on several published numbers.
@@ -33,6 +34,7 @@ class Protocol:
     from_iteration: int | None = None  # or: keep records with iteration >= K
     window: int | None = None  # then keep at most this many records
     aggregate: str = "mean"  # mean | median | harmonic | summary (the log's printed summary)
+    summary_metric: str | None = None  # with summary: the printed summary of this name, not the parser's
     scale: str = "global"  # global | per_gpu (multiply by the cell's GPU count)
     round_each: int | None = None  # round each log's value to N decimals (numpy half-to-even)
     min_records: int = 1  # fewer usable records than this -> insufficient
@@ -57,6 +59,13 @@ class Protocol:
             raise ValueError(f"protocol aggregate {self.aggregate!r} is not one of {', '.join(AGGREGATES)}")
         if self.scale not in SCALES:
             raise ValueError(f"protocol scale {self.scale!r} is not one of {', '.join(SCALES)}")
+        if self.summary_metric is not None:
+            if not isinstance(self.summary_metric, str) or not self.summary_metric:
+                raise ValueError(f"protocol summary_metric must name a printed summary figure "
+                                 f"(e.g. train.compute_ips), not {self.summary_metric!r}")
+            if self.aggregate != "summary":
+                raise ValueError(f"protocol summary_metric {self.summary_metric} needs aggregate: summary, "
+                                 f"not {self.aggregate}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Protocol:
@@ -124,9 +133,7 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
     low, high = (t.low * factor, t.high * factor) if t.ranged and factor is not None else (None, None)
 
     if protocol.aggregate == "summary":
-        raw, used = series.summary, 0
-        if raw is None:
-            issues.append("no printed summary in the log")
+        raw, used = _summary(series, protocol.summary_metric, issues), 0
     else:
         used, raw = t.used, None
         if protocol.from_iteration is not None:
@@ -148,6 +155,17 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
         if protocol.round_each is not None:
             value = _round(value, protocol.round_each)
     return Measurement(count, value, used, low, high, issues)
+
+
+def _summary(series: Series, name: str | None, issues: list[str]) -> float | None:
+    """The summary the log printed: the parser's own, or the one of that name."""
+    raw = series.summary if name is None else series.summaries.get(name)
+    if raw is None and name is None:
+        issues.append("no printed summary in the log")
+    elif raw is None:
+        printed = f": {', '.join(series.summaries)}" if series.summaries else " none"
+        issues.append(f"no printed summary {name} in the log (it prints{printed})")
+    return raw
 
 
 class Tally:

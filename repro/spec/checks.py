@@ -247,6 +247,18 @@ def _check_cell_logs(doc: YamlDoc, where: list[str | int], cell: Mapping[str, An
     return out
 
 
+def summary_metrics(d: Mapping[str, Any]) -> list[tuple[list[str | int], str]]:
+    """Each protocol's summary_metric (measure's, its overrides', published cells'), with where it stands."""
+    m = d["measure"]
+    found: list[tuple[list[str | int], Mapping[str, Any]]] = [(["measure", "protocol"], m["protocol"])]
+    found += [(["measure", "overrides", i, "protocol"], o["protocol"])
+              for i, o in enumerate(m.get("overrides", []))]
+    found += [(["published", ti, "cells", ci, "protocol"], c["protocol"])
+              for ti, table in enumerate(d.get("published", []))
+              for ci, c in enumerate(table["cells"]) if "protocol" in c]
+    return [(where, p["summary_metric"]) for where, p in found if "summary_metric" in p]
+
+
 def find_run(tokens: list[str], run: list[str]) -> list[int]:
     """Where the token run ``run`` starts in ``tokens``."""
     return [i for i in range(len(tokens) - len(run) + 1) if tokens[i:i + len(run)] == run]

@@ -62,6 +62,7 @@ class PublishedCell:
     speedup: str | None = None
     label: str | None = None
     note: str | None = None
+    protocol: Mapping[str, Any] = field(default_factory=dict)  # this cell's own, on top of measure's
 
     @property
     def decimals(self) -> int:
@@ -83,6 +84,7 @@ class PublishedTable:
     column: str | None = None
     logs_dir: Path | None = None
     run_tolerance: Mapping[str, Any] | None = None  # a new run's tolerance: {pct, reason}
+    logs_from: str | None = None  # where the logs of cells without a bundled one come from
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,13 @@ class Measure:
     speedup: Mapping[str, Any] | None = None
 
     def protocol_for(self, cell: Cell | PublishedCell) -> dict[str, Any]:
-        """The protocol for one cell: the default, then every matching override on top."""
+        """The protocol for one cell: the default, then every matching override on top, then a published
+        cell's own."""
         merged = dict(self.protocol)
         for when, proto in self.overrides:
             if cell.matches(when):
                 merged.update(proto)
+        merged.update(getattr(cell, "protocol", {}))
         return merged
 
 
@@ -260,13 +264,16 @@ def _check_meaning(doc: YamlDoc) -> list[Problem]:
 
 
 def _check_parser(doc: YamlDoc) -> list[Problem]:
-    """measure.parser names a parser of the registry."""
+    """measure.parser names a parser of the registry, and each protocol's summary_metric a figure it reads."""
     from repro.measure.parsers import PARSERS  # lazy: parsers import nothing from here
 
-    if (name := doc.data["measure"]["parser"]) in PARSERS.names():
-        return []
-    return [doc.problem(["measure", "parser"], f"unknown parser {name!r}",
-                        f"available parsers: {', '.join(PARSERS.names())}")]
+    if (name := doc.data["measure"]["parser"]) not in PARSERS.names():
+        return [doc.problem(["measure", "parser"], f"unknown parser {name!r}",
+                            f"available parsers: {', '.join(PARSERS.names())}")]
+    known = PARSERS.get(name).summary_names
+    hint = f"it reads: {', '.join(known)}" if known else "it reads no summary figure by name"
+    return [doc.problem([*where, "summary_metric"], f"parser {name} reads no printed summary {metric!r}",
+                        hint) for where, metric in checks.summary_metrics(doc.data) if metric not in known]
 
 
 def _check_parameter_servers(doc: YamlDoc) -> list[Problem]:
@@ -336,14 +343,14 @@ def _build(doc: YamlDoc) -> Manifest:
                 logs=(tuple(logs_dir / p for p in c.get("logs", [c["log"]] if "log" in c else []))
                       if logs_dir else ()),
                 repeats=tuple(c.get("repeats", ())), speedup=c.get("speedup"), label=c.get("label"),
-                note=c.get("note"),
+                note=c.get("note"), protocol=dict(c.get("protocol", {})),
             )
             for c in t["cells"]
         )
         tables.append(PublishedTable(id=t["id"], cite=t["cite"], unit=t["unit"],
                                      tolerance_pct=t["tolerance_pct"],
                                      cells=cells, column=t.get("column"), logs_dir=logs_dir,
-                                     run_tolerance=t.get("run_tolerance")))
+                                     run_tolerance=t.get("run_tolerance"), logs_from=t.get("logs_from")))
     return Manifest(
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
         sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repro.verdict.reproduce import MATCH, CellResult, TableResult, non_monotonic
 from repro.verdict.rules import (
@@ -33,6 +33,9 @@ from repro.verdict.rules import (
     SLOWER,
     exit_code,
 )
+
+if TYPE_CHECKING:
+    from repro.spec.manifest import PublishedCell
 
 
 def tabulate(*args: Any, **kwargs: Any) -> str:
@@ -62,7 +65,7 @@ def is_cpu(r: TableResult) -> bool:
     return r.table is None and "gpu_model" not in r.manifest.expect
 
 
-def row_label(c: CellResult, cpu: bool = False) -> str:
+def row_label(c: CellResult | PublishedCell, cpu: bool = False) -> str:
     unit = "worker" if cpu else "GPU"
     return (f"{c.gpus} {unit}" + ("s" if c.gpus > 1 else "")
             + f" ({c.nodes} node{'s' if c.nodes > 1 else ''})")
@@ -111,6 +114,9 @@ def protocol_text(r: TableResult) -> str:
     m = r.manifest.measure
     text = f"{r.manifest.id}: parser {m.parser}, protocol {_yaml(dict(m.protocol))}"
     text += "".join(f"; when {_yaml(dict(w))}: {_yaml(dict(p))}" for w, p in m.overrides)
+    own = [c for c in (r.table.cells if r.table else ()) if c.protocol]  # a published cell's own protocol
+    text += "".join(f"; cell {row_label(c)} {c.precision} bs{c.batch_size}: {_yaml(dict(c.protocol))}"
+                    for c in own)
     return text + (f"; repeats {_yaml(dict(m.repeats))}" if m.repeats else "")
 
 

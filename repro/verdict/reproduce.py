@@ -166,7 +166,8 @@ def reproduce_cell(manifest: Manifest, table: PublishedTable, cell: PublishedCel
     r.kind = kind or (REDERIVATION if _are_published_logs(logs, cell.logs) else NEW_RUN)
     if not logs:
         none = "the kit bundles no publication log of this cell" if r.kind == REDERIVATION else ""
-        about = [none, cell.note, _published_repeats_check(manifest, cell)] if r.kind == REDERIVATION else []
+        about = ([none, table.logs_from, cell.note, _published_repeats_check(manifest, cell)]
+                 if r.kind == REDERIVATION else [])
         r.detail = "; ".join(filter(None, about))
         return r
     low, high, issues = _measure_logs(manifest, cell, logs, r)

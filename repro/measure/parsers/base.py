@@ -86,7 +86,9 @@ class Rule:
     """``pattern`` plus what a match means.
 
     ``action`` is ``"record"`` (named groups ``value`` and optionally ``iteration``/``epoch``),
-    ``"summary"`` (group ``value``), ``"fact:<key>"`` (group 1 converted by ``convert``), or the
+    ``"summary"`` (group ``value``: the parser's summary, kept under its ``summary_name`` too),
+    ``"summary:<name>"`` (group ``value``: another figure of the printed summary, kept by name only),
+    ``"fact:<key>"`` (group 1 converted by ``convert``), or the
     name of a handler method ``(self, b, m, line)`` on the parser class. ``\\d``, ``\\w`` and
     ``\\s`` are ASCII.
     """
@@ -135,7 +137,7 @@ class Builder:
         every rank of one run may print its arguments). The facts stated so far are the previous run's,
         and none of them carries into the new one."""
         s = self.series[-1] if self.series else None
-        if s is None or len(s) or s.summary is not None:
+        if s is None or len(s) or s.summary is not None or s.summaries:
             if s is not None:
                 s.settle()
                 s.facts = self.facts
@@ -159,7 +161,7 @@ class Builder:
             self._first_bad = (line, value)
         self._bad += 1
 
-    def summary(self, value: float, line: int, series: Series | None = None) -> None:
+    def summary(self, value: float, line: int, series: Series | None = None, name: str | None = None) -> None:
         self.last_record_line = line
         if not (value > 0 and value != math.inf):
             self.bad(line, f"summary {value!r}")
@@ -168,6 +170,17 @@ class Builder:
         if s.summary is not None:
             self._summaries += 1
         s.summary = value
+        if name is not None:
+            s.summaries[name] = value
+
+    def named_summary(self, name: str, value: float, line: int) -> None:
+        """Another figure of the run's printed summary than the parser's own (the last one printed stays);
+        an impossible one is not kept, and says so, but refuses no figure read elsewhere."""
+        self.last_record_line = line
+        if value > 0 and value != math.inf:
+            self.current().summaries[name] = value
+        else:
+            self.issue(f"line {line}: impossible summary {name} {value!r}, not kept")
 
     # facts and issues ------------------------------------------------------------------------
     def fact(self, key: str, value: object, line: int) -> None:
@@ -232,6 +245,8 @@ class PatternParser(LogParser):
     detect_any: ClassVar[tuple[re.Pattern[str], ...]] = ()
     rules: ClassVar[tuple[Rule, ...]] = ()
     per_gpu: ClassVar[bool] = False
+    #: the name the format prints its summary under (a protocol's ``summary_metric`` may name it)
+    summary_name: ClassVar[str | None] = None
     #: substrings of record and summary lines; used to report a cut-off last line
     record_hints: ClassVar[tuple[str, ...]] = ()
     #: lines that continue the structure of the lines before them (an indented line of a config
@@ -291,8 +306,11 @@ class PatternParser(LogParser):
     def _action(self, rule: Rule) -> Callable[[Builder, re.Match[str], int], None]:
         act, rx = rule.action, rule.regex
         if act == "summary":
-            value = rx.groupindex["value"]
-            return lambda b, m, line: b.summary(float(m.group(value)), line)
+            value, name = rx.groupindex["value"], self.summary_name
+            return lambda b, m, line: b.summary(float(m.group(value)), line, name=name)
+        if act.startswith("summary:"):
+            value, name = rx.groupindex["value"], act[8:]
+            return lambda b, m, line: b.named_summary(name, float(m.group(value)), line)
         if act.startswith("fact:"):
             key, conv = act[5:], rule.convert
             return lambda b, m, line: b.fact(key, conv(m.group(1)), line)
@@ -303,10 +321,13 @@ class PatternParser(LogParser):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
+        named = [r.action[8:] for r in cls.rules if r.action.startswith("summary:")]
+        cls.summary_names = tuple(dict.fromkeys([cls.summary_name, *named] if cls.summary_name else named))
         for r in cls.rules:  # fail at import, not in the middle of a log
-            if r.action in ("record", "summary") and "value" not in r.regex.groupindex:
+            valued = r.action in ("record", "summary") or r.action.startswith("summary:")
+            if valued and "value" not in r.regex.groupindex:
                 raise TypeError(f"{cls.__name__}: {r.action} rule {r.pattern!r} has no 'value' group")
-            if (r.action not in ("record", "summary") and not r.action.startswith("fact:")
+            if (not valued and not r.action.startswith("fact:")
                     and not callable(getattr(cls, r.action, None))):
                 raise TypeError(f"{cls.__name__}: no handler method {r.action!r}")
 

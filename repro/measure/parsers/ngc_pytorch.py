@@ -2,7 +2,9 @@
 
 Records are the per-iteration ``train.total_ips`` of ``Epoch: E Iteration: I`` lines (global
 images/s, data time included), in ``images/s`` (2023) or ``img/s`` (2020-2022) units. The
-summary is ``Summary: ... train.total_ips``, the mean over all iterations of the epoch. The
+summary is ``Summary: ... train.total_ips``, the mean over all iterations of the epoch; the
+Summary's ``train.compute_ips`` (compute time only) is kept by name, for a table that printed
+that figure instead (a protocol's ``summary_metric``). The
 main ``PARAMETER`` line starts a run and gives batch size per GPU, world size, AMP and the data
 backend.
 """
@@ -16,12 +18,14 @@ from repro.measure.parsers import PARSERS
 from repro.measure.parsers.base import NUM, Builder, PatternParser, Rule, params_of, to_bool, to_int
 
 _IPS = rf"[^\n]*train\.total_ips : (?P<value>{NUM}) (?:images|img)/s"
+_COMPUTE_IPS = rf"[^\n]*train\.compute_ips : (?P<value>{NUM}) (?:images|img)/s"
 
 
 @PARSERS.register("ngc-pytorch")
 class NgcPyTorch(PatternParser):
     min_records = 10  # fewest records a figure may come from
     record_hints = ("train.total_ips",)
+    summary_name = "train.total_ips"
     detect_any = (
         re.compile(rf"Iteration: \d+ [^\n]*train\.total_ips : {NUM} (?:images|img)/s"),
         re.compile(r"PARAMETER [^\n]*\bdata_backend : [^\n]*\bworld_size : \d+"),
@@ -29,6 +33,7 @@ class NgcPyTorch(PatternParser):
     rules = (
         Rule(rf"Epoch: (?P<epoch>\d+) Iteration: (?P<iteration>\d+) {_IPS}", "record"),
         Rule(rf"Summary: {_IPS}", "summary"),
+        Rule(rf"Summary: {_COMPUTE_IPS}", "summary:train.compute_ips"),
         Rule(r"PARAMETER (data : [^\n]*)", "on_params"),
     )
 
