@@ -28,9 +28,6 @@ from repro.record.dsse import SIGNED
 from repro.layout import INTOTO
 from repro.run.rundir import RunDir
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
-
-
 @pytest.fixture(scope="module")
 def sealed(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
     return make_run(tmp_path_factory.mktemp("runs"))
