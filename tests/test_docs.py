@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -91,10 +92,36 @@ def _store_recorded(tmp: Path) -> dict[str, str]:
     return paths
 
 
+def _a100(tmp: Path) -> dict[str, str]:
+    """A new run of paddle-rn50-a100 from the committed logs (every record x 0.993, 0.3% noise), and the same
+    logs as a tree of your own under a100-logs/ (one folder a cell and repeat)."""
+    paths = _as_shown(scaled_run(tmp, 0.993, 0.003, target="paddle-rn50-a100").path, tmp,
+                      "20261206T023640Z-paddle-rn50-a100-dd8c36")
+    for log in sorted((tmp / "logs").glob("*/cells/*/r*/0-node0.log")):
+        dest = tmp / "a100-logs" / log.parent.parent.name / log.parent.name / "train.log"
+        dest.parent.mkdir(parents=True)
+        dest.write_bytes(log.read_bytes())
+    return paths
+
+
+def _frameworks(tmp: Path) -> dict[str, str]:
+    """Runs of Paddle and NGC PyTorch on V100 from their committed logs (x1.00), and NGC PyTorch x0.95."""
+    runs = (("paddle", "paddle-rn50-v100", 1.0, "20261201T090000Z-paddle-rn50-v100-5e1c2a"),
+            ("pytorch", "ngc-pytorch-rn50-v100", 1.0, "20261202T090000Z-ngc-pytorch-rn50-v100-81d0b4"),
+            ("slower", "ngc-pytorch-rn50-v100", 0.95, "20261203T090000Z-ngc-pytorch-rn50-v100-c47f19"))
+    for name, target, factor, shown in runs:
+        (tmp / name).mkdir()
+        _as_shown(scaled_run(tmp / name, factor, 0.003, target=target).path, tmp, shown)
+        when = datetime.strptime(shown[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+        for p in (tmp / "logs" / shown).rglob("*"):  # a run without provenance ran when its state was written
+            os.utime(p, (when, when))
+    return {str(tmp): "/tmp/docs"}
+
+
 SETUPS: dict[str, Callable[[Path], dict[str, str]]] = {
     "mine": _mine, "slower-run": _slower, "explained-run": _explained, "site-yaml": _site,
     "wide-manifest": _wide, "store-demo": _store,
-    "store-demo-recorded": _store_recorded,
+    "store-demo-recorded": _store_recorded, "a100-run": _a100, "framework-runs": _frameworks,
 }
 
 

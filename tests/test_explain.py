@@ -24,8 +24,8 @@ from test_verdicts import scaled_run
 from repro.run.rundir import DONE, RunDir
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, find_target
-from repro.verdict.explain import explain_run, input_share, render_text
-from repro.verdict.reproduce import reproduce_run
+from repro.verdict.explain import LOGS, explain_run, explain_table, input_share, render_text
+from repro.verdict.reproduce import reproduce_run, reproduce_table
 from repro.verdict.rules import Check
 
 DATA = Path(__file__).parent / "data"
@@ -139,7 +139,7 @@ def test_a_paddle_run_with_a_high_reader_cost_is_input_bound(tmp_path: Path) -> 
     run = paddle_run(tmp_path, 0.2)
     published = find_target("paddle-rn50-v100").table().cells[0].logs
     assert [e.cell for e in explain_run(run.path, reproduce_run(run.path))] == [ONE]  # the others: not run
-    e = explained(run, ONE, published_logs={ONE: published})
+    e = explained(run, ONE)
     assert e.verdict == "slower" and e.evidence[0].kind == "input-bound"
     with published[0].open() as f:
         theirs = input_share(f)
@@ -182,7 +182,7 @@ def test_the_cli_ranks_the_evidence_and_report_points_to_it(slow) -> None:
     assert len(doc) == 6 and doc[0]["evidence"][0]["kind"] == "throttling"
     bad = run_cli("explain", str(run.path), "9n9g-fp32-bs1")
     assert bad.returncode == 2 and "9n9g-fp32-bs1: no such cell" in bad.stderr and "Traceback" not in bad.stderr
-    assert run_cli("explain", "perf-2.5-v100").returncode == 2  # a target is not a run
+    assert run_cli("explain", "no-such-target").returncode == 2
     report = run_cli("report", str(run.path))
     assert f"Why: `repro explain {run.path}` ranks the evidence for the 6 slower, faster or inconclusive" \
         in report.stdout.replace("\n    ", " ")
@@ -203,3 +203,69 @@ def test_the_cli_reads_the_environment_from_the_runs_provenance(tmp_path: Path) 
     assert first.startswith("  1. [environment] environment differs from the publication's: driver ")
     assert "470.82.01" in first and "(published 525.60.11)" in first
     assert second.startswith("  2. [repeats] one repeat: no spread known")
+
+
+# ------------------------------------------------------------------ the right baselines
+A100 = "paddle-rn50-a100"
+
+
+@pytest.fixture(scope="module")
+def a100(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """A new run of paddle-rn50-a100 made from the committed logs: every record x 0.993 (1 + N(0, 0.3%))."""
+    return scaled_run(tmp_path_factory.mktemp("a100"), 0.993, 0.003, target=A100)
+
+
+def test_a_run_that_matches_the_publications_log_says_so_first(a100: RunDir) -> None:
+    """The 8-GPU FP32 cell is published as 5333.558, which its committed log cannot give (P10 x 8: 4388.65):
+    a run like that log is `slower` against the figure, and the first thing to say is that it matches the log,
+    and that both are input-bound against 1 GPU; the reader's share beside the publication's log alone (the
+    same 27.8%) said nothing."""
+    e = explained(a100, EIGHT)
+    assert e.verdict == "slower" and e.figures == "5333.558 → 4355.27 (-18.34%, n=5)"
+    first, second = e.evidence[:2]
+    assert first.kind == "published-log"
+    assert first.text.startswith("the run matches the publication's own log: 4355.27 against the 4388.65 its log "
+                                 "gives (-0.76%, tolerance ±2%); the published 5333.558 does not come from that "
+                                 "log (not derivable: published 5333.558 (666.695 per GPU) lies above every record")
+    assert second.kind == "input-bound"
+    assert second.text == ("input-bound: reader_cost of batch_cost is 27.8% over 620 records of 5 repeat(s), against "
+                           "3.0% at 1 GPU (this run's 1n1g-fp32-bs256); the publication's log: 27.8%")
+
+
+def test_a_cell_whose_figure_comes_from_its_log_is_judged_against_the_figure(a100: RunDir) -> None:
+    """Where the published figure is the log's (the 1-GPU cell), the log is no separate baseline, and a run as
+    input-bound as the publication's own log is not, by that, explained."""
+    table = reproduce_run(a100.path)
+    assert [e.cell for e in explain_run(a100.path, table)] == [EIGHT]  # the other three: reproduced
+
+
+def test_a_tree_of_logs_is_explained_and_says_what_logs_cannot_show(a100: RunDir, tmp_path: Path) -> None:
+    for log in sorted(a100.path.glob("cells/*/r*/0-node0.log")):
+        dest = tmp_path / "mine" / log.parent.parent.name / log.parent.name / "train.log"
+        dest.parent.mkdir(parents=True)
+        dest.write_bytes(log.read_bytes())
+    m = find_target(A100)
+    found = explain_table(reproduce_table(m, m.table(), tmp_path / "mine"), LOGS)
+    assert [e.cell for e in found] == [EIGHT]
+    assert [x.kind for x in found[0].evidence] == ["published-log", "input-bound"]
+    assert "(your logs' 1n1g-fp32-bs256)" in found[0].evidence[1].text
+    assert found[0].checked[0].startswith("telemetry: a tree of logs holds none")
+    got = run_cli("explain", A100, "--from-logs", str(tmp_path / "mine"))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines()[1].startswith("  1. [published-log] the run matches the publication's own log")
+    assert "environment: a tree of logs records none" in got.stdout
+
+
+def test_a_published_table_explains_why_a_cell_does_not_come_from_its_log() -> None:
+    got = run_cli("explain", "perf-2.5-a100")
+    assert got.returncode == 0, got.stderr
+    text = got.stdout.replace("\n      ", " ")  # the wrapped lines joined
+    lines = text.splitlines()
+    assert lines[0] == "paddle-rn50-a100 8 GPUs (1 node) fp32 bs256: not derivable, 5333.558 → 4388.65 from its log (-17.72%)"
+    assert lines[1].startswith("  1. [not-derivable] published 5333.558 (666.695 per GPU) lies above every record")
+    assert lines[2] == ("  2. [input-bound] input-bound: reader_cost of batch_cost is 27.8% over 124 records of the "
+                        "log, against 3.0% at 1 GPU (the publication's 1-GPU log)")
+    assert lines[3] == ("  3. [scaling] scaling: the log gives 4388.65 = 60.4% of 8 x its 1-GPU 908.25; the published "
+                        "5333.558 would be 73.4% of 8 x the published 908.244")
+    assert text.count(": not derivable, ") == 1  # every other cell of the four frameworks re-derives
+    assert run_cli("explain", "perf-2.5-a100", "9n9g-fp32-bs1").returncode == 2

@@ -159,7 +159,7 @@ def test_record_history_compare_round_trip(runs: tuple[Path, Path], store: dict[
     facts = res.stdout.split("## Facts that differ")[1]
     lines = [ln for ln in facts.splitlines() if ln.startswith("| ") and not ln.startswith("| fact")]
     assert lines[0].startswith("| driver ") and "node3: 535.104.05" in lines[0], facts
-    assert "+0.00%" in res.stdout and "no spread known (one repeat)" in res.stdout
+    assert "+0.00%" in res.stdout and "reproduced (one repeat)" in res.stdout
     # a run directory or archive compares the same as its number, and `repro diff` sees the same driver
     by_path = run_cli("compare", a, archive, env=store)
     assert by_path.stdout == res.stdout

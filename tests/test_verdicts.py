@@ -49,6 +49,16 @@ from repro.verdict.rules import (
 REPO = Path(__file__).resolve().parents[1]
 TARGET = "ngc-pytorch-rn50-v100"
 IPS = re.compile(rb"(_ips : )(\d+\.\d+)")
+#: a PaddleClas record: its step time and reader time scale by 1/f where its ips scales by f (the reader's share
+#: of a step stays the log's)
+PADDLE = re.compile(rb"batch_cost: ([0-9.]+) s, reader_cost: ([0-9.]+) s, ips: ([0-9.]+)")
+
+
+def scaled(text: bytes, f: float) -> bytes:
+    """A log's throughput records times ``f`` (NGC's ``*_ips : X``, PaddleClas' ``ips: X`` with its costs)."""
+    text = IPS.sub(lambda mt: mt[1] + b"%.2f" % (float(mt[2]) * f), text)
+    return PADDLE.sub(lambda mt: b"batch_cost: %.5f s, reader_cost: %.5f s, ips: %.5f"
+                      % (float(mt[1]) / f, float(mt[2]) / f, float(mt[3]) * f), text)
 
 
 def scaled_run(root: Path, factor: float, noise: float, repeats: int = 5, seed: int = 17,
@@ -65,7 +75,7 @@ def scaled_run(root: Path, factor: float, noise: float, repeats: int = 5, seed: 
         cell = Cell(pc.nodes, pc.gpus // pc.nodes, pc.precision, pc.batch_size)
         text = pc.logs[0].read_bytes()
         for k, f in enumerate(factors, 1):
-            run.write_log(cell, k, 0, "node0", IPS.sub(lambda mt: mt[1] + b"%.2f" % (float(mt[2]) * f), text))
+            run.write_log(cell, k, 0, "node0", scaled(text, f))
             run.set_status(cell, k, DONE)
     return run
 

@@ -1,4 +1,4 @@
-"""``repro explain RUN [CELL]``: why each deviating cell of a run deviates, ranked evidence with numbers."""
+"""``repro explain RUN|TARGET|TABLE [CELL]``: why each deviating cell deviates, ranked evidence."""
 
 from __future__ import annotations
 
@@ -12,35 +12,75 @@ from repro.cli.common import echo, format_option, reports_errors
 
 
 @click.command()
-@click.argument("run")
+@click.argument("what", metavar="RUN|TARGET|TABLE")
 @click.argument("cell", required=False)
 @click.option("--published", "table_id", help="which published table of the target (default: its first)")
+@click.option("--from-logs", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="a tree of your logs, judged against TARGET or TABLE as `repro report --from-logs` does")
 @format_option("json")
 @reports_errors
-def explain(run: str, cell: str | None, table_id: str | None, fmt: str) -> None:
-    """For every cell of a run directory or archive that is slower, faster or inconclusive (or CELL alone,
-    e.g. 1n8g-fp32-bs256): ranked evidence from the run itself - GPU telemetry (throttling, clocks below
-    their maximum, other processes on the GPUs), NCCL over sockets where InfiniBand was expected, an
-    input-bound run, the environment against the publication's, too few repeats for the spread."""
-    from repro.errors import UsageError
-    from repro.record.archive import is_run_path, opened_run
-    from repro.verdict.explain import cell_key, explain_run, render_text
-    from repro.verdict.reproduce import reproduce_run
+def explain(what: str, cell: str | None, table_id: str | None, from_logs: Path | None, fmt: str) -> None:
+    """Ranked evidence, each item with its numbers, for every cell that is slower, faster or inconclusive
+    (or CELL alone, e.g. 1n8g-fp32-bs256).
 
-    if not is_run_path(run):
-        raise UsageError(f"{run}: not a run directory or run archive",
-                         hint="give logs/<run-id> or logs/<run-id>.tar.gz as `repro up` wrote it")
-    with opened_run(Path(run)) as opened:
-        table = reproduce_run(opened.path, table_id, source=run)
-        keys = sorted({cell_key(c) for c in table.cells})
-        if cell is not None and cell not in keys:
-            raise UsageError(f"{cell}: no such cell in {run}", hint="one of " + ", ".join(keys))
-        found = explain_run(opened.path, table, environment=_facts(opened, table.manifest),
-                            only=cell, published_logs=_published_logs(table))
+    First, where the published figure does not come from the publication's own log, whether the run agrees
+    with that log; then GPU telemetry (throttling, clocks below their maximum, other processes on the
+    GPUs), NCCL over sockets where InfiniBand was expected, an input-bound run (against the same target at
+    1 GPU and the publication's log), the environment against the publication's, too few repeats.
+
+    WHAT is a run directory or archive; or a target or published table with --from-logs DIR (a tree of your
+    logs: what the logs show, and what they cannot); or a target or published table alone (why a published
+    figure deviates from, or cannot come from, the publication's own log).
+    """
+    from repro.errors import UsageError
+    from repro.record.archive import is_run_path
+    from repro.verdict.explain import LOGS, PUBLISHED, RUN, render_text
+
+    if is_run_path(what) and from_logs is None:
+        found, kind = _of_run(what, cell, table_id), RUN
+    elif is_run_path(what):
+        raise UsageError(f"--from-logs {from_logs}: give it with a target or published table, not a run",
+                         hint=f"repro explain TARGET --from-logs {from_logs}")
+    else:
+        found, kind = _of_tables(what, cell, table_id, from_logs), (LOGS if from_logs else PUBLISHED)
     if fmt == "json":
         echo(json.dumps([e.as_dict() for e in found], indent=2, ensure_ascii=False))
     else:
-        echo(render_text(found, run), nl=False)
+        echo(render_text(found, what, kind), nl=False)
+
+
+def _of_run(run: str, cell: str | None, table_id: str | None) -> list[Any]:
+    from repro.record.archive import opened_run
+    from repro.verdict.explain import explain_run
+    from repro.verdict.reproduce import reproduce_run
+
+    with opened_run(Path(run)) as opened:
+        table = reproduce_run(opened.path, table_id, source=run)
+        _known(cell, [table], run)
+        return explain_run(opened.path, table, environment=_facts(opened, table.manifest), only=cell)
+
+
+def _of_tables(name: str, cell: str | None, table_id: str | None, from_logs: Path | None) -> list[Any]:
+    """A target's or published table's cells judged on a tree of logs, or re-derived from the
+    publication's own logs; explained as such."""
+    from repro.measure.userlogs import scan_logs
+    from repro.verdict.explain import LOGS, PUBLISHED, explain_table
+    from repro.verdict.reproduce import reproduce_table, resolve_tables
+
+    tree = scan_logs(from_logs) if from_logs else None
+    tables = [reproduce_table(m, t, tree) for m, t in resolve_tables((name,), table_id)]
+    _known(cell, tables, name)
+    kind = LOGS if from_logs else PUBLISHED
+    return [e for t in tables for e in explain_table(t, kind, only=cell)]
+
+
+def _known(cell: str | None, tables: list[Any], where: str) -> None:
+    from repro.errors import UsageError
+    from repro.verdict.explain import cell_key
+
+    keys = sorted({cell_key(c) for t in tables for c in t.cells})
+    if cell is not None and cell not in keys:
+        raise UsageError(f"{cell}: no such cell in {where}", hint="one of " + ", ".join(keys))
 
 
 def _facts(run: Any, manifest: Any) -> list[Any]:
@@ -56,12 +96,3 @@ def _facts(run: Any, manifest: Any) -> list[Any]:
         return environment_checks(record, manifest) + pin_checks(record, manifest, False)
     except (ProvenanceError, KeyError, TypeError, ValueError):
         return []
-
-
-def _published_logs(table: Any) -> dict[str, list[Path]]:
-    """The publication's own log of each published cell, by the matrix cell's key."""
-    if table.table is None:
-        return {}
-    from repro.verdict.explain import cell_key
-
-    return {cell_key(pc): list(pc.logs) for pc in table.table.cells if pc.logs}

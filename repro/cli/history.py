@@ -158,22 +158,41 @@ def _import(paths: tuple[str, ...], results_path: Path | None, cluster: str | No
         record(snapshot.of_path(path, cluster=cluster), results_path)
 
 
-@click.command()
-@click.argument("run_a")
-@click.argument("run_b")
-@format_option("csv", "json", help="csv: one record per cell; json: the cells and the facts that differ")
+COMPARE_EXIT = ("Exit status: as `repro report`'s, from the runs' verdicts against the baseline: 0 when "
+                "every baseline cell is reproduced in every run; 7 when one is slower or faster; 8 when none "
+                "of those but one is inconclusive or not run (the run has no cell of its shape); 2-6 as for "
+                "every command. --fail-on chooses which verdicts count (default: all of them).")
+
+
+@click.command(epilog=COMPARE_EXIT)
+@click.argument("baseline")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--fail-on", help="verdicts that fail, comma-separated, as `repro report` takes them "
+                                "(default: all)")
+@format_option("csv", "json", help="csv: one record per run and cell; json: the cells and the facts that "
+                                   "differ")
 @results_option
 @reports_errors
-def compare(run_a: str, run_b: str, fmt: str, results_path: Path | None) -> None:
-    """Two runs cell by cell: both figures with their intervals, the delta, whether it is beyond the
-    noise, and the facts that differ, most likely cause first.
+def compare(baseline: str, runs: tuple[str, ...], fail_on: str | None, fmt: str,
+            results_path: Path | None) -> None:
+    """Runs against a baseline, cell by cell: both figures with their intervals, the ratio with its
+    interval, whether the difference is beyond the noise, a verdict in the report's words, and the facts that
+    differ, most likely cause first.
 
-    RUN_A and RUN_B are run numbers or run ids from `repro history`, run directories or run archives.
+    Cells are matched by GPUs, nodes, precision, batch size and model, across targets: a Paddle run and an
+    NGC PyTorch run on one cluster compare cell by cell. BASELINE and RUNS are run numbers or run ids from
+    `repro history`, run directories or run archives.
     """
-    from repro.record.compare import RENDERERS, compare as compare_runs
+    import sys
 
-    a, b = _resolve(run_a, results_path), _resolve(run_b, results_path)
-    echo(RENDERERS[fmt](compare_runs(a, b)), nl=fmt == "text")
+    from repro.record.compare import RENDERERS, compare_all, status
+    from repro.verdict.rules import parse_fail_on
+
+    failing = parse_fail_on(fail_on)
+    base = _resolve(baseline, results_path)
+    comparisons = compare_all(base, [_resolve(r, results_path) for r in runs])
+    echo(RENDERERS[fmt](comparisons), nl=fmt == "text")
+    sys.exit(status(comparisons, failing))
 
 
 def _resolve(ref: str, results_path: Path | None) -> Any:

@@ -1,29 +1,32 @@
-"""Why a new run's cell deviates: ranked evidence from the run itself, each item with its numbers.
+"""Why a cell deviates: ranked evidence, each item with its numbers, beside the right baselines.
 
-For every cell judged ``slower``, ``faster`` or ``inconclusive`` (repro.verdict.rules), each source of
-evidence the run holds is read and scored by how much it could move the figure:
+Three things can be explained (:data:`RUN`, :data:`LOGS`, :data:`PUBLISHED`): a ``repro up`` run directory
+(or archive), a tree of your logs (``--from-logs``), and a published table (why a published figure deviates
+from the publication's own log). For every cell judged ``slower``, ``faster`` or ``inconclusive``
+(repro.verdict.rules), or for a published table ``deviates`` or ``not derivable``, each source of evidence is
+read and scored by how much it could move the figure:
 
-- telemetry (repro.nodes.telemetry): clock event reasons that slow a busy GPU (power, thermal, hardware
-  slowdown) for a share of the cell's samples, or SM clocks below their maximum without a reason; compute
-  processes on the cell's GPUs that belong to no container of the cell;
+- the publication's own log of the cell (repro.verdict.baselines), first: where the published figure does
+  not come from that log, whether the run agrees with the figure the log gives;
+- telemetry (repro.nodes.telemetry, a run only): clock event reasons that slow a busy GPU (power, thermal,
+  hardware slowdown) for a share of the cell's samples, or SM clocks below their maximum without a reason;
+  compute processes on the cell's GPUs that belong to no container of the cell;
 - NCCL's transport from the ranks' logs (repro.measure.nccl): sockets between nodes where the target was
   published over InfiniBand;
 - the input pipeline, where the logs print it: PaddleClas ``reader_cost`` against ``batch_cost``, NGC
-  PyTorch (DLE) ``train.total_ips`` against ``train.compute_ips``; beside the publication's own log where
-  the cell has one;
-- the environment against the publication's (driver, CUDA, image, framework: the audit's environment checks
-  of the run's provenance, given by the caller);
+  PyTorch (DLE) ``train.total_ips`` against ``train.compute_ips``; against the same target's 1-GPU cell and
+  the publication's own log;
+- a published table's multi-GPU cell: the scaling its log gives over the 1-GPU log;
+- the environment against the publication's (the audit's environment checks of a run's provenance);
 - the repeats: too few for their spread, or one.
 
 The score is a rough prior (0..1) of how much each kind of evidence could explain the deviation, scaled by
 how much of the cell it covers; the ranking is what the reader sees first. A cell with no evidence says so,
-and what was looked at.
+and what was looked at; a tree of logs and a publication's log say what they cannot show.
 """
 
 from __future__ import annotations
 
-import re
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,18 +35,21 @@ from typing import Any
 from repro.fit import fit_line, fit_text
 from repro.measure import nccl
 from repro.nodes.telemetry import summary as telemetry_summary
+from repro.verdict.baselines import (Baselines, against_published_log, input_share, judge_input, scaling,
+                                     share_of)
 from repro.verdict.report import row_label
-from repro.verdict.rules import FASTER, INCONCLUSIVE, NEW_RUN, SLOWER
+from repro.verdict.rules import DEVIATES, FASTER, INCONCLUSIVE, NEW_RUN, NOT_DERIVABLE, REDERIVATION, SLOWER
+
+__all__ = ["DEVIATING", "Evidence", "Explanation", "explain_run", "explain_table", "input_share", "pointer",
+           "render_text"]
 
 DEVIATING = (SLOWER, FASTER, INCONCLUSIVE)
-_PADDLE = re.compile(r"batch_cost: ([0-9.]+) s, reader_cost: ([0-9.]+) s")
-_DLE = re.compile(r"train\.compute_ips : ([0-9.]+) images/s train\.total_ips : ([0-9.]+) images/s")
-MAX_LINES = 2_000_000  # lines read of one log for the input pipeline
+RUN, LOGS, PUBLISHED = "run", "logs", "published"  # what is explained: a run directory, a log tree, a table
 
 
 @dataclass(frozen=True)
 class Evidence:
-    kind: str    # throttling | clocks | other-processes | nccl-socket | input-bound | environment | repeats
+    kind: str    # published-log | throttling | clocks | other-processes | nccl-socket | input-bound | ...
     score: float
     text: str
 
@@ -64,37 +70,58 @@ class Explanation:
                 "checked": self.checked}
 
 
+@dataclass
+class Context:
+    kind: str  # RUN, LOGS or PUBLISHED
+    base: Baselines
+
+    def logs(self, c: Any) -> list[Path]:
+        return self.base.logs(c)
+
+
 def cell_key(c: Any) -> str:
     return f"{c.nodes}n{c.gpus // max(1, c.nodes)}g-{c.precision}-bs{c.batch_size}"
 
 
-def explain_run(run_dir: Path, table: Any, *, environment: Sequence[Any] = (), only: str | None = None,
-                published_logs: Mapping[str, Sequence[Path]] | None = None) -> list[Explanation]:
+def explain_run(run_dir: Path, table: Any, *, environment: Sequence[Any] = (),
+                only: str | None = None) -> list[Explanation]:
     """One explanation per deviating cell of ``table`` (reproduce_run's TableResult of ``run_dir``), or of
     the cell ``only`` names (its key). ``environment``: the audit's environment checks of the run (objects
-    with ``item``, ``status``, ``expected``, ``observed``); ``published_logs``: the publication's log of a
-    cell, by its key, to set the run's input pipeline beside."""
+    with ``item``, ``status``, ``expected``, ``observed``)."""
+    return explain_table(table, RUN, root=run_dir, environment=environment, only=only)
+
+
+def explain_table(table: Any, kind: str, *, root: Path | None = None, environment: Sequence[Any] = (),
+                  only: str | None = None) -> list[Explanation]:
+    """One explanation per deviating cell of a judged table: a run's (``root``: its directory), a tree of
+    logs' (reproduce_table with ``from_logs``) or a published table's re-derivation."""
+    ctx = Context(kind, Baselines(table, root))
     out = []
     for c in table.cells:
         key = cell_key(c)
-        if only is not None and only != key:
-            continue
-        if c.kind != NEW_RUN or c.verdict not in DEVIATING:
+        if (only is not None and only != key) or not _deviates(c, kind):
             continue
         e = Explanation(c.target, key, f"{row_label(c)} {c.precision} bs{c.batch_size}", c.verdict,
                         _figures(c))
-        logs = [run_dir / p for p in c.logs]
-        for source in (_telemetry, _transport, _input, _repeats):
-            source(e, run_dir, c, logs, table.manifest, (published_logs or {}).get(key, ()))
-        _environment(e, environment)
+        sources = (_published_log, _telemetry, _transport, _input, _scaling, _repeats, _environment)
+        for source in sources:
+            source(e, c, ctx, environment)
         e.evidence.sort(key=lambda x: -x.score)
         out.append(e)
     return out
 
 
+def _deviates(c: Any, kind: str) -> bool:
+    if kind == PUBLISHED:
+        return c.kind == REDERIVATION and c.verdict in (DEVIATES, NOT_DERIVABLE) and c.reproduced is not None
+    return c.kind == NEW_RUN and c.verdict in DEVIATING
+
+
 def _figures(c: Any) -> str:
     got = "—" if c.reproduced is None else f"{c.reproduced:.2f}"
     delta = "" if c.delta_pct is None else f"{c.delta_pct:+.2f}%, "
+    if c.kind == REDERIVATION:
+        return f"{c.published} → {got} from its log ({delta.rstrip(', ')})"
     return f"{c.published} → {got} ({delta}n={len(c.repeats)})"
 
 
@@ -102,10 +129,33 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f}%"
 
 
+# ----------------------------------------------------------------------------------------- baselines
+def _published_log(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    if ctx.kind == PUBLISHED:
+        e.evidence.append(Evidence(c.verdict.replace(" ", "-"), 1.0, c.detail))
+        return
+    found = against_published_log(c, ctx.base)
+    if found is not None:
+        e.evidence.append(Evidence("published-log", *found))
+    elif ctx.base.rederived(c) is None:
+        e.checked.append("the publication's log: none bundled for this cell")
+    else:
+        e.checked.append("the publication's log: it gives the published figure (the run is judged on it)")
+
+
+def _scaling(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    if ctx.kind == PUBLISHED and (found := scaling(c, ctx.base)) is not None:
+        e.evidence.append(Evidence("scaling", *found))
+
+
 # ----------------------------------------------------------------------------------------- telemetry
-def _telemetry(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manifest: Any,
-               published: Sequence[Path]) -> None:
-    found = telemetry_summary(run_dir, e.cell)
+def _telemetry(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    if ctx.kind != RUN or ctx.base.root is None:
+        e.checked.append("telemetry: " + ("a tree of logs holds none" if ctx.kind == LOGS
+                                          else "a publication's log holds none")
+                         + " (GPU clocks, throttling, other processes on the GPUs: `repro up` samples them)")
+        return
+    found = telemetry_summary(ctx.base.root, e.cell)
     if (found or {}).get("skipped"):
         e.checked.append(f"telemetry: {found['skipped']} bad sample line(s) skipped")  # type: ignore[index]
     if (found or {}).get("misshapen"):
@@ -162,15 +212,16 @@ def _node_logs(logs: Sequence[Path]) -> list[Path]:
     return sorted({p for log in logs for p in log.parent.glob("*.log")})
 
 
-def _transport(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manifest: Any,
-               published: Sequence[Path]) -> None:
+def _transport(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    manifest, logs = ctx.base.table.manifest, ctx.logs(c)
     if c.nodes < 2:
         e.checked.append("NCCL transport: a one-node cell (no network between ranks)")
         return
     if manifest.expect.get("interconnect") not in ("infiniband", "roce"):
         e.checked.append("NCCL transport: the publication names no InfiniBand")
         return
-    sockets, unknown, files = [], 0, _node_logs(logs)
+    # a run's every node log of the repeats; a tree's or a publication's: the logs the cell was judged on
+    sockets, unknown, files = [], 0, _node_logs(logs) if ctx.kind == RUN else logs
     for path in files:
         with path.open(encoding="utf-8", errors="replace") as f:
             s = nccl.scan(f)
@@ -183,7 +234,7 @@ def _transport(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], mani
         e.evidence.append(Evidence(
             "nccl-socket", 0.9,
             f"NCCL used {s.transport}, not InfiniBand, in {len(sockets)} of {len(files)} node logs "
-            f"({path.relative_to(run_dir).as_posix()}: {s.evidence!r})"
+            f"({_shown(path, ctx)}: {s.evidence!r})"
             + (f"; libibverbs found no driver for {s.missing_driver}" if s.missing_driver else "")))
     elif unknown == len(files):
         e.evidence.append(Evidence("nccl-unknown", 0.15, f"no NCCL_DEBUG=INFO line in the {len(files)} node "
@@ -193,61 +244,32 @@ def _transport(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], mani
 
 
 # ----------------------------------------------------------------------------------------- input
-def input_share(lines: Iterable[str]) -> tuple[str, float, int] | None:
-    """The share of each step a log says went to input: PaddleClas ``reader_cost / batch_cost`` (means over
-    the records), DLE PyTorch ``1 - total_ips / compute_ips``; (what was read, share, records) or None."""
-    paddle: list[tuple[float, float]] = []
-    dle: list[tuple[float, float]] = []
-    for n, line in enumerate(lines):
-        if n >= MAX_LINES:
-            break
-        if "reader_cost" in line and (m := _PADDLE.search(line)):
-            paddle.append((float(m[1]), float(m[2])))
-        elif "total_ips" in line and (m := _DLE.search(line)):
-            dle.append((float(m[1]), float(m[2])))
-    if paddle:
-        batch = statistics.fmean(b for b, _ in paddle)
-        return ("reader_cost of batch_cost", statistics.fmean(r for _, r in paddle) / batch if batch else 0.0,
-                len(paddle))
-    if dle:
-        compute = statistics.fmean(x for x, _ in dle)
-        return ("time outside compute (1 - total_ips / compute_ips)",
-                1 - statistics.fmean(t for _, t in dle) / compute if compute else 0.0, len(dle))
-    return None
-
-
-def _share_of(paths: Sequence[Path]) -> tuple[str, float, int] | None:
-    found = []
-    for p in paths:
-        with Path(p).open(encoding="utf-8", errors="replace") as f:
-            if (got := input_share(f)) is not None:
-                found.append(got)
-    if not found:
-        return None
-    return found[0][0], statistics.fmean(s for _, s, _ in found), sum(n for _, _, n in found)
-
-
-def _input(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manifest: Any,
-           published: Sequence[Path]) -> None:
-    ours = _share_of(logs)
+def _input(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    logs = ctx.logs(c)
+    ours = share_of(logs)
     if ours is None:
         e.checked.append("input pipeline: the logs print no reader or data-loader time")
         return
     what, share, records = ours
-    theirs = _share_of(published) if published else None
-    beside = f"; the publication's log: {theirs[1] * 100:.1f}%" if theirs else ""
-    gap = share - (theirs[1] if theirs else 0.0)
-    if share >= 0.05 and gap >= 0.03:
-        e.evidence.append(Evidence("input-bound", min(0.95, 0.4 + gap),
-                                   f"input-bound: {what} is {share * 100:.1f}% over {records} records of "
-                                   f"{len(logs)} repeat(s){beside}"))
+    score, beside = judge_input(c, ctx.base, share)
+    whose = "the log" if ctx.kind == PUBLISHED else f"{len(logs)} repeat(s)"
+    text = f"{what} is {share * 100:.1f}% over {records} records of {whose}"
+    text += (", " if beside.startswith("against") else "; ") + beside if beside else ""
+    if score is not None:
+        e.evidence.append(Evidence("input-bound", score, "input-bound: " + text))
     else:
-        e.checked.append(f"input pipeline: {what} {share * 100:.1f}%{beside}")
+        e.checked.append(f"input pipeline: {what} {share * 100:.1f}%" + (f"; {beside}" if beside else ""))
+
+
+def _shown(path: Path, ctx: Context) -> str:
+    root = ctx.base.root
+    return path.relative_to(root).as_posix() if root is not None and path.is_relative_to(root) else str(path)
 
 
 # ----------------------------------------------------------------------------------------- the rest
-def _repeats(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manifest: Any,
-             published: Sequence[Path]) -> None:
+def _repeats(e: Explanation, c: Any, ctx: Context, environment: Sequence[Any]) -> None:
+    if ctx.kind == PUBLISHED:
+        return
     n, spread, tol = len(c.repeats), c.spread_pct, c.tolerance_pct
     if n == 1:
         e.evidence.append(Evidence("repeats", 0.3, "one repeat: no spread known, so noise cannot be told "
@@ -263,7 +285,12 @@ def _repeats(e: Explanation, run_dir: Path, c: Any, logs: Sequence[Path], manife
                          if spread is not None and tol is not None else f"repeats: {n}")
 
 
-def _environment(e: Explanation, checks: Sequence[Any]) -> None:
+def _environment(e: Explanation, c: Any, ctx: Context, checks: Sequence[Any]) -> None:
+    if ctx.kind != RUN:
+        e.checked.append("environment: " + ("a tree of logs records none" if ctx.kind == LOGS else
+                                            "a publication's log records none beyond the manifest's expect")
+                         + " (driver, CUDA, image: a run's provenance.json records them)")
+        return
     drift = [x for x in checks if getattr(x, "status", "") == "drift"]
     if drift:
         e.evidence.append(Evidence("environment", 0.35, "environment differs from the publication's: "
@@ -284,15 +311,17 @@ def pointer(run: str, cells: Iterable[Any]) -> str | None:
                     "inconclusive " + ("cell." if n == 1 else "cells."))
 
 
-def render_text(explanations: Sequence[Explanation], run: str) -> str:
+def render_text(explanations: Sequence[Explanation], run: str, kind: str = RUN) -> str:
     """The explanations for a reader, 120 columns: each cell, its evidence ranked, what showed nothing."""
     if not explanations:
-        return f"{run}: no cell is slower, faster or inconclusive; nothing to explain.\n"
+        what = ("deviates from its log or is not derivable" if kind == PUBLISHED
+                else "is slower, faster or inconclusive")
+        return f"{run}: no cell {what}; nothing to explain.\n"
     out = []
     for e in explanations:
         out.append(f"{e.target} {e.label}: {e.verdict}, {e.figures}")
         if not e.evidence:
-            out.append("  nothing in the run explains it; looked at:")
+            out.append(f"  nothing in the {'logs' if kind != RUN else 'run'} explains it; looked at:")
         for i, ev in enumerate(e.evidence, 1):
             out.append(f"  {i}. [{ev.kind}] {ev.text}")
         if e.evidence and e.checked:
