@@ -144,15 +144,7 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     option the kit relies on is given here (srun's environment holds no ``PYXIS_*``: ``clean_environ``)."""
     site = site or StepSite()
     first = plans[0]
-    volumes = first.container.get("volumes", {})
-    for src, m in volumes.items():
-        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
-            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts "
-                             "separates entries with ',' and fields with ':', and escapes neither",
-                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose "
-                                  "path has no ',' or ':', e.g. a link to it")
-    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
-                      for src, m in volumes.items())
+    mounts = pyxis_mounts(first.container.get("volumes", {}))
     env = dict(first.container["environment"])
     if manifest.launch.kind != "mpi":
         env = {k: v for k, v in env.items() if all(p.container["environment"].get(k) == v for p in plans)}
@@ -189,6 +181,17 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env, image_env, check))}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
              *opts, "--multi-prog", conf], env, text)
+
+
+def pyxis_mounts(volumes: Mapping[str, Any]) -> str:
+    """The manifest's mounts as ``--container-mounts`` takes them (which escapes neither ',' nor ':')."""
+    for src, m in volumes.items():
+        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
+            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts "
+                             "separates entries with ',' and fields with ':', and escapes neither",
+                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose "
+                                  "path has no ',' or ':', e.g. a link to it")
+    return ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "") for src, m in volumes.items())
 
 
 def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str] | None = None,
