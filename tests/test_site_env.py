@@ -263,3 +263,32 @@ def test_the_plan_shows_the_squashfs_and_the_publishers_binding(tmp_path: Path):
     assert "--container-image=/tmp/repro-RUN.sqsh " in out
     # srun --mpi starts the ranks: no mpirun or sshd line that never runs under Slurm
     assert "$ mpirun" not in out and "sshd" not in out
+
+
+def test_srun_starts_without_pyxis_options_from_this_process(monkeypatch: pytest.MonkeyPatch):
+    """Every job step's srun (attached) starts in this process's environment less ``PYXIS_*``."""
+    from repro.run.schedulers.slurm import steps
+
+    seen_env: dict[str, str] = {}
+
+    class Stop(Exception):
+        pass
+
+    def popen(argv, env=None, **_):
+        seen_env.update(env)
+        raise Stop
+
+    monkeypatch.setenv("PYXIS_CONTAINER_MOUNTS", "/etc:/mnt")
+    monkeypatch.setenv("REPRO_KEPT", "1")
+    monkeypatch.setattr(steps.subprocess, "Popen", popen)
+    with pytest.raises(Stop):
+        steps.JobStep(None, ["srun"], steps.Demux([]), env={"A": "1"}).start()
+    assert "PYXIS_CONTAINER_MOUNTS" not in seen_env and seen_env["REPRO_KEPT"] == "1" and seen_env["A"] == "1"
+
+
+def test_an_image_path_srun_cannot_export_is_refused():
+    from repro.errors import UsageError
+
+    m, cell = cell_of("torch-rn50-cpu", 2, 1, "fp32")
+    with pytest.raises(UsageError, match="cannot go to srun --export"):
+        pyxis_step(m, cell, plan_cell(m, cell, V100), "/f", ["srun"], "/c", image_env={"PATH": "/a,/b"})

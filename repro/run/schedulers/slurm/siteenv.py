@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro.errors import UsageError
+
 #: what pyxis and enroot read in a task's environment: always named (srun passes a name only where set)...
 ALWAYS = ("HOME", "USER")
 #: ...and these where set where srun starts
@@ -152,6 +154,9 @@ def step_options(manifest: Any, cell: Any, per_node: int, names: Iterable[str], 
     """A cell step's options beside the runtime's own: what it exports, the limits it propagates, its CPUs,
     its GPUs. ``names``: the step's own variables; ``path``: the ``PATH`` each task gets (None: this
     process's, by name)."""
+    if path and any(c in path for c in ",\n\r\0"):  # srun's --export separates its entries with ','
+        raise UsageError(f"the image's PATH {path[:80]!r} cannot go to srun --export: it holds a ','",
+                         hint="the image's /etc/environment PATH must be plain folders joined by ':'")
     exported = export_names(site.environ, site.cfg, [*names, *([] if path else ["PATH"])])
     return [export_option(exported, path), *propagate_option(manifest, cell),
             *cpu_options(manifest, cell, per_node, site.cpus), *gpu_option(manifest, site)]
