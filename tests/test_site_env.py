@@ -292,3 +292,17 @@ def test_an_image_path_srun_cannot_export_is_refused():
     m, cell = cell_of("torch-rn50-cpu", 2, 1, "fp32")
     with pytest.raises(UsageError, match="cannot go to srun --export"):
         pyxis_step(m, cell, plan_cell(m, cell, V100), "/f", ["srun"], "/c", image_env={"PATH": "/a,/b"})
+
+
+def test_a_detached_socket_bound_step_shares_the_batch_nodes_cpus(tmp_path: Path):
+    """tf_test_all.sh's ``--bind-to socket`` at 8 GPUs (above), in the batch script: each task's share of
+    the node's CPUs from Slurm's own count, filled in before the repeats."""
+    f = tmp_path / "hosts.yaml"
+    f.write_text(PRELUDE_HOSTS.replace("defaults: {gpus: 0}", "defaults: {gpus: 8}\ndata: /data"))
+    hosts = load_hosts(f)
+    m, cell = cell_of("ngc-tf1-rn50-v100", 1, 8, "amp")
+    lines = render_detached(Detach(m, [cell], hosts, dict(hosts.scheduler), "r/i@" + DIGEST, run_id="RUN",
+                                   environ={})).text.splitlines()
+    share = lines.index("REPRO_CPT=$((${SLURM_CPUS_ON_NODE:-8} / 8))")
+    step = next(i for i, ln in enumerate(lines) if "--job-name=repro-1n8g-amp-bs256 " in ln)
+    assert share < step and ' --cpu-bind=sockets --cpus-per-task="${REPRO_CPT}" --gpus-per-node=8 ' in lines[step]
