@@ -33,7 +33,7 @@ def detach_of(target: str, container: str = "docker", nodes: int | None = None, 
     cells = m.select([{"nodes": nodes}] if nodes else [])
     image = f"127.0.0.1:5000/repro-test/repro/cpu-{target.split('-')[0]}@{DIGEST}"
     return Detach(m, cells, load_hosts(DATA / "hosts-cpu.yaml"), {**SLURM, "container": container}, image,
-                  run_id="RUN", repeats=repeats)
+                  run_id="RUN", repeats=repeats, environ={})
 
 
 @pytest.mark.parametrize("target,container,nodes,expected", [

@@ -63,6 +63,8 @@ def test_cell_steps_start_from_the_runs_squashfs_and_mpi_through_the_chosen_pmi(
                                  pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/c", mpi="pmi2")
     assert argv == ["srun", "--mpi=pmi2", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-bad-exit=1",
                     "--job-name=repro-2n1g-fp32-bs8", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--export=HOME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS,PATH,USER",
+                    "--cpu-bind=none",
                     "--container-image=/local/repro-run.sqsh", "--no-container-mount-home", "--container-writable",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS", "--",
                     "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",

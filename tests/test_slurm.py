@@ -155,7 +155,7 @@ cat > repro-multi-prog.conf <<'REPRO_EOF'
 1 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
 /opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32
 REPRO_EOF
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label \
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label --export=GLOO_SOCKET_IFNAME,HOME,PATH,USER --cpu-bind=none \
 '--container-image=registry.example.org:5000#repro/cpu-torch@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' \
 --no-container-mount-home --container-writable --container-env=GLOO_SOCKET_IFNAME --multi-prog repro-multi-prog.conf
 """
@@ -179,7 +179,8 @@ def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
     text = render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST, {})
     last = shlex.split(text.splitlines()[-1])
     assert last == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
-                    "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
+                    "--export=HOME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS,PATH,USER",
+                    "--cpu-bind=none", "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS",
                     "--", "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
@@ -193,7 +194,10 @@ def test_pyxis_gpu_cell_mounts_dataset_read_only_and_sets_workdir():
     hosts = Hosts((Node("g1", "10.0.0.1", gpus=8), Node("g2", "10.0.0.2", gpus=8)), data="/data/imagenet")
     last = shlex.split(render_pyxis(m, cell, plan_cell(m, cell, hosts), "nvcr.io/nvidia/pytorch@" + DIGEST,
                                     {}).splitlines()[-1])
-    assert last[:10] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+    assert last[:14] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                        "--export=HOME,NCCL_DEBUG,PATH,USER",
+                        "--propagate=AS,CORE,CPU,DATA,FSIZE,NOFILE,NPROC,RSS,STACK", "--cpu-bind=none",
+                        "--gpus-per-node=8",
                         "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                         "--container-mounts=/data/imagenet:/data/image:ro",
                         "--container-workdir=/workspace/rn50/PyTorch/Classification/ConvNets"]
@@ -261,16 +265,23 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
     assert text == ("\nslurm: partition debug, time 20, container pyxis\n"
                     "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
                     + ALLOCATION.format(target="mpi-rn50-cpu")
-                    + "image: REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST (pyxis pulls the image pushed with --push "
-                      "REGISTRY, by digest)\n\ncell 2n1g-fp32-bs8: job step\n"
+                    + "image: REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST (enroot imports the image pushed with --push "
+                      "REGISTRY, by digest)\n"
+                      "image file: /tmp/repro-RUN.sqsh on every node (node-local), which enroot imports from "
+                      "REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST once for the run (a job step of its own); every cell "
+                      "step starts from it\n\ncell 2n1g-fp32-bs8: job step\n"
+                      "  CPUs: none binding, as the publisher's launch had it (the manifest names no binding: every "
+                      "CPU of the node)\n"
                       "  env GLOO_SOCKET_IFNAME=eth0\n  env OMPI_ALLOW_RUN_AS_ROOT=1\n"
                       "  env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n  env OMP_NUM_THREADS=2\n"
                       "  $ srun --mpi=pmix --jobid=JOBID --nodelist=n1,n2 --overlap --kill-on-bad-exit=1 "
                       "--job-name=repro-2n1g-fp32-bs8 --nodes=2 --ntasks=2 --ntasks-per-node=1 --label "
-                      "--container-image=REGISTRY/repro/cpu-torch-mpi:2.13.0@DIGEST --no-container-mount-home --container-writable "
+                      "--export=PATH=IMAGE_PATH,GLOO_SOCKET_IFNAME,HOME,OMPI_ALLOW_RUN_AS_ROOT,"
+                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS,USER --cpu-bind=none "
+                      "--container-image=/tmp/repro-RUN.sqsh --no-container-mount-home --container-writable "
                       "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
-                      "OMP_NUM_THREADS -- python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 --image-size 64 "
-                      "--precision fp32\n"
+                      "OMP_NUM_THREADS -- env PATH=IMAGE_PATH python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 "
+                      "--image-size 64 --precision fp32\n"
                       "  telemetry (a job step of its own beside it, on each host, no container):\n"
                       "    $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
                       "--label --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
@@ -291,6 +302,7 @@ def test_pyxis_job_step_in_the_allocation_exact():
                                  pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/runs/r/multi-prog.conf")
     assert argv == ["srun", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-bad-exit=1",
                     "--job-name=repro-2n1g-fp32-bs8", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--export=GLOO_SOCKET_IFNAME,HOME,PATH,USER", "--cpu-bind=none",
                     "--container-image=127.0.0.1:5000#repro/cpu-torch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=GLOO_SOCKET_IFNAME", "--multi-prog", "/runs/r/multi-prog.conf"]
     assert env == {"GLOO_SOCKET_IFNAME": "eth0"}  # to srun's environment, not its argv

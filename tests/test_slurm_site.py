@@ -202,7 +202,8 @@ def test_plan_under_pyxis_or_apptainer_prints_no_docker_run_line(tmp_path: Path,
                     f"  rank 1 on n2 (10.0.0.2) [worker]\n    {runtime}: in the cell's job step (below)\n"
                     f"    $ {TORCH.format(r=1)}\n")
     step = res.stdout[res.stdout.index("cell 2n1g-fp32-bs8: job step"):]
-    launch = "--container-image=REGISTRY/repro/cpu-torch:2.13.0@DIGEST" if runtime == "pyxis" else \
+    # under pyxis each step starts from the node-local squashfs the run's image step imports
+    launch = "--container-image=/tmp/repro-RUN.sqsh" if runtime == "pyxis" else \
         "--multi-prog RUN_DIR/cells/2n1g-fp32-bs8/rN/multi-prog.conf"
     assert launch in step
 
@@ -260,7 +261,9 @@ def test_apptainer_torch_cell_exact():
     hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
     argv, env, conf = apptainer_step(m, cell, plan_cell(m, cell, hosts), "/shared/sif/repro-R.sif", HEAD_ARGV,
                                      "/runs/r/multi-prog.conf")
-    assert argv == [*HEAD_ARGV, "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label", "--multi-prog",
+    # the host's PATH by name (apptainer runs there), the target's variables as APPTAINERENV_*, nothing else
+    assert argv == [*HEAD_ARGV, "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
+                    "--export=APPTAINERENV_GLOO_SOCKET_IFNAME,HOME,PATH,USER", "--cpu-bind=none", "--multi-prog",
                     "/runs/r/multi-prog.conf"]
     assert env == {"APPTAINERENV_GLOO_SOCKET_IFNAME": "eth0"}  # values to srun's environment, not argv
     # exec: --cleanenv, --no-home, --writable-tmpfs (cmd/internal/cli/action_flags.go); no --nv on a CPU target
@@ -286,7 +289,8 @@ def test_apptainer_mpi_cell_one_task_per_rank_through_slurms_pmi_and_no_sshd():
     # the hybrid model of the user guide's mpi.rst: srun starts apptainer once per rank, the image's MPI
     # reaches Slurm's PMI
     assert argv == ["srun", "--mpi=pmi2", *HEAD_ARGV[1:], "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                    "--label", *WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs", "/s/r.sif",
+                    "--label", "--export=APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT,APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
+                    "APPTAINERENV_OMP_NUM_THREADS,HOME,PATH,USER", "--cpu-bind=none", *WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs", "/s/r.sif",
                     "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
     assert env == {"APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT": "1", "APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -329,12 +333,16 @@ def test_apptainer_plan_shows_the_sif_build_and_each_cells_step(tmp_path: Path):
                             "with --push REGISTRY, by digest)")
     assert shlex.split(lines[i + 1][4:]) == build_argv("JOBID", "n1", "/shared/sif/repro-RUN.sif",
                                                         "REGISTRY/repro/cpu-torch:2.13.0@sha256:DIGEST")
-    assert lines[i + 2:i + 6] == ["", "cell 2n1g-fp32-bs8: job step", "  env APPTAINERENV_GLOO_SOCKET_IFNAME=eth0",
+    assert lines[i + 2:i + 7] == ["", "cell 2n1g-fp32-bs8: job step",
+                                  "  CPUs: none binding, as the publisher's launch had it (the manifest names no "
+                                  "binding: every CPU of the node)",
+                                  "  env APPTAINERENV_GLOO_SOCKET_IFNAME=eth0",
                                   "  $ " + shlex.join([*pyxis_head("JOBID", ["n1", "n2"], "repro-2n1g-fp32-bs8"),
                                                        "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--label",
-                                                       "--multi-prog",
+                                                       "--export=APPTAINERENV_GLOO_SOCKET_IFNAME,HOME,PATH,USER",
+                                                       "--cpu-bind=none", "--multi-prog",
                                                        "RUN_DIR/cells/2n1g-fp32-bs8/rN/multi-prog.conf"])]
-    assert lines[i + 6] == "  multi-prog.conf:" and lines[i + 7].startswith("    0 sh -c ")
+    assert lines[i + 7] == "  multi-prog.conf:" and lines[i + 8].startswith("    0 sh -c ")
 
 
 def test_a_run_directory_keeps_the_gpus_a_resumed_allocation_asks_for(tmp_path: Path):

@@ -46,7 +46,7 @@ def container_options(manifest: Manifest, cell: Cell, cmd: NodeCommand,
         opts["shm_size"] = c["shm_size"]
     if manifest.launch.workdir:
         opts["working_dir"] = manifest.launch.workdir
-    if cmd.node.gpus != 0:
+    if cmd.node.gpus != 0 and manifest.device == "GPU":  # a CPU target's container asks for no GPU
         opts["device_requests"] = [{"Driver": "nvidia",
                                     "DeviceIDs": [str(i) for i in range(cell.gpus_per_node)],
                                     "Capabilities": [["gpu"]]}]
@@ -181,7 +181,7 @@ def _cell_lines(manifest: Manifest, hosts: Hosts, cell: Cell, all_ranks: bool, r
     for p in shown:
         if p is plans[-1] and len(shown) < len(plans):
             lines.append(_ranks_left_out(plans[2:-1]))
-        lines += _rank_lines(p, runtime)
+        lines += _rank_lines(p, runtime, manifest.launch.kind == "mpi")
     return lines
 
 
@@ -193,12 +193,14 @@ def _ranks_left_out(plans: Sequence[NodePlan]) -> str:
             f"{last.node.name} ({counted}), not shown: `repro plan --all` shows every rank")
 
 
-def _rank_lines(p: NodePlan, runtime: str = "docker") -> list[str]:
+def _rank_lines(p: NodePlan, runtime: str = "docker", mpi: bool = False) -> list[str]:
     c = p.command
-    container = (f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE"
-                 if runtime == "docker" else f"    {runtime}: in the cell's job step (below)")
-    lines = [f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]", container,
-             f"    $ {shlex.join(redact_argv(c.command))}"]
+    lines = [f"  rank {c.rank} on {c.node.name} ({c.node.address}) [{c.role}]"]
+    if runtime != "docker" and mpi:  # srun --mpi starts every rank: no mpirun, no sshd runs under Slurm
+        return [*lines, f"    {runtime}: its tasks are srun's, in the cell's job step (below)"]
+    lines += [f"    docker run {shlex.join(redact_argv(docker_run_flags(p.container)))} IMAGE"
+              if runtime == "docker" else f"    {runtime}: in the cell's job step (below)",
+              f"    $ {shlex.join(redact_argv(c.command))}"]
     for path, text in c.files.items():
         body = text.splitlines()
         if len(body) > FILE_LINES_SHOWN:  # a program the kit ships (tf-ps's runner): its first lines

@@ -112,6 +112,7 @@ def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
         doc["env"] = redact_env(hosts.env)
     if hosts.scheduler:
         doc["scheduler"] = dict(hosts.scheduler)
+    doc.update({k: list(v) for k, v in (("prelude", hosts.prelude), ("modules", hosts.modules)) if v})
     return doc
 
 

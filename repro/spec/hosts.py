@@ -45,6 +45,8 @@ class Hosts:
     placeholder: bool = False  # made up for a dry run without a hosts file
     scheduler: Mapping[str, str] | None = None  # the inventory's scheduler section (repro.run.schedulers)
     gpus: int | None = None  # GPUs of every node: ``defaults.gpus``, else the fewest any listed node has
+    prelude: tuple[str, ...] = ()  # the site's shell lines before the kit's job steps (Slurm), verbatim
+    modules: tuple[str, ...] = ()  # ``module load NAME`` each, after the prelude
 
     def data_dir(self, fmt: str) -> str | None:
         """The directory holding dataset format ``fmt`` on every node; a single ``data:`` path serves any
@@ -101,6 +103,10 @@ def load_hosts(path: Path | None) -> Hosts:
     if not problems:
         problems += [doc.problem(["scheduler", p.key] + ([] if p.item is None else [p.item]), p.why, p.fix)
                      for p in scheduler_problems(doc.data.get("scheduler") or {})]
+        problems += [doc.problem([key, i], "holds a line break or NUL: each entry is one line of the script",
+                                 "split it into entries, one line each")
+                     for key in ("prelude", "modules") for i, line in enumerate(doc.data.get(key, []))
+                     if any(c in line for c in "\n\r\0")]
         seen: dict[tuple[str, str], int] = {}
         for i, n in enumerate(doc.data.get("nodes", [])):
             for key in ("name", "address"):
@@ -117,4 +123,5 @@ def load_hosts(path: Path | None) -> Hosts:
     counts = [n.gpus for n in nodes]
     gpus = defaults.get("gpus", min(counts) if counts and None not in counts else None)
     return Hosts(nodes, path, doc.data.get("data"), dict(doc.data.get("env", {})),
-                 scheduler=doc.data.get("scheduler"), gpus=gpus)
+                 scheduler=doc.data.get("scheduler"), gpus=gpus, prelude=tuple(doc.data.get("prelude", [])),
+                 modules=tuple(doc.data.get("modules", [])))

@@ -120,6 +120,7 @@ class Launch:
     mpi: Mapping[str, Any] = field(default_factory=dict)
     container: Mapping[str, Any] = field(default_factory=dict)
     parameter_servers: tuple[tuple[Mapping[str, Any], tuple[int, ...]], ...] = ()
+    cpu_binding: Mapping[str, Any] = field(default_factory=dict)  # the publisher's (``bind``, ``by_gpus``)
 
     def ps_ranks(self, cell: Cell) -> tuple[int, ...]:
         """The ranks of the nodes that run a TensorFlow parameter server in this cell, in ps task order:
@@ -326,6 +327,7 @@ def _build(doc: YamlDoc) -> Manifest:
         timeout_s=L.get("timeout_s", 3600), mpi=dict(L.get("mpi", {})),
         container=dict(L.get("container", {})),
         parameter_servers=tuple((dict(e["when"]), tuple(e["ranks"])) for e in L.get("parameter_servers", [])),
+        cpu_binding=dict(L.get("cpu_binding", {})),
     )
     M = d["measure"]
     measure = Measure(

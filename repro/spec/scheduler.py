@@ -26,10 +26,13 @@ PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 SIF_PATH = re.compile(r"/[A-Za-z0-9_.+@/-]*")
 _FEATURE = re.compile(rf"{_NAME}(\*[0-9]{{1,5}})?")
 MEMORY = re.compile(r"[0-9]{1,9}[KMGT]?")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: one ``#SBATCH`` option: a long option, ``=`` and a value without whitespace, quotes or shell metacharacters
 SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+/=\[\]-]+)?")
 #: options every batch script of the kit already holds (``render.render_sbatch``), or a setting renders
-KIT_OPTIONS = ("--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--no-requeue", "--output")
+KIT_OPTIONS = ("--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--no-requeue", "--output",
+               # what reaches a rank, its limits and its CPUs: the kit's steps set them (``slurm.siteenv``)
+               "--export", "--propagate", "--cpu-bind", "--cpus-per-task")
 #: options an item may set only where the setting that renders their kind is ``none``
 TAKEN_BY = {"--mem": "mem", "--mem-per-cpu": "mem", "--mem-per-gpu": "mem", "--gpus-per-node": "gpu_request",
             "--gres": "gpu_request", "--gpus": "gpu_request"}
@@ -121,6 +124,17 @@ def _extra_item(value: object, cfg: Mapping[str, object] | None = None) -> tuple
     return None
 
 
+def _export_item(value: object) -> tuple[int, str] | None:
+    """``export``: environment names (a list, or one comma-separated string from ``--scheduler``); the first
+    that is not one, and why."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    for i, item in enumerate(items):
+        if not ENV_NAME.fullmatch(str(item)) or str(item).startswith("PYXIS_"):
+            return i, (f"{str(item)[:60]!r} is not an environment variable's name (letters, digits and '_', "
+                       "not a digit first; not PYXIS_*, which the kit gives pyxis itself)")
+    return None
+
+
 def lines_of(value: object) -> list[str]:
     """``sbatch_extra`` as a list (``--scheduler`` gives one option as a string)."""
     if value in (None, ""):
@@ -161,6 +175,9 @@ SETTINGS: dict[str, Setting] = {
     "mem": Setting(lambda v: None if v == "none" or MEMORY.fullmatch(v) else
                    "is not a Slurm memory size (0 for all of a node's memory, e.g. 200G) or none", "0"),
     "sbatch_extra": Setting(_extra, "['--signal=B:USR1@120']", many=True),
+    # names the site passes from the environment the kit's steps start in to every rank (pyxis, apptainer)
+    "export": Setting(lambda v: (_export_item(v) or (0, None))[1], "[NCCL_IB_HCA, UCX_NET_DEVICES]",
+                      many=True),
     "container": Setting(_choice("docker", "pyxis", "apptainer"), "docker"),
     "sif_dir": Setting(lambda v: None if SIF_PATH.fullmatch(v) else
                        "is not an absolute path of letters, digits and _ . + @ / -", "/shared/sif"),
@@ -193,7 +210,7 @@ def problems(cfg: Mapping[str, object]) -> list[SettingProblem]:
             out.append(SettingProblem(key, "is not a scheduler setting", f"use one of {', '.join(SETTINGS)}"))
             continue
         if setting.many:
-            bad = _extra_item(value, cfg)
+            bad = _extra_item(value, cfg) if key == "sbatch_extra" else _export_item(value)
             if bad:
                 out.append(SettingProblem(key, bad[1], f"e.g. {key}: {setting.example}",
                                           bad[0] if isinstance(value, list) else None))

@@ -12,6 +12,7 @@ where, the Slurm package knows (``repro.run.schedulers.slurm.jobfiles``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def submit(target: str | None, opts: UpOptions, progress: Progress = ignore) -> 
     image = (images.pushed or images.pins.images["image"]).pinned
     settings = {k: s.sched.cfg[k] for k in KEYS if s.sched.cfg.get(k)}
     hosts = s.hosts
-    recorded = Hosts(hosts.nodes, hosts.path, hosts.data, hosts.env, scheduler=settings)
+    recorded = dataclasses.replace(hosts, scheduler=settings, gpus=None)
     run = new_run(s, recorded, make_run_id(s.manifest.id), images.pins)
     _begin_record(s, run, recorded, images, image)
     job = s.sched.detach(run.path, image, repeats=opts.repeats, fail_fast=opts.fail_fast)
@@ -128,8 +129,7 @@ def adopt(run_path: Path) -> UpResult:
     manifest = run.load_manifest()
     record = json.loads(run.file(RECORD).read_text(encoding="utf-8"))
     inventory = load_hosts(run.file("hosts.yaml"))
-    hosts = Hosts(tuple(Node(n, a) for n, a in jv.nodes), inventory.path, inventory.data, inventory.env,
-                  scheduler=inventory.scheduler)
+    hosts = dataclasses.replace(inventory, nodes=tuple(Node(n, a) for n, a in jv.nodes), gpus=None)
     record["hosts"]["nodes"] = [{"name": n, "address": a} for n, a in jv.nodes]
     _add_nodes(run, record, hosts)
     result = UpResult(run, manifest, record, cells=[c for c in manifest.cells()

@@ -6,7 +6,7 @@ the image's facts for the provenance record."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +126,7 @@ def _needs_push(manifest: Manifest, because: str) -> UsageError:
 
 def no_nodes(hosts: Hosts) -> Hosts:
     """The inventory without its nodes: the image made here alone (built, pulled, pushed)."""
-    return Hosts((), hosts.path, hosts.data, hosts.env)
+    return replace(hosts, nodes=(), scheduler=None, gpus=None)
 
 
 def new_run(s: Start, hosts: Hosts, run_id: str, pins: lock.Pins) -> RunDir:

@@ -8,6 +8,7 @@ Slurm (``scontrol show hostnames``), addresses from ``scontrol show node``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -47,6 +48,7 @@ class Allocation:
         self.steps: list[dict[str, Any]] = []
         self.waited_s: float | None = None
         self.released = False
+        self.cpus: dict[str, int] = {}  # each allocated node's CPUs (scontrol show node: CPUTot)
         self.checked = False
         self.probed: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}  # what a runtime made for the allocation (apptainer: the SIF)
@@ -191,7 +193,7 @@ class Allocation:
         # the settings in effect (inventory and command line) go with the nodes: a run directory resumes
         # with them
         settings = {k: self.cfg[k] for k in KEYS if self.cfg.get(k)}
-        return Hosts(tuple(self.nodes), inv.path, inv.data, inv.env, scheduler=settings, gpus=inv.gpus)
+        return dataclasses.replace(inv, nodes=tuple(self.nodes), scheduler=settings)
 
     def _name_nodes(self, nodelist: str, need: int, preflight: bool) -> None:
         """The allocated nodes with the names and addresses Slurm gives them (the inventory's settings
@@ -203,7 +205,10 @@ class Allocation:
         known = {n.name: n for n in self.inventory.nodes}
         # preflight in an allocation the kit runs in: every node of it
         for name in names if preflight and not self.owned else names[:need]:
-            addr = fields(cli(["scontrol", "show", "node", "-o", "--", name]).stdout).get("NodeAddr", name)
+            shown = fields(cli(["scontrol", "show", "node", "-o", "--", name]).stdout)
+            addr = shown.get("NodeAddr", name)
+            if shown.get("CPUTot", "").isdigit():  # a socket-bound step shares them among its tasks
+                self.cpus[name] = int(shown["CPUTot"])
             base = known.get(name)
             self.nodes.append(Node(**{**(base.__dict__ if base else {}), "name": name, "address": addr}))
 

@@ -37,6 +37,7 @@ from typing import Any
 from repro.errors import UsageError
 from repro.run.launchers.base import fill
 from repro.run.schedulers.slurm.rankfiles import files_first
+from repro.run.schedulers.slurm.siteenv import StepSite, memlock_checked, step_options
 from repro.spec.manifest import Cell, Manifest
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -111,11 +112,14 @@ def exec_options(manifest: Manifest, container: Mapping[str, Any]) -> list[str]:
 
 
 def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: str, head: Sequence[str],
-                   conf: str, *, mpi: str = "pmix", per_node: int = 1) -> tuple[list[str], dict[str, str],
-                                                                                 str | None]:
+                   conf: str, *, mpi: str = "pmix", per_node: int = 1,
+                   site: StepSite | None = None) -> tuple[list[str], dict[str, str], str | None]:
     """One cell under Apptainer: the srun argv (``head``: ``srun`` and its job-step options), the environment
     srun passes to the tasks (``APPTAINERENV_NAME``), and the ``--multi-prog`` configuration written to
-    ``conf`` (None for MPI targets: ``srun --mpi=MPI`` starts ``per_node`` tasks a node, one per rank)."""
+    ``conf`` (None for MPI targets: ``srun --mpi=MPI`` starts ``per_node`` tasks a node, one per rank).
+    ``site``: what the step exports (the host's ``PATH``, by name: ``apptainer`` runs there; a pass-through
+    variable as ``APPTAINERENV_NAME``, ``--cleanenv`` drops the rest), its limits, CPUs and GPUs."""
+    site = site or StepSite()
     envs = [p.container["environment"] for p in plans]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     bad_env = sorted(k for e in envs for k in e if not ENV_NAME.fullmatch(k))
@@ -123,24 +127,27 @@ def apptainer_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], sif: st
         raise UsageError(f"environment name {bad_env[0]!r} cannot go to apptainer as APPTAINERENV_NAME",
                          hint="name environment variables with letters, digits and '_' only")
     env = {f"APPTAINERENV_{k}": v for k, v in common.items()}
+    env.update({f"APPTAINERENV_{k}": site.environ[k] for k in site.passed()})
     run = ["sh", "-c", FORWARD, "sh", "apptainer", "exec"]
+    own = step_options(manifest, cell, per_node, env, site, None)
     if manifest.launch.kind == "mpi":
-        argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        argv = memlock_checked(manifest, cell, fill(manifest.launch.command, manifest.launch, cell,
+                                                    [p.command.node for p in plans], 0))
         return ([head[0], f"--mpi={mpi}", *head[1:], f"--nodes={cell.nodes}",
-                 f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *run,
+                 f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *own, *run,
                  *exec_options(manifest, plans[0].container), sif, *argv], env, None)
     lines = []
     for p, e in zip(plans, envs):
-        own = [f"--env={k}={v}" for k, v in sorted(e.items()) if k not in common]
-        words = [*run, *exec_options(manifest, p.container), *own, sif,
-                 *files_first(p.command.command, p.command.files)]
+        mine = [f"--env={k}={v}" for k, v in sorted(e.items()) if k not in common]
+        words = [*run, *exec_options(manifest, p.container), *mine, sif,
+                 *memlock_checked(manifest, cell, files_first(p.command.command, p.command.files))]
         bad = next((t for t in words if any(c in t for c in "'\n\r\0")), None)
-        bad = bad or next((t for t in own if "," in t), None)  # --env splits its value at ','
+        bad = bad or next((t for t in mine if "," in t), None)  # --env splits its value at ','
         if bad is not None:
             raise UsageError(f"rank {p.command.rank}'s command holds a quote, line break or NUL in "
                              f"{bad!r} (or a per-rank variable a ','): srun's --multi-prog file takes one "
                              "line per rank and no quote in a quoted word",
                              hint="remove quotes and line breaks from launch.command, args and env")
         lines.append(f"{p.command.rank} {shlex.join(words)}\n")
-    return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
+    return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label", *own,
              "--multi-prog", conf], env, "".join(lines))

@@ -19,7 +19,7 @@ from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, bu
 from repro.run.schedulers.slurm.commands import cli
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
-from repro.run.schedulers.slurm.steps import TaskStep
+from repro.run.schedulers.slurm.steps import TaskStep, step_site
 
 SIF_BUILD_S = 3600  # an NGC image of 10-20 GB converts in minutes; an hour bounds a stuck registry
 
@@ -39,7 +39,8 @@ class ApptainerStep(TaskStep):
         head = pyxis_head(str(alloc.job), names, f"repro-{cell.key}")
         argv, env, conf = apptainer_step(manifest, cell, plans, sif, head, str(conf_path),
                                          mpi=str(alloc.cfg.get("mpi", "pmix")),
-                                         per_node=pyxis_tasks_per_node(manifest, cell))
+                                         per_node=pyxis_tasks_per_node(manifest, cell),
+                                         site=step_site(alloc, job))
         return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path, SamplerStep(alloc, job, names))
 
     @staticmethod

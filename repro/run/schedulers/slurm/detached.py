@@ -24,6 +24,7 @@ secret values and so are mode 0600 in a 0700 folder.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -44,6 +45,7 @@ from repro.nodes.telemetry import SAMPLER
 from repro.run.schedulers.slurm.render import (AGENT, preflight_argv, pyxis_head, pyxis_step,
                                                pyxis_tasks_per_node, render_sbatch, sampler_srun, srun_argv,
                                                step_spec)
+from repro.run.schedulers.slurm.siteenv import UNSET, StepSite, clean_environ, prelude_lines
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 
@@ -51,7 +53,8 @@ JOB_DIR = "job"
 EVENTS, NODES, TOKEN, SUBMITTED = "job/events", "job/nodes", "job/token", "job/submitted.json"
 JOBID, REPEAT, ATTEMPT = "__REPRO_JOB__", "__REPRO_R__", "__REPRO_ATTEMPT__"
 IMAGE_PATH = "__REPRO_PATH__"  # the image's own PATH (pyxis), read from the node's squashfs once imported
-_TOKEN = re.compile(r"__REPRO_(?:JOB|R|ATTEMPT|PATH|[NA]\d+)__")
+CPT = "__REPRO_CPT__"  # each task's share of a node's CPUs (a socket-bound step), from SLURM_CPUS_ON_NODE
+_TOKEN = re.compile(r"__REPRO_(?:JOB|R|ATTEMPT|PATH|CPT|[NA]\d+)__")
 #: a cell's job step as the script writes it: what comes before ``timeout … srun …`` and after it, the files
 #: it reads (``job/in/``) and the lines that fill them in
 Step = tuple[str, list[str], str, dict[str, str], list[str]]
@@ -106,7 +109,7 @@ def stand_ins(hosts: Hosts, need: int) -> Hosts:
     known = hosts.nodes
     nodes = tuple(Node(name=n, address=a, gpus=known[min(i, len(known) - 1)].gpus if known else None)
                   for i, (n, a) in enumerate(map(node_tokens, range(need))))
-    return Hosts(nodes, hosts.path, hosts.data, hosts.env, scheduler=hosts.scheduler, gpus=hosts.gpus)
+    return dataclasses.replace(hosts, nodes=nodes)
 
 
 def detached(argv: Sequence[str], output: str) -> list[str]:
@@ -136,6 +139,7 @@ class Detach:
     run_id: str = "RUN_ID"
     repeats: int | None = None
     fail_fast: bool = False
+    environ: Mapping[str, str] | None = None  # where sbatch runs (its names are exported where set)
 
     @property
     def need(self) -> int:
@@ -234,6 +238,7 @@ def render_detached(d: Detach) -> Script:
              f"--nodelist={','.join(names)}", "--overlap"]
     shared = [*every, "--job-name=repro-shared", "--output=${RUN_DIR}/job/shared/%n-%N", "--", "cat",
               "${RUN_DIR}/job/token"]
+    head += _site_lines(d.hosts)
     head.append(SHARED.replace("{need}", str(need)).replace("{srun}", _expand(shared)).rstrip("\n"))
     script = Script("", files={"probe.sh": probe_script(Node(names[0], names[0])),
                                "sampler.py": SAMPLER.read_text(encoding="utf-8")})
@@ -250,6 +255,17 @@ def render_detached(d: Detach) -> Script:
     script.text = render_sbatch(d.cfg, name, need, "\n".join(lines), per_node=d.per_node(),
                                 output="job/batch-%j.out", gpus=hosts.gpus)
     return script
+
+
+def _site_lines(hosts: Hosts) -> list[str]:
+    """No ``PYXIS_*`` from where sbatch ran (pyxis would read them as its options), then the site's prelude
+    (the hosts file's ``prelude`` and ``modules``, verbatim, without ``set -u``: a site's scripts may read
+    unset variables) before any step."""
+    lines = ["# pyxis reads PYXIS_* as its options: they come from the kit's steps alone", UNSET]
+    found = prelude_lines(hosts)
+    if found:
+        lines += ["# the site's prelude (the hosts file's prelude and modules)", "set +u", *found, "set -u"]
+    return lines
 
 
 def _expand(argv: Sequence[str]) -> str:
@@ -364,11 +380,15 @@ class Pyxis:
         plans = plan_cell(d.manifest, cell, hosts)
         key = cell.key
         head = pyxis_head(JOBID, [p.command.node.name for p in plans], f"repro-{key}")
+        per_node = pyxis_tasks_per_node(d.manifest, cell)
+        site = StepSite(clean_environ(d.environ), d.cfg, hosts.gpus or cell.gpus_per_node, CPT)
         argv, env, conf = pyxis_step(d.manifest, cell, plans, Pyxis.squashfs(d)[0], head,
                                      f"job/run/{key}.multi-prog.conf", mpi=d.cfg.get("mpi", "pmix"),
-                                     image_env={"PATH": IMAGE_PATH})
+                                     image_env={"PATH": IMAGE_PATH}, site=site)
         inputs = {f"{key}.env": "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))}
         fills = [f"fill {key}.env"]
+        if any(a.startswith("--cpus-per-task=") for a in argv):
+            fills.append(f"REPRO_CPT=$((${{SLURM_CPUS_ON_NODE:-{per_node}}} / {per_node}))")
         if conf is not None:
             inputs[f"{key}.multi-prog.conf"] = conf
             fills.append(f"fill {key}.multi-prog.conf")

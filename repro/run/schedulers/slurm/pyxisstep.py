@@ -10,7 +10,8 @@ from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
-from repro.run.schedulers.slurm.steps import TaskStep
+from repro.run.schedulers.slurm.steps import TaskStep, step_site
+
 
 
 class PyxisStep(TaskStep):
@@ -34,5 +35,6 @@ class PyxisStep(TaskStep):
                                         job.run_id, manifest.id, job.log_dir.parents[2])
         argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
                                      pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
-                                     mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env)
+                                     mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env,
+                                     site=step_site(alloc, job))
         return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path, SamplerStep(alloc, job, names))

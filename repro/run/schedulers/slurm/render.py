@@ -23,6 +23,9 @@ from repro.run.plan import docker_run_flags, plan_cell
 from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
 from repro.run.schedulers.slurm.rankfiles import files_first
+from repro.run.schedulers.slurm.enroot import image_file
+from repro.run.schedulers.slurm.siteenv import (MEMLOCK_CHECK, StepSite, binding, clean_environ,
+                                                memlock_checked, prelude_lines, step_options, wants_memlock)
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import GPU_REQUEST, SETTINGS, lines_of, problems
@@ -127,7 +130,7 @@ def pyxis_uri(image: str) -> str:
 
 def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str, head: Sequence[str],
                conf: str, mpi: str = "pmix", image_env: Mapping[str, str] | None = None,
-               ) -> tuple[list[str], dict[str, str], str | None]:
+               site: StepSite | None = None) -> tuple[list[str], dict[str, str], str | None]:
     """One cell under pyxis/enroot: the srun argv (``head``: ``srun`` and its job-step options), the
     environment srun passes to the tasks (``--container-env`` names it; values never go into argv), and the
     ``--multi-prog`` configuration written to ``conf`` (None for MPI targets: ``srun --mpi=MPI``, Slurm's
@@ -136,17 +139,12 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     workdir; every task's output labelled with its rank. Variables whose values differ between ranks (the
     Paddle launcher's ``POD_IP``) go on each rank's ``--multi-prog`` line (``env NAME=VALUE``); the
     others through srun's environment (an MPI target's ranks all get the head's, as mpirun gives them).
-    ``image_env`` (the image's own PATH) is set on every task's command line with ``env``."""
+    ``image_env`` (the image's own PATH) is set on every task's command line with ``env`` and is the PATH
+    srun exports. ``site``: what the step exports, its limits, CPUs and GPUs (``siteenv``); every pyxis
+    option the kit relies on is given here (srun's environment holds no ``PYXIS_*``: ``clean_environ``)."""
+    site = site or StepSite()
     first = plans[0]
-    volumes = first.container.get("volumes", {})
-    for src, m in volumes.items():
-        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
-            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts "
-                             "separates entries with ',' and fields with ':', and escapes neither",
-                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose "
-                                  "path has no ',' or ':', e.g. a link to it")
-    mounts = ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "")
-                      for src, m in volumes.items())
+    mounts = pyxis_mounts(first.container.get("volumes", {}))
     env = dict(first.container["environment"])
     if manifest.launch.kind != "mpi":
         env = {k: v for k, v in env.items() if all(p.container["environment"].get(k) == v for p in plans)}
@@ -161,33 +159,50 @@ def pyxis_step(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: str,
     opts += [f"--container-mounts={mounts}"] if mounts else []
     if "working_dir" in first.container:
         opts.append(f"--container-workdir={first.container['working_dir']}")
-    if env:
-        opts.append(f"--container-env={','.join(sorted(env))}")
+    if env or site.passed():
+        opts.append(f"--container-env={','.join(sorted({*env, *site.passed()}))}")
+    per_node = pyxis_tasks_per_node(manifest, cell)
+    opts = [*step_options(manifest, cell, per_node, env, site, (image_env or {}).get("PATH")), *opts]
     if manifest.launch.kind == "mpi":
-        per_node = pyxis_tasks_per_node(manifest, cell)
-        argv = fill(manifest.launch.command, manifest.launch, cell, [p.command.node for p in plans], 0)
+        argv = memlock_checked(manifest, cell, fill(manifest.launch.command, manifest.launch, cell,
+                                                    [p.command.node for p in plans], 0))
         if image_env:
             argv = ["env", *(f"{k}={v}" for k, v in sorted(image_env.items())), *argv]
         return ([head[0], f"--mpi={mpi}", *head[1:], f"--nodes={cell.nodes}",
                  f"--ntasks={cell.nodes * per_node}", f"--ntasks-per-node={per_node}", "--label", *opts, "--",
                  *argv], env, None)
+    check = wants_memlock(manifest, cell)
     for p in plans:
-        bad = next((t for t in rank_argv(p, env) if any(c in t for c in "\n\r\0")), None)
+        bad = next((t for t in rank_argv(p, env, check=check) if any(c in t for c in "\n\r\0")), None)
         if bad is not None:
             raise UsageError(f"rank {p.command.rank}'s command holds a line break or NUL in {bad!r}: a "
                              "--multi-prog file takes one line per rank",
                              hint="remove line breaks from launch.command, its args and the environment")
-    text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env, image_env))}\n" for p in plans)
+    text = "".join(f"{p.command.rank} {shlex.join(rank_argv(p, env, image_env, check))}\n" for p in plans)
     return ([*head, f"--nodes={cell.nodes}", f"--ntasks={cell.nodes}", "--ntasks-per-node=1", "--label",
              *opts, "--multi-prog", conf], env, text)
 
 
-def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str] | None = None) -> list[str]:
+def pyxis_mounts(volumes: Mapping[str, Any]) -> str:
+    """The manifest's mounts as ``--container-mounts`` takes them (which escapes neither ',' nor ':')."""
+    for src, m in volumes.items():
+        if any(c in path for path in (src, m["bind"]) for c in ",:\n\r\0"):
+            raise UsageError(f"the mount {src!r} -> {m['bind']!r} cannot go to pyxis: --container-mounts "
+                             "separates entries with ',' and fields with ':', and escapes neither",
+                             hint="use a directory (the hosts file's data:, the manifest's mounts) whose "
+                                  "path has no ',' or ':', e.g. a link to it")
+    return ",".join(f"{src}:{m['bind']}" + (":ro" if m["mode"] == "ro" else "") for src, m in volumes.items())
+
+
+def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str] | None = None,
+              check: bool = False) -> list[str]:
     """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank
-    (and the ``image_env`` every rank gets), each of its files written first (``rankfiles.files_first``)."""
+    (and the ``image_env`` every rank gets), each of its files written first (``rankfiles.files_first``),
+    after the locked-memory check where ``check`` (``siteenv.MEMLOCK_CHECK``)."""
     own = [f"{k}={v}" for k, v in sorted({**(image_env or {}), **plan.container["environment"]}.items())
            if k not in shared]
-    return [*(["env", *own] if own else []), *files_first(plan.command.command, plan.command.files)]
+    argv = files_first(plan.command.command, plan.command.files)
+    return [*(["env", *own] if own else []), *(["sh", "-c", MEMLOCK_CHECK, "sh"] if check else []), *argv]
 
 
 def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
@@ -208,7 +223,8 @@ def render_pyxis(manifest: Manifest, cell: Cell, plans: Sequence[Any], image: st
                  cfg: Mapping[str, str]) -> str:
     """A batch script that runs one cell under pyxis/enroot on its own (exact text; pyxis is not installable
     here): the same job step ``repro up`` starts in its allocation, after the env it passes."""
-    argv, env, conf = pyxis_step(manifest, cell, plans, image, ["srun"], "repro-multi-prog.conf")
+    argv, env, conf = pyxis_step(manifest, cell, plans, image, ["srun"], "repro-multi-prog.conf",
+                                 site=StepSite(cfg=cfg, gpus=cell.gpus_per_node))
     body = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     if conf is not None:
         body += ["cat > repro-multi-prog.conf <<'REPRO_EOF'", conf.rstrip("\n"), "REPRO_EOF"]
@@ -233,11 +249,17 @@ def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, 
     per_node = max(pyxis_tasks_per_node(manifest, c) for c in cells) if runtime != "docker" else 1
     script = render_sbatch(cfg, f"repro-{manifest.id}", need, per_node=per_node, gpus=hosts.gpus)
     lines += [f"  {redact_text(ln)}" for ln in script.splitlines()]
+    lines += _prelude_plan(hosts)
     image = manifest.image_reference
     if runtime != "docker" and "build" in manifest.image:
         image = f"REGISTRY/{image}@DIGEST"
-        how = "pyxis pulls" if runtime == "pyxis" else "the SIF is built from"
+        how = "enroot imports" if runtime == "pyxis" else "the SIF is built from"
         lines.append(f"image: {image} ({how} the image pushed with --push REGISTRY, by digest)")
+    if runtime == "pyxis":
+        squashfs = image_file(cfg, "RUN", manifest.id)
+        lines.append(f"image file: {squashfs} on every node (node-local), which enroot imports from {image} "
+                     "once for the run (a job step of its own); every cell step starts from it")
+        image = squashfs
     if runtime == "apptainer":
         sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
         head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"))
@@ -246,12 +268,24 @@ def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, 
     for cell in cells:
         plans = plan_cell(manifest, cell, hosts)
         lines += ["", f"cell {cell.key}: job step"]
-        lines += _plan_step(cfg, runtime, manifest, cell, plans, image)
+        if runtime != "docker":
+            lines.append(f"  CPUs: {binding(manifest, cell)} binding, as the publisher's launch had it"
+                         + (f" ({manifest.launch.cpu_binding['source']})" if manifest.launch.cpu_binding else
+                            " (the manifest names no binding: every CPU of the node)"))
+        lines += _plan_step(cfg, runtime, manifest, cell, plans, image, hosts)
     return "\n".join(lines) + "\n"
 
 
+def _prelude_plan(hosts: Hosts) -> list[str]:
+    found = prelude_lines(hosts)
+    if not found:
+        return []
+    return ["prelude (the hosts file's prelude and modules, verbatim: in the batch script, and before each "
+            "attached step):", *(f"  {ln}" for ln in found)]
+
+
 def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: Cell, plans: Sequence[Any],
-               image: str) -> list[str]:
+               image: str, hosts: Hosts) -> list[str]:
     """One cell's job step as ``repro plan`` shows it: srun's environment, argv and --multi-prog file and the
     telemetry sampler's step (pyxis, apptainer), or srun running the agent and each node's ``docker create``
     (docker)."""
@@ -266,14 +300,16 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
                          f"{rank['name']} {shlex.join(redact_argv(rank['create']))}")
         return lines
     head = pyxis_head("JOBID", names, f"repro-{cell.key}")
+    per_node = pyxis_tasks_per_node(manifest, cell)
+    site = StepSite(clean_environ(), cfg, hosts.gpus or cell.gpus_per_node, f"CPUS_PER_NODE/{per_node}")
     if runtime == "apptainer":
         sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
         argv, env, text = apptainer_step(manifest, cell, plans, sif, head, conf,
-                                         mpi=str(cfg.get("mpi", "pmix")),
-                                         per_node=pyxis_tasks_per_node(manifest, cell))
+                                         mpi=str(cfg.get("mpi", "pmix")), per_node=per_node, site=site)
     else:
         argv, env, text = pyxis_step(manifest, cell, plans, image, head, conf,
-                                     mpi=str(cfg.get("mpi", "pmix")))
+                                     mpi=str(cfg.get("mpi", "pmix")), image_env={"PATH": "IMAGE_PATH"},
+                                     site=site)
     lines = [f"  env {k}={shell_word(v)}" for k, v in sorted(redact_env(env).items())]
     lines.append(f"  $ {shlex.join(redact_argv(argv))}")
     if text is not None:

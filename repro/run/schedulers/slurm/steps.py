@@ -23,7 +23,6 @@ the nodes.
 from __future__ import annotations
 
 import abc
-import os
 import queue
 import re
 import subprocess
@@ -41,6 +40,7 @@ from repro.run.schedulers.slurm.allocation import Allocation
 from repro.run.schedulers.slurm.commands import (ENDED_BY_SLURM, LABELLED, SchedulerStopped, sigint_ignored,
                                                  stamp)
 from repro.run.schedulers.slurm.render import preflight_argv
+from repro.run.schedulers.slurm.siteenv import StepSite, clean_environ, prelude_lines, with_prelude
 from repro.spec.hosts import Node
 
 MARK = "##repro "
@@ -117,7 +117,8 @@ class JobStep:
 
     def start(self) -> None:
         self.submitted = time.time()
-        self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env} if self.env else None,
+        # srun passes on only what each step's --export names; pyxis's own options never come from here
+        self.proc = subprocess.Popen(self.argv, env={**clean_environ(), **(self.env or {})},
                                      stdin=subprocess.DEVNULL if self.stdin is None else subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.reader = threading.Thread(target=self.demux.read, args=(self.proc.stdout,), daemon=True)
@@ -330,6 +331,15 @@ class CellStep(JobStep, abc.ABC):
                                    hint="repro up --resume RUN_DIR runs what is not done in a new allocation")
 
 
+def step_site(alloc: Allocation, job: CellJob) -> StepSite:
+    """What a cell step takes from where it starts: this process's environment (no ``PYXIS_*``), the
+    settings, each node's GPUs (the inventory's, else the cell's) and the fewest CPUs of its nodes."""
+    names = [n.name for n in job.hosts.nodes[:job.cell.nodes]]
+    cpus = [alloc.cpus[n] for n in names if n in alloc.cpus]
+    return StepSite(clean_environ(), alloc.cfg, job.hosts.gpus or job.cell.gpus_per_node,
+                    min(cpus) if cpus else None)
+
+
 class TaskStep(CellStep):
     """A cell whose ranks are srun's own tasks in a container runtime (pyxis, Apptainer): every rank starts
     with the step, its lines come labelled with its task, and its exit status from srun's report of it.
@@ -352,6 +362,8 @@ class TaskStep(CellStep):
         program = tuple(fill(manifest.launch.command, manifest.launch, cell, nodes, 0)) if mpi else ()
         results = [NodeResult(n.name, n.address, i, "mpi-rank" if mpi else p.command.role,
                               program or p.command.command, "") for i, (n, p) in enumerate(zip(nodes, plans))]
+        # the site's prelude (hosts file) runs before srun, as in the batch script of a detached run
+        argv = with_prelude(prelude_lines(job.hosts), argv)
         step = cls(alloc, job, results, argv, per_node=per_node, env=env)
         step.sampler = sampler
         return step

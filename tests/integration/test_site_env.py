@@ -1,0 +1,172 @@
+"""What reaches a rank under the test cluster's Slurm + pyxis (2 nodes), for real (issue 35, items 1, 2, 5, 6):
+
+- attached: a login shell's ``PYTHONPATH``, ``LD_PRELOAD``, ``NCCL_DEBUG_SUBSYS``, ``UCX_TLS`` and a
+  ``PYXIS_CONTAINER_MOUNTS`` do not reach a rank or its container; a pass-through name does; a ``module``-like
+  prelude (a shell function from a file the hosts file names) runs before the step and what it sets reaches
+  the ranks through the pass-through list; each rank keeps every CPU Slurm gave its node (``--cpu-bind=none``,
+  as the plan says for a one-launcher-a-node target);
+- detached: the same environment rule in the batch script's steps;
+- a cell that asks for unlimited locked memory passes when the submitting process runs under 64 KiB (srun
+  propagates every limit but MEMLOCK; the compute nodes' slurmd must give unlimited, LimitMEMLOCK=infinity).
+
+Each rank prints what it sees before torchrun starts (the probe target's command is wrapped), into its own
+log in the run directory. Minutes on the test cluster: about 3 for the attached run (one import, one 2-node
+repeat), 3 for the detached one, 3 for the locked-memory one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm, pytest.mark.pyxis]
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = Path(os.environ.get("REPRO_TEST_WHEELS", "/opt/wheels"))
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+CELL = "2n1g-fp32-bs8"
+#: what each rank prints before torchrun: no braces (the launcher fills {NAME}), no single quote
+PROBE = ('echo "repro-probe cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2)"; '
+         'echo "repro-probe cpus-on-node $SLURM_CPUS_ON_NODE"; echo "repro-probe memlock $(ulimit -l)"; '
+         'echo "repro-probe leak $(ls -d /mnt/repro-leak 2>/dev/null || echo none)"; '
+         'env | sort | sed "s/^/repro-env /"; exec "$@"')
+LEAKS = {"PYTHONPATH": f"{ROOT}:/opt/repro-leak/py", "LD_PRELOAD": "librepro-leak.so",
+         "NCCL_DEBUG_SUBSYS": "REPRO_LEAK", "UCX_TLS": "repro-leak", "PYXIS_CONTAINER_MOUNTS": "/etc:/mnt/repro-leak",
+         "REPRO_PASS_ME": "through"}
+#: the site's ``module``: a shell function from a file the prelude sources
+MODULES_SH = 'module() { if [ "$1" = load ]; then SITE_MODULE="$2"; export SITE_MODULE; fi; }\n'
+
+
+@pytest.fixture(scope="module")
+def env(cluster: dict) -> dict[str, str]:
+    enroot_dir = str(Path(cluster["pyxis"]["enroot"]).parent)
+    return {**os.environ, "DOCKER_HOST": cluster["docker_host"], "REPRO_SSH_CONFIG": cluster["ssh"]["config"],
+            "SLURM_CONF": cluster["slurm_conf"], "PYTHONUNBUFFERED": "1",
+            "PATH": f"{enroot_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", **LEAKS}
+
+
+@pytest.fixture(scope="module")
+def targets(cpu_torch: dict, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> dict[str, Path]:
+    """torch-rn50-cpu on the session's cpu-torch base, each rank's command after PROBE; ``memlock``: the same
+    asking for unlimited locked memory (as an RDMA cell does)."""
+    d = tmp_path_factory.mktemp("site-env-targets")
+    out = {}
+    for key, port, memlock in (("probe", 29577, 8388608), ("memlock", 29578, -1)):
+        doc = yaml.safe_load(cpu_torch["manifest"].read_text())
+        doc["id"] = f"site-env-{key}"
+        doc["launch"]["master_port"] = port
+        doc["launch"]["command"] = ["sh", "-c", PROBE, "sh", *doc["launch"]["command"]]
+        doc["launch"]["container"]["ulimits"] = {"memlock": memlock}
+        path = d / f"site-env-{key}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        subprocess.run([sys.executable, "-m", "repro", "lock", str(path)], check=True, capture_output=True,
+                       cwd=ROOT, env=env)
+        out[key] = path
+    return out
+
+
+def inventory(cluster: dict, folder: Path) -> Path:
+    """The cluster's nodes under pyxis, the pass-through list and the prelude (its file where every node and
+    the batch host see it: the test's folder, as the run directory)."""
+    (folder / "modules.sh").write_text(MODULES_SH)
+    section = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxis", "keep_image": "no",
+               "export": ["REPRO_PASS_ME", "SITE_MODULE"]}
+    f = folder / "hosts.yaml"
+    f.write_text(Path(cluster["hosts_file"]).read_text() + "scheduler: " + json.dumps(section) + "\n"
+                 + "prelude: " + json.dumps([f". {folder / 'modules.sh'}"]) + "\nmodules: [site-mpi]\n")
+    return f
+
+
+def up(target: Path, hosts: Path, out: Path, cluster: dict, env: dict[str, str], *more: str,
+       preexec=None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "repro", "up", str(target), "--hosts", str(hosts), "--out", str(out),
+            "--cells", "nodes=2", "--repeats", "1", "--wheels", str(WHEELS),
+            "--push", f"{cluster['registry']}/repro-test", *(["--ca-bundle", str(CA)] if CA.is_file() else []),
+            *more]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500,
+                          preexec_fn=preexec)
+
+
+def seen(log: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """What a rank printed before torchrun: its probe lines and its environment."""
+    probe, environ = {}, {}
+    for ln in log.read_text().splitlines():
+        if ln.startswith("repro-probe "):
+            k, _, v = ln[len("repro-probe "):].partition(" ")
+            probe[k] = v
+        elif ln.startswith("repro-env "):
+            k, _, v = ln[len("repro-env "):].partition("=")
+            environ[k] = v
+    return probe, environ
+
+
+def cpu_count(listing: str) -> int:
+    """CPUs of a ``Cpus_allowed_list`` (``0-3,8``)."""
+    n = 0
+    for part in listing.split(","):
+        a, _, b = part.partition("-")
+        n += int(b or a) - int(a) + 1
+    return n
+
+
+def check_rank_env(logs: Path) -> list[tuple[dict[str, str], dict[str, str]]]:
+    ranks = sorted(logs.glob("*.log"))
+    assert [p.name for p in ranks] == ["0-rc-node1.log", "1-rc-node2.log"]
+    out = [seen(p) for p in ranks]
+    for probe, environ in out:
+        assert probe["leak"] == "none", probe  # PYXIS_CONTAINER_MOUNTS changed no container
+        assert "repro-leak" not in environ.get("PYTHONPATH", "") and "LD_PRELOAD" not in environ
+        assert "NCCL_DEBUG_SUBSYS" not in environ and "UCX_TLS" not in environ
+        assert environ["REPRO_PASS_ME"] == "through"  # named by the hosts file's scheduler.export
+        assert environ["SITE_MODULE"] == "site-mpi"  # set by the prelude's `module load site-mpi`
+    return out
+
+
+def test_attached_what_reaches_a_rank_its_cpus_and_the_prelude(cluster, env, targets, tmp_path):
+    done = up(targets["probe"], inventory(cluster, tmp_path), tmp_path / "runs", cluster, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    ranks = check_rank_env(run / "cells" / CELL / "r1")
+    prov = json.loads((run / "provenance.json").read_text())
+    step = next(s for s in prov["scheduler"][0]["steps"] if s["cell"] == CELL)
+    assert "--cpu-bind=none" in step["srun"] and step["srun"][:2] == ["sh", "-c"]  # after the prelude
+    for probe, _ in ranks:  # every CPU Slurm gave the node, as the plan's --cpu-bind=none says
+        assert cpu_count(probe["cpus"]) >= int(probe["cpus-on-node"]), probe
+
+
+def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
+    done = up(targets["probe"], inventory(cluster, tmp_path), tmp_path / "runs", cluster, env, "--detach")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = Path(done.stdout.splitlines()[1].split(" ", 2)[2])
+    deadline = time.monotonic() + 1800
+    while True:
+        status = subprocess.run([sys.executable, "-m", "repro", "status", str(run), "--format", "json"],
+                                capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        doc = json.loads(status.stdout)
+        if doc["over"]:
+            break
+        assert time.monotonic() < deadline, doc
+        time.sleep(2)
+    assert doc["end"][0] == 0, doc
+    check_rank_env(run / "cells" / CELL / "r1")
+
+
+def test_a_low_limit_where_repro_runs_is_not_propagated(cluster, env, targets, tmp_path):
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, 64 << 10))
+
+    done = up(targets["memlock"], inventory(cluster, tmp_path), tmp_path / "runs", cluster, env, preexec=low)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    for probe, _ in check_rank_env(run / "cells" / CELL / "r1"):
+        assert probe["memlock"] == "unlimited", probe
+    step = next(s for s in json.loads((run / "provenance.json").read_text())["scheduler"][0]["steps"]
+                if s["cell"] == CELL)
+    assert "--propagate=AS,CORE,CPU,DATA,FSIZE,NOFILE,NPROC,RSS,STACK" in step["srun"]
