@@ -215,6 +215,9 @@ CASES = {
     "telemetry-a-link": (telemetry_link, 6, "r1a1-telemetry-0-rc-node1.txt", "link"),
     # hangs, memory, crashes
     "a-billion-repeats": (set_submitted(repeats={"1n1g-fp32-bs8": 10**9}), 6, "repeats"),
+    "200k-planned-repeats": (set_submitted(repeats={f"{n}n1g-fp32-bs8": 1000 for n in range(1, 201)}), 6,
+                             "repeats"),
+    "container-not-known": (set_submitted(container=["pyxis"]), 6, "container"),
     "a-billion-attempts": (set_submitted(attempts=10**9), 6, "attempts"),
     "repeats-not-a-mapping": (set_submitted(repeats=[1, 2]), 6, "repeats"),
     "repeats-of-no-cell": (set_submitted(repeats={"../../x": 1}), 6, "repeats"),

@@ -51,6 +51,7 @@ CODE = re.compile(r"-?[0-9]{1,6}", re.ASCII)      # an exit status
 NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", re.ASCII)
 #: the most repeats of a cell and attempts of a repeat a manifest can ask for (its schema's limits)
 MAX_REPEATS, MAX_ATTEMPTS, MAX_CELLS = 1000, 101, 4096
+MAX_PLANNED = 100_000  # repeats of a run in all (each a line of `repro status`)
 #: timeout(1)'s status when the repeat's time ran out, and when its kill after the grace time was needed
 TIMED_OUT = (124, 137)
 
@@ -131,9 +132,11 @@ def submitted(run: Path) -> tuple[dict[str, Any], dict[str, int], int]:
         raise bad(f"job_id {str(job_id)[:80]!r} is not a Slurm job id (123, or 123_4 for an array task)")
     if not (isinstance(repeats, dict) and 0 < len(repeats) <= MAX_CELLS and all(
             isinstance(k, str) and CELL_KEY.match(k) and type(n) is int and 0 <= n <= MAX_REPEATS
-            for k, n in repeats.items())):
+            for k, n in repeats.items()) and sum(repeats.values()) <= MAX_PLANNED):
         raise bad(f"repeats: not each cell's repeats (a cell key like 1n8g-fp32-bs256 to 0..{MAX_REPEATS}, "
-                  f"at most {MAX_CELLS} cells)")
+                  f"at most {MAX_CELLS} cells and {MAX_PLANNED} repeats in all)")
+    if sub.get("container") not in ("docker", "pyxis") or not isinstance(sub.get("image"), str):
+        raise bad("container and image: not what `repro up --detach` records (docker or pyxis, an image)")
     if not (type(attempts) is int and 1 <= attempts <= MAX_ATTEMPTS):
         raise bad(f"attempts: {str(attempts)[:80]!r} is not 1..{MAX_ATTEMPTS}")
     return sub, dict(repeats), attempts
