@@ -284,3 +284,18 @@ def test_a_launch_env_value_with_a_newline_is_judged_and_sealed(place: Path) -> 
     assert "Traceback" not in out
     assert holds_secret(run) == [] and not any(b"s3cr3t\nvalue" in p.read_bytes() for p in run.rglob("*")
                                                if p.is_file())
+
+
+@pytest.mark.parametrize("verb", [["report", "{run}", "--no-record"], ["up", "--resume", "{run}"],
+                                  ["explain", "{run}"], ["diff", "{run}", "{run}"]])
+def test_any_run_directory_with_a_link_is_refused_before_it_is_read(place: Path, verb: list[str]) -> None:
+    """Not only a detached run: a rank's log that is a link out of the run directory is refused (exit 6)
+    by every verb that reads a run, before its figures could enter a table."""
+    run = RunDir.create(place, find_target(TARGET), load_hosts(DATA / "hosts-cpu.yaml"), run_id=RUN_ID).path
+    log = run / "cells" / "1n1g-fp32-bs8" / "r1" / "0-rc-node1.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(place.parents[4] / "outside.txt")
+    before = snapshot(place.parents[4], run)
+    code, out, took = run_cli([a.format(run=run) for a in verb])
+    assert code == 6 and "0-rc-node1.log is a link" in out, out
+    assert snapshot(place.parents[4], run) == before and took < TIME_BOUND_S
