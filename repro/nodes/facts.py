@@ -44,6 +44,7 @@ _TEXT_KEYS = ("name", "uuid", "pci_bus_id", "driver", "ecc", "vbios")
 #: The query of the processes on a node's GPUs; each field is one nvidia-smi documents for
 #: --query-compute-apps.
 COMPUTE_APPS_QUERY = "gpu_uuid,pid,process_name,used_gpu_memory"
+_SECTION, _RC = re.compile(r"@@repro:(\w+)"), re.compile(r"(.*)@@repro-rc:([0-9]{1,9})", re.DOTALL)
 
 _SCRIPT = r"""date +%s.%N
 export LC_ALL=C PATH="$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
@@ -92,10 +93,16 @@ def node_script(docker_host: str | None, extra: str = "") -> str:
 
 
 def parse_sections(text: str) -> dict[str, tuple[str, int]]:
-    """Split the script's output into name -> (output, exit status)."""
+    """The script's output as name -> (output, exit status), in one pass (whatever a node printed)."""
     out: dict[str, tuple[str, int]] = {}
-    for m in re.finditer(r"^@@repro:(\w+)\n(.*?)\n?@@repro-rc:(\d+)$", text, re.MULTILINE | re.DOTALL):
-        out[m[1]] = (m[2], int(m[3]))
+    name, body = None, []
+    for line in text.split("\n"):
+        if name is None:
+            name, body = (m[1] if (m := _SECTION.fullmatch(line)) else None), []
+        elif end := _RC.fullmatch(line):
+            out[name], name = ("\n".join([*body, end[1]] if end[1] else body), int(end[2])), None
+        else:
+            body.append(line)
     return out
 
 

@@ -231,11 +231,12 @@ def _check_json(archive: Path, member: str, path: Path, limits: Limits) -> None:
 
 
 @contextlib.contextmanager
-def opened_run(path: Path, limits: Limits = Limits()) -> Iterator[RunDir]:
-    """A run directory, or an archive unpacked into a temporary directory for the duration."""
+def opened_run(path: Path, limits: Limits = Limits(), *, links: bool = False) -> Iterator[RunDir]:
+    """A run directory, or an archive unpacked into a temporary directory for the duration (with ``links``,
+    a run directory's links are let through for the caller to report: ``repro audit``)."""
     path = Path(path)
     if path.is_dir():
-        yield RunDir.open(path)
+        yield RunDir.open(path, links=links)
         return
     if not is_archive(path):
         raise UsageError(f"{path} is neither a run directory nor a {SUFFIX} run archive")

@@ -450,7 +450,7 @@ def audit(path: Path, against: str | None = None, limits: Limits = Limits(),
         from repro.spec.manifest import find_target
 
         target = find_target(against)
-    with opened_run(path, limits) as run:
+    with opened_run(path, limits, links=True) as run:
         checks = audit_run(run, target, keys)
     if is_archive(Path(path)):
         has = checksum_file(Path(path)).is_file()

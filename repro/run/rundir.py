@@ -10,11 +10,13 @@ folder, removed when ``repro report`` judges the run.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +41,8 @@ STATE_VERSION = 1
 #: ``<UTC time>-<target>-<6 hex>``, as make_run_id writes it.
 RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9._-]+-[0-9a-f]{6}\Z")
 MAX_PENDING = 1 << 16
+#: bytes of state.json read (a run of a thousand repeats of a hundred cells writes a few MB)
+MAX_STATE = 64 << 20
 
 #: libyaml's safe dumper and loader where PyYAML has them (the same documents, several times faster)
 _DUMPER = libyaml(yaml.SafeDumper) or yaml.SafeDumper
@@ -90,11 +94,67 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def read_bytes(path: Path, limit: int, *, whole: bool = False) -> bytes:
+    """At most ``limit`` bytes of a file in a run directory (whose files come from anyone): opened without
+    following a link, and refused unless a regular file (a link, FIFO or device is a ProvenanceError). With
+    ``whole``, a file holding more than ``limit`` bytes is refused rather than cut."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ProvenanceError(f"{path} is a link: a run directory holds only files and folders",
+                                  hint="the run directory was altered; take it from its archive") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProvenanceError(f"{path} is not a regular file (a FIFO, socket or device); "
+                                  "a run directory holds only files")
+        data = f.read(limit + 1 if whole else limit)
+    if whole and len(data) > limit:
+        raise ProvenanceError(f"{path} holds more than {limit} bytes, more than the kit ever writes there",
+                              hint="the run directory was altered; take it from its archive")
+    return data
+
+
 def read_head(path: Path, limit: int) -> str:
     """The first ``limit`` bytes of a file a job or a node wrote into the run directory, as text (bytes that
-    are not UTF-8 replaced)."""
-    with path.open("rb") as f:
-        return f.read(limit).decode("utf-8", "replace")
+    are not UTF-8 replaced); ``read_bytes`` opens it."""
+    return read_bytes(path, limit).decode("utf-8", "replace")
+
+
+def read_whole(path: Path, limit: int) -> str:
+    """A whole file of the run directory of at most ``limit`` bytes, as text (``read_bytes``)."""
+    return read_bytes(path, limit, whole=True).decode("utf-8", "replace")
+
+
+def read_json(path: Path, limit: int) -> Any:
+    """A JSON document of the run directory of at most ``limit`` bytes; not JSON, or nested past what the
+    parser takes: a ProvenanceError naming the file."""
+    text = read_whole(path, limit)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ProvenanceError(f"{path}: not JSON ({e})",
+                              hint="the run directory was damaged or altered") from None
+    except RecursionError:
+        raise ProvenanceError(f"{path}: nested too deeply",
+                              hint="the run directory was damaged or altered") from None
+
+
+def verify_tree(path: Path, *, links: bool = False) -> None:
+    """Every entry under ``path`` a regular file or a folder, before anything in it is read, written or
+    removed: a link (which could lead out of it, or to a device) or a FIFO, socket or device (which would
+    block whoever reads it) is a ProvenanceError naming it; a tree deeper than ``repro.tree.MAX_DEPTH`` as
+    well. With ``links``, links are let through (never followed) for a caller that reports them itself."""
+    for p in walk(path, ProvenanceError):
+        mode = p.lstat().st_mode
+        if stat.S_ISLNK(mode) and not links:
+            raise ProvenanceError(f"{p} is a link (to {os.readlink(p)}); a run directory holds only files "
+                                  "and folders", hint="the run directory was altered; take it from its "
+                                                      "archive")
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
+                                  "a run directory holds only files")
 
 
 def _hosts_doc(hosts: Hosts) -> dict[str, Any]:
@@ -193,16 +253,15 @@ class RunDir:
         return run
 
     @classmethod
-    def open(cls, path: Path, *, env: Mapping[str, str] | None = None) -> RunDir:
+    def open(cls, path: Path, *, env: Mapping[str, str] | None = None, links: bool = False) -> RunDir:
+        """An existing run directory, its tree verified first (``verify_tree``); with ``links``, links are
+        let through for a caller that reports them itself (``repro audit``)."""
         path = Path(path)
         missing = [n for n in (MANIFEST, STATE) if not (path / n).is_file()]
         if missing:
             raise UsageError(f"{path} is not a run directory (no {', '.join(missing)})",
                              hint="give a logs/<run-id>/ directory written by `repro up`, or its .tar.gz")
-        for p in walk(path, ProvenanceError):  # a FIFO or device would block whoever reads it: refused now
-            if not (p.is_symlink() or p.is_file() or p.is_dir()):
-                raise ProvenanceError(f"{p} is not a regular file (a FIFO, socket or device); "
-                                      "a run directory holds only files")
+        verify_tree(path, links=links)
         return cls(path, Redactor.from_envs(os.environ if env is None else env))
 
     def load_manifest(self) -> Manifest:
@@ -210,6 +269,8 @@ class RunDir:
 
     # ------------------------------------------------------------ writing
     def write_text(self, name: str, text: str) -> Path:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ProvenanceError(f"{name!r} is not a name inside the run directory {self.path}")
         path = self.path / name
         atomic_write(path, self.redactor.text(text).encode("utf-8"))
         return path
@@ -243,11 +304,9 @@ class RunDir:
     def read_state(self) -> dict[str, Any]:
         path = self.file(STATE)
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            state = read_json(path, MAX_STATE)
+        except OSError as e:
             raise ProvenanceError(f"cannot read {path}: {e}") from e
-        except RecursionError:
-            raise ProvenanceError(f"cannot read {path}: nested too deeply") from None
         problem = _state_problem(state)
         if problem:
             raise ProvenanceError(f"{path}: {problem}", hint="the run directory was damaged or altered")

@@ -13,14 +13,13 @@ where, the Slurm package knows (``repro.run.schedulers.slurm.jobfiles``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
-from repro.errors import RunFailed, UsageError
+from repro.errors import ProvenanceError, RunFailed, UsageError
 from repro.events import Event, Progress, ignore
 from repro.images import ImagesResult
 from repro.redact import Redactor
-from repro.run.rundir import DONE, FAILED, SUMS, RunDir, make_run_id
+from repro.run.rundir import DONE, FAILED, SUMS, RunDir, make_run_id, read_json
 from repro.run.schedulers import KEYS, SCHEDULERS
 from repro.run.schedulers import slurm
 from repro.run.schedulers.slurm import IMAGE, RECORD, JobView, is_detached, seconds_of
@@ -28,6 +27,9 @@ from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.up.finishing import keep_scheduler_facts
 from repro.up.start import (Start, UpOptions, UpResult, before_nodes, image_record, new_run,
                             probe_image, start, target_manifest)
+
+#: bytes of job/record.json or job/image.json read (the record as begun, the image's facts: well under this)
+MAX_JOB_RECORD = 64 << 20
 
 __all__ = ["adopt", "image_failure", "is_detached", "status_text", "submit", "view"]
 
@@ -127,7 +129,7 @@ def adopt(run_path: Path) -> UpResult:
     _write_state(run, jv)
     slurm.drop_inputs(run.path)
     manifest = run.load_manifest()
-    record = json.loads(run.file(RECORD).read_text(encoding="utf-8"))
+    record = _job_json(run, RECORD, "hosts")
     inventory = load_hosts(run.file("hosts.yaml"))
     hosts = dataclasses.replace(inventory, nodes=tuple(Node(n, a) for n, a in jv.nodes), gpus=None)
     record["hosts"]["nodes"] = [{"name": n, "address": a} for n, a in jv.nodes]
@@ -148,6 +150,16 @@ def image_failure(result: UpResult) -> RunFailed | None:
     return slurm.image_failure(result.record, result.run.path)
 
 
+def _job_json(run: RunDir, name: str, key: str) -> dict:
+    """What the submitting side wrote for the job (``job/record.json``, ``job/image.json``): an object with
+    ``key``, or a ProvenanceError naming the file."""
+    doc = read_json(run.file(name), MAX_JOB_RECORD)
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), dict if key == "hosts" else object):
+        raise ProvenanceError(f"{run.file(name)}: not what `repro up --detach` writes (an object with "
+                              f"{key!r})", hint="the run directory was damaged or altered")
+    return doc
+
+
 def _write_state(run: RunDir, jv: JobView) -> None:
     state = run.read_state()
     for (key, r), rep in jv.repeats.items():
@@ -165,7 +177,7 @@ def _add_nodes(run: RunDir, record: dict, hosts: Hosts) -> None:
     from repro.nodes.preflight import node_report
     from repro.record import provenance
 
-    image = json.loads(run.file(IMAGE).read_text(encoding="utf-8"))
+    image = _job_json(run, IMAGE, "container")
     for i, node in enumerate(hosts.nodes):
         said = slurm.probe_output(run.path, i, node.name)
         host = node_report(node, said[0], Fact(detail="srun"), said[1], "exit 0").host if said else None

@@ -20,25 +20,38 @@ image's facts.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro.errors import ProvenanceError, ReproError, RunFailed
-from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, read_head
+from repro.layout import CELL_KEY
+from repro.run.rundir import DONE, FAILED, PENDING, RUNNING, RunDir, read_head, read_json, read_whole
 from repro.run.schedulers.slurm.commands import ENDED_BY_SLURM, cli, fields, stamp
 from repro.run.schedulers.slurm.detached import EVENTS, JOB_DIR, NODES, SUBMITTED, TOKEN, telemetry_output
 from repro.run.schedulers.slurm.enroot import NOT_READY, image_problems, node_facts
 from repro.run.schedulers.slurm.steps import task_exits
+from repro.tree import remove
 
 RECORD, IMAGE = "job/record.json", "job/image.json"
 MAX_EVENTS = 1 << 20  # bytes of job/events read (a run of thousands of repeats writes well under this)
-_EVENT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) (\S+)(?: (.*))?$")
+#: bytes of the job's small files read: job/submitted.json, job/nodes, a probe's output, marks, srun's report
+MAX_SMALL = 1 << 20
+#: bytes of what the submitting side wrote for the job (the record begun, the image's facts, the script)
+MAX_RECORD = 64 << 20
+_EVENT = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z) (\S+)(?: (.*))?", re.ASCII)
+#: Slurm's job id: a job (``123``) or an array task (``123_4``)
+JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?", re.ASCII)
+_EPOCH = re.compile(r"[0-9]{1,11}(?:\.[0-9]{1,9})?", re.ASCII)  # the agent's start mark: seconds
+COUNT = re.compile(r"[0-9]{1,6}", re.ASCII)       # a repeat or attempt in the job's lines
+CODE = re.compile(r"-?[0-9]{1,6}", re.ASCII)      # an exit status
+NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", re.ASCII)
+#: the most repeats of a cell and attempts of a repeat a manifest can ask for (its schema's limits)
+MAX_REPEATS, MAX_ATTEMPTS, MAX_CELLS = 1000, 101, 4096
+MAX_PLANNED = 100_000  # repeats of a run in all (each a line of `repro status`)
 #: timeout(1)'s status when the repeat's time ran out, and when its kill after the grace time was needed
 TIMED_OUT = (124, 137)
 
@@ -86,14 +99,8 @@ def read_job(run: Path, state_of: Callable[[str], str | None] | None = None) -> 
     """The job's progress from the run directory, and the job's state from ``state_of`` (e.g.
     ``slurm_state``) where it can tell."""
     run = Path(run)
-    try:
-        sub = json.loads((run / SUBMITTED).read_text(encoding="utf-8"))
-        view = JobView(str(sub["job_id"]), sub)
-        planned = {k: int(n) for k, n in sub["repeats"].items()}
-        attempts = int(sub["attempts"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ProvenanceError(f"{run / SUBMITTED}: not a detached run's record ({e})",
-                              hint="give a run directory `repro up --detach` wrote") from None
+    sub, planned, attempts = submitted(run)
+    view = JobView(sub["job_id"], sub)
     view.repeats = {(k, r): Repeat(k, r) for k, n in planned.items() for r in range(1, n + 1)}
     view.nodes = _nodes(run)
     _events(run, view, attempts)
@@ -104,14 +111,45 @@ def read_job(run: Path, state_of: Callable[[str], str | None] | None = None) -> 
     return view
 
 
+def submitted(run: Path) -> tuple[dict[str, Any], dict[str, int], int]:
+    """``job/submitted.json``, checked as what it is (the run directory comes from anyone): the record, each
+    cell's planned repeats and the attempts of a repeat."""
+    path = run / SUBMITTED
+
+    def bad(why: str) -> ProvenanceError:
+        return ProvenanceError(f"{path}: {why}", hint="give a run directory `repro up --detach` wrote")
+
+    try:
+        sub = read_json(path, MAX_SMALL)
+    except OSError as e:
+        raise bad(f"cannot read it ({e.strerror})") from None
+    if not isinstance(sub, dict):
+        raise bad("not a detached run's record (an object)")
+    job_id, repeats, attempts = sub.get("job_id"), sub.get("repeats"), sub.get("attempts")
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = sub["job_id"] = str(job_id)
+    if not (isinstance(job_id, str) and JOB_ID.fullmatch(job_id)):
+        raise bad(f"job_id {str(job_id)[:80]!r} is not a Slurm job id (123, or 123_4 for an array task)")
+    if not (isinstance(repeats, dict) and 0 < len(repeats) <= MAX_CELLS and all(
+            isinstance(k, str) and CELL_KEY.match(k) and type(n) is int and 0 <= n <= MAX_REPEATS
+            for k, n in repeats.items()) and sum(repeats.values()) <= MAX_PLANNED):
+        raise bad(f"repeats: not each cell's repeats (a cell key like 1n8g-fp32-bs256 to 0..{MAX_REPEATS}, "
+                  f"at most {MAX_CELLS} cells and {MAX_PLANNED} repeats in all)")
+    if sub.get("container") not in ("docker", "pyxis") or not isinstance(sub.get("image"), str):
+        raise bad("container and image: not what `repro up --detach` records (docker or pyxis, an image)")
+    if not (type(attempts) is int and 1 <= attempts <= MAX_ATTEMPTS):
+        raise bad(f"attempts: {str(attempts)[:80]!r} is not 1..{MAX_ATTEMPTS}")
+    return sub, dict(repeats), attempts
+
+
 def _nodes(run: Path) -> list[tuple[str, str]]:
     path = run / NODES
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:4096]:
+    for line in read_head(path, MAX_SMALL).splitlines()[:4096]:
         parts = line.split()
-        if len(parts) == 3 and parts[0] == str(len(out)):
+        if len(parts) == 3 and parts[0] == str(len(out)) and NODE.fullmatch(parts[1]) and len(parts[2]) < 256:
             out.append((parts[1], parts[2]))
     return out
 
@@ -121,8 +159,8 @@ def _events(run: Path, view: JobView, attempts: int) -> None:
     if not path.is_file():
         return
     for line in read_head(path, MAX_EVENTS).splitlines():
-        m = _EVENT.match(line)
-        if not m:
+        m = _EVENT.fullmatch(line)
+        if not m or not _a_time(m.group(1)):
             continue
         when, word, rest = m.group(1), m.group(2), (m.group(3) or "").split()
         view.last = when
@@ -132,19 +170,29 @@ def _events(run: Path, view: JobView, attempts: int) -> None:
             view.started = when
         elif word == "shared":
             view.shared = True
-        elif word == "end" and rest and rest[0].lstrip("-").isdigit():
+        elif word == "end" and rest and CODE.fullmatch(rest[0]):
             view.end = (int(rest[0]), " ".join(rest[1:]), when)
-        elif word in ("start", "exit") and len(rest) >= 3 and rest[1].isdigit() and rest[2].isdigit():
+        elif word in ("start", "exit") and len(rest) >= 3 and all(COUNT.fullmatch(w) for w in rest[1:3]):
             rep = view.repeats.get((rest[0], int(rest[1])))
-            if rep is None:
+            if rep is None or int(rest[2]) > attempts:
                 continue
             rep.attempts = max(rep.attempts, int(rest[2]))
             if word == "start":
                 rep.status, rep.started, rep.ended, rep.code, rep.why = RUNNING, when, None, None, None
-            elif len(rest) >= 4 and rest[3].lstrip("-").isdigit():
+            elif len(rest) >= 4 and CODE.fullmatch(rest[3]):
                 rep.code, rep.ended = int(rest[3]), when
                 rep.status = DONE if rep.code == 0 else FAILED if int(rest[2]) >= attempts else PENDING
                 rep.why = None if rep.code == 0 else why_failed(rep.code, view, srun_said(run, *rest[:3]))
+
+
+def _a_time(when: str) -> bool:
+    from datetime import datetime
+
+    try:
+        datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return False
+    return True
 
 
 def why_failed(code: int, view: JobView, said: str | None = None) -> str:
@@ -177,12 +225,12 @@ def _shared(run: Path, view: JobView) -> bool:
     """Here (the submitting side) the run directory holds every node's token: what the nodes wrote is seen
     here."""
     try:
-        token = (run / TOKEN).read_text(encoding="utf-8")
+        token = read_head(run / TOKEN, 256)
     except OSError:
         return False
     for i, (name, _) in enumerate(view.nodes):
         f = run / "job" / "shared" / f"{i}-{name}"
-        if not f.is_file() or f.read_text(encoding="utf-8", errors="replace") != token:
+        if not f.is_file() or read_head(f, 256) != token:
             return False
     return True
 
@@ -222,7 +270,7 @@ def rank_marks(run: Path, key: str, repeat: int, attempt: int, rank: int) -> dic
     out: dict[str, str] = {}
     if not path.is_file():
         return out
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[:64]:
+    for line in read_head(path, MAX_SMALL).splitlines()[:64]:
         word, _, rest = line.removeprefix("##repro ").partition(" ")
         out.setdefault(word, rest)
     return out
@@ -231,7 +279,7 @@ def rank_marks(run: Path, key: str, repeat: int, attempt: int, rank: int) -> dic
 def task_codes(run: Path, key: str, repeat: int, attempt: int, nodes: list[str]) -> dict[str, int]:
     """The non-zero exit statuses srun reported for the attempt's tasks, by node."""
     path = run / "job" / "steps" / key / f"r{repeat}a{attempt}.srun"
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[:4096] if path.is_file() else []
+    lines = read_head(path, MAX_SMALL).splitlines()[:4096] if path.is_file() else []
     return task_exits(lines, nodes)
 
 
@@ -256,25 +304,37 @@ def image_facts(run: Path, view: JobView) -> tuple[dict[str, Any], list[str]]:
 
 # -------------------------------------------------------------------------------- once the job is over
 def job_envs(run: Path) -> list[Mapping[str, str]]:
-    """The environments the job's inputs held (their secret values are scrubbed from what it wrote)."""
+    """The environments the job's inputs held (their secret values are scrubbed from what it wrote): a
+    pyxis step's ``KEY.env`` (``export NAME=VALUE``, shell-quoted, a value may hold a newline), the agent's
+    ``docker create -e`` flags in ``KEY.json``. An input that is neither: a ProvenanceError naming it."""
     import os
 
     envs: list[Mapping[str, str]] = [os.environ]
     for f in sorted((run / JOB_DIR / "in").glob("*")):
-        text = f.read_text(encoding="utf-8", errors="replace")
-        if f.suffix == ".env":  # export NAME=VALUE a line
-            words = [shlex.split(ln)[-1] for ln in text.splitlines() if ln.startswith("export ")]
-            envs.append(dict(w.split("=", 1) for w in words if "=" in w))
-        elif f.suffix == ".json":
-            flags = [a for rank in json.loads(text).get("ranks", []) for a in rank.get("create", [])]
-            envs.append(dict(a[3:].split("=", 1) for a in flags if a.startswith("-e=") and "=" in a[3:]))
+        if f.suffix not in (".env", ".json"):
+            continue
+        try:
+            envs.append(_env_of(f))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ProvenanceError(f"{f}: not an input the job's script reads ({e})",
+                                  hint="the run directory was damaged or altered") from None
     return envs
 
 
+def _env_of(f: Path) -> dict[str, str]:
+    if f.suffix == ".env":
+        words = shlex.split(read_whole(f, MAX_RECORD))
+        return dict(w.split("=", 1) for before, w in zip(words, words[1:]) if before == "export" and "=" in w)
+    ranks = read_json(f, MAX_RECORD).get("ranks", [])
+    flags = [a for rank in ranks for a in rank.get("create", []) if isinstance(a, str)]
+    return dict(a[3:].split("=", 1) for a in flags if a.startswith("-e=") and "=" in a[3:])
+
+
 def drop_inputs(run: Path) -> None:
-    """The job's inputs removed (per-run keys, secret values), once what the job wrote is scrubbed."""
+    """The job's inputs removed (per-run keys, secret values), once what the job wrote is scrubbed; no link
+    is followed."""
     for secret in ("in", "run"):
-        shutil.rmtree(run / JOB_DIR / secret, ignore_errors=True)
+        remove(run / JOB_DIR / secret)
 
 
 def probe_output(run: Path, i: int, node: str) -> tuple[str, float] | None:
@@ -283,7 +343,7 @@ def probe_output(run: Path, i: int, node: str) -> tuple[str, float] | None:
     out = run / JOB_DIR / "probe" / f"{i}-{node}.out"
     if not out.is_file():
         return None
-    return out.read_text(encoding="utf-8", errors="replace").partition("\n")[2], out.stat().st_mtime
+    return read_head(out, MAX_SMALL).partition("\n")[2], out.lstat().st_mtime
 
 
 def rank_outcomes(run: Path, rep: Repeat,
@@ -294,9 +354,10 @@ def rank_outcomes(run: Path, rep: Repeat,
     out = []
     for rank, node in ranks:
         marks = rank_marks(run, rep.cell, rep.repeat, rep.attempts, rank)
-        started = stamp(float(marks["started"])) if "started" in marks else rep.started
+        said = marks.get("started", "")
+        started = stamp(float(said)) if _EPOCH.fullmatch(said) else rep.started
         code = marks.get("exited", "")
-        out.append((started, int(code) if code.lstrip("-").isdigit() else
+        out.append((started, int(code) if CODE.fullmatch(code) else
                     codes.get(node, 0 if rep.code == 0 else None)))
     return out
 
@@ -368,7 +429,7 @@ def job_facts(run: Path, jv: JobView, settings: Mapping[str, str],
              **{k: settings.get(k) for k in ("account", "qos", "reservation", "time", "constraint",
                                              "exclude")},
              "container": jv.submitted.get("container"), "nodes": [n for n, _ in jv.nodes],
-             "sbatch_script": (run / JOB_DIR / "batch.sbatch").read_text(encoding="utf-8"),
+             "sbatch_script": read_whole(run / JOB_DIR / "batch.sbatch", MAX_RECORD),
              "submitted": jv.submitted.get("submitted"), "state": jv.state,
              "script_exit": list(jv.end[:2]) if jv.end else None, "steps": steps}
     return {**facts, "image": image} if image else facts

@@ -46,7 +46,8 @@ from repro.spec.hosts import Node
 MARK = "##repro "
 TAIL = 20  # lines of each rank's output a failure shows
 STOP_WAIT_S = 60  # how long a stopped step's srun gets to end before it is killed
-TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([\d,-]+): Exited with exit code (\d+)$")
+TASK_EXIT = re.compile(r"^srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code ([0-9]{1,6})$",
+                       re.ASCII)
 
 StepEvent = tuple[str, int, str]  # (kind, rank, text): line, started, exited, error
 
