@@ -6,8 +6,9 @@
   the ranks through the pass-through list; each rank keeps every CPU Slurm gave its node (``--cpu-bind=none``,
   as the plan says for a one-launcher-a-node target);
 - detached: the same environment rule in the batch script's steps;
-- a cell that asks for unlimited locked memory passes when the submitting process runs under 64 KiB (srun
-  propagates every limit but MEMLOCK; the compute nodes' slurmd must give unlimited, LimitMEMLOCK=infinity).
+- a cell that asks for unlimited locked memory, with the submitting process under 64 KiB: each rank gets its
+  node's limit (srun propagates every limit but MEMLOCK), and since the test cluster's nodes give 8 MiB, the
+  check inside the container stops the cell with that value and the fix.
 
 Each rank prints what it sees before torchrun starts (the probe target's command is wrapped), into its own
 log in the run directory. Minutes on the test cluster: about 3 for the attached run (one import, one 2-node
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -37,9 +39,12 @@ PROBE = ('echo "repro-probe cpus $(grep Cpus_allowed_list /proc/self/status | cu
          'echo "repro-probe cpus-on-node $SLURM_CPUS_ON_NODE"; echo "repro-probe memlock $(ulimit -l)"; '
          'echo "repro-probe leak $(ls -d /mnt/repro-leak 2>/dev/null || echo none)"; '
          'env | sort | sed "s/^/repro-env /"; exec "$@"')
-LEAKS = {"PYTHONPATH": f"{ROOT}:/opt/repro-leak/py", "LD_PRELOAD": "librepro-leak.so",
+#: a login node's LD_PRELOAD names a library that is there (a missing one makes every process of the login
+#: shell, srun included, print ld.so's complaint)
+PRELOAD = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6") if Path(p).is_file())
+LEAKS = {"PYTHONPATH": f"{ROOT}:/opt/repro-leak/py", "LD_PRELOAD": PRELOAD,
          "NCCL_DEBUG_SUBSYS": "REPRO_LEAK", "UCX_TLS": "repro-leak", "PYXIS_CONTAINER_MOUNTS": "/etc:/mnt/repro-leak",
-         "REPRO_PASS_ME": "through"}
+         "REPRO_SITE_VALUE": "through"}
 #: the site's ``module``: a shell function from a file the prelude sources
 MODULES_SH = 'module() { if [ "$1" = load ]; then SITE_MODULE="$2"; export SITE_MODULE; fi; }\n'
 
@@ -74,10 +79,12 @@ def targets(cpu_torch: dict, tmp_path_factory: pytest.TempPathFactory, env: dict
 
 def inventory(cluster: dict, folder: Path) -> Path:
     """The cluster's nodes under pyxis, the pass-through list and the prelude (its file where every node and
-    the batch host see it: the test's folder, as the run directory)."""
+    the batch host see it: the test's folder, as the run directory); each node imports the image into its own
+    node-local folder (``/tmp`` is one folder for both nodes of the test cluster)."""
     (folder / "modules.sh").write_text(MODULES_SH)
+    image_dir = f"{cluster['pyxis']['node_local']}/tmp/repro-site-env-{folder.name}"
     section = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxis", "keep_image": "no",
-               "export": ["REPRO_PASS_ME", "SITE_MODULE"]}
+               "image_dir": image_dir, "export": ["REPRO_SITE_VALUE", "SITE_MODULE"]}
     f = folder / "hosts.yaml"
     f.write_text(Path(cluster["hosts_file"]).read_text() + "scheduler: " + json.dumps(section) + "\n"
                  + "prelude: " + json.dumps([f". {folder / 'modules.sh'}"]) + "\nmodules: [site-mpi]\n")
@@ -124,7 +131,7 @@ def check_rank_env(logs: Path) -> list[tuple[dict[str, str], dict[str, str]]]:
         assert probe["leak"] == "none", probe  # PYXIS_CONTAINER_MOUNTS changed no container
         assert "repro-leak" not in environ.get("PYTHONPATH", "") and "LD_PRELOAD" not in environ
         assert "NCCL_DEBUG_SUBSYS" not in environ and "UCX_TLS" not in environ
-        assert environ["REPRO_PASS_ME"] == "through"  # named by the hosts file's scheduler.export
+        assert environ["REPRO_SITE_VALUE"] == "through"  # named by the hosts file's scheduler.export
         assert environ["SITE_MODULE"] == "site-mpi"  # set by the prelude's `module load site-mpi`
     return out
 
@@ -158,15 +165,26 @@ def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
     check_rank_env(run / "cells" / CELL / "r1")
 
 
-def test_a_low_limit_where_repro_runs_is_not_propagated(cluster, env, targets, tmp_path):
+def test_a_rank_gets_the_nodes_locked_memory_never_the_submitting_processs(cluster, env, targets, tmp_path):
+    """The cell asks for unlimited locked memory (as an RDMA cell does); ``repro up`` runs under 64 KiB. srun
+    propagates every limit but MEMLOCK, so each rank gets its node's limit, not 64 KiB; the test cluster's slurmd
+    has 8 MiB (its hard limit here, which this machine cannot raise; a GPU node's slurmd.service gives infinity),
+    so the check inside the container stops the cell before the target starts, with the value and the fix."""
     def low() -> None:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, 64 << 10))
 
+    node_kib = {int(ln.split()[3]) // 1024 for pid in subprocess.run(["pgrep", "-x", "slurmd"], capture_output=True,
+                                                                       text=True).stdout.split()
+                for ln in Path(f"/proc/{pid}/limits").read_text().splitlines() if ln.startswith("Max locked memory")}
+    assert len(node_kib) == 1 and node_kib != {64}, node_kib
     done = up(targets["memlock"], inventory(cluster, tmp_path), tmp_path / "runs", cluster, env, preexec=low)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 5, done.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
-    for probe, _ in check_rank_env(run / "cells" / CELL / "r1"):
-        assert probe["memlock"] == "unlimited", probe
-    step = next(s for s in json.loads((run / "provenance.json").read_text())["scheduler"][0]["steps"]
-                if s["cell"] == CELL)
+    said = "".join(f.read_text(errors="replace") for f in (run / "cells" / CELL).rglob("*") if f.is_file())
+    seen_kib = {int(k) for k in re.findall(r"locked memory is limited to (\d+) KiB in the container", said)}
+    assert seen_kib == node_kib, said[-3000:]  # the node's limit reached every rank; 64 KiB reached none
+    assert "LimitMEMLOCK=infinity" in said and "PropagateResourceLimitsExcept=MEMLOCK" in said
+    assert not re.search(r"^(\d+: )?repro-probe ", said, re.M)  # stopped before the target's command printed
+    record = json.loads((run / "provenance.json").read_text())
+    step = next(s for s in record["scheduler"][0]["steps"] if s["cell"] == CELL)
     assert "--propagate=AS,CORE,CPU,DATA,FSIZE,NOFILE,NPROC,RSS,STACK" in step["srun"]
