@@ -17,3 +17,22 @@ def job_processes(job: str, marker: bytes) -> list[str]:
         except OSError:  # gone meanwhile, or not a process
             continue
     return out
+
+
+def repeat_files(run: Path, cell: str, node: str, head: int, *more: str) -> str:
+    """What a page shows of a repeat's folder: its listing (``ls``), the first ``head`` lines of ``node``'s
+    telemetry samples, then ``more`` lines (each a command's printed answer), as one text."""
+    rep = run / "cells" / cell / "r1"
+    listing = "  ".join(sorted(p.name for p in rep.iterdir()))
+    samples = (rep / f"telemetry-{node}.txt").read_text().splitlines()[:head]
+    return "\n".join([listing, *samples, *more])
+
+
+def cpu_summary(run: Path, cell: str) -> str:
+    """The cell's telemetry summary's ``cpu`` and ``gpu`` parts as one JSON line."""
+    import json
+
+    from repro.nodes.telemetry import summary
+
+    s = summary(run, cell)
+    return json.dumps({k: s[k] for k in ("cpu", "gpu")})

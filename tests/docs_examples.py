@@ -129,3 +129,63 @@ def normalise(text: str, paths: dict[str, str]) -> str:
     for real, shown in sorted(paths.items(), key=lambda kv: -len(kv[0])):
         text = text.replace(real, shown)
     return text
+
+
+# ------------------------------------------------------------------ cluster examples, compared by shape
+#: what differs between two real runs of the same command on the test cluster, each written as one token:
+#: ISO times, clock times, digests, run directory names, container ids, the submitting host's name, paths,
+#: numbers (job ids, sizes, seconds, figures)
+_VOLATILE = [(re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:\d\d)?"), "<when>"),
+             (re.compile(r"\b\d{1,2}:\d\d:\d\d\b"), "<time>"),
+             (re.compile(r"sha256:[0-9a-f]{12,64}"), "<digest>"),
+             (re.compile(r"\d{8}T\d{6}Z-[\w.-]+?-[0-9a-f]{6}\b"), "<run>"),
+             (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hex>"),
+             (re.compile(r"(?<=\bfrom )[\w.-]+(?=\))"), "<host>"),
+             (re.compile(r"(?<![\w.])/[^\s,;:()'\"`|]+"), "<path>"),
+             (re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?"), "<n>")]
+
+
+def shape(line: str) -> str:
+    """A line of output with what changes between runs replaced, and runs of blanks (table padding) as one."""
+    for pattern, token in _VOLATILE:
+        line = pattern.sub(token, line)
+    return re.sub(r"-{3,}", "---", " ".join(line.split()))
+
+
+def cluster_example(ident: str) -> Example:
+    """The page's cluster block marked ``TEST#IDENT``."""
+    found = [e for p in pages() for e in examples(p) if e.kind == "cluster"
+             and any(t.partition("#")[2] == ident for t in e.arg.split())]
+    assert len(found) == 1, f"one cluster example marked #{ident} expected, found {[e.name for e in found]}"
+    return found[0]
+
+
+def shape_mismatch(expected: list[str], *streams: str) -> str | None:
+    """None if every line of ``expected`` (its ``$`` lines aside) is, by shape, a line of one of the produced
+    ``streams`` (stdout, stderr, a file), each stream's lines found in its own order (the page may leave lines
+    out, and interleaves the streams as a terminal shows them); else the first page line not found."""
+    got = [[shape(ln) for ln in s.splitlines()] for s in streams]
+    at = [0] * len(streams)
+    for want in expected:
+        if want.startswith("$ ") or not want.strip() or want.startswith("..."):
+            continue
+        cut = want.endswith(" ...")
+        key = shape(want[:-4] if cut else want)
+        for i, lines in enumerate(got):
+            k = next((k for k in range(at[i], len(lines)) if (lines[k].startswith(key) if cut else lines[k] == key)),
+                     None)
+            if k is not None:
+                at[i] = k + 1
+                break
+        else:
+            return f"not produced (in order) by shape: {want!r}\n  as shape: {key!r}"
+    return None
+
+
+def assert_cluster_example(ident: str, *streams: str) -> None:
+    """What an integration test produced (one or more streams) has the shape of the page's block marked
+    ``#IDENT``: the same lines in the same order, up to times, digests, paths and figures."""
+    example = cluster_example(ident)
+    problem = shape_mismatch(example.body.splitlines(), *streams)
+    shown = "\n--- next stream:\n".join(streams)
+    assert problem is None, f"{example.name} (#{ident}): {problem}\n--- produced:\n{shown}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import run_cli
-from docs_examples import KINDS, ROOT, Example, apply_filter, examples, matches, normalise, pages, parse_command
+from docs_examples import (KINDS, ROOT, Example, apply_filter, examples, matches, normalise, pages, parse_command,
+                           shape, shape_mismatch)
 from test_explain import slow_run
 from test_store import factors, log_tree
 from test_userlogs import scaled_copy
@@ -151,8 +153,10 @@ def test_every_command_block_is_marked_and_every_mark_is_known() -> None:
     assert not [e.name for e in OFFLINE if e.arg and e.arg not in SETUPS]
     for e in MARKED:
         if e.kind == "cluster":
-            tests = e.arg.split()
-            assert tests and all((ROOT / t).is_file() for t in tests), f"{e.name}: no such test: {e.arg}"
+            test, _, ident = e.arg.partition("#")
+            assert (ROOT / test).is_file() and ident, f"{e.name}: give TEST.py#ID of an existing test: {e.arg}"
+            assert f'assert_cluster_example("{ident}"' in (ROOT / test).read_text(), (
+                f"{e.name}: {test} does not compare its output with #{ident}")
         elif e.kind in ("manual", "network", "measured"):
             assert e.arg, f"{e.name}: say what it needs"
 
@@ -192,6 +196,36 @@ def test_an_edited_output_fails(tmp_path: Path) -> None:
     edits = [expected[:i] + [expected[i].replace("389.538", "389.539")] + expected[i + 1:],
              expected[:i] + expected[i + 1:], expected[:i] + ["| 2 GPUs | x |"] + expected[i:]]
     assert not any(matches(edited, got) for edited in edits)
+
+
+CLUSTER = [e for e in MARKED if e.kind == "cluster"]
+
+
+@pytest.mark.parametrize("example", CLUSTER, ids=[e.name for e in CLUSTER])
+def test_a_cluster_example_fails_its_test_when_a_line_is_edited(example: Example) -> None:
+    """The block's own lines, with every time, digest, path and figure changed, pass; a word changed, a line
+    left out of what was produced or two lines swapped fail (so the integration test catches an edited page)."""
+    lines = [ln for ln in example.body.splitlines() if ln.strip() and not ln.startswith(("$ ", "..."))]
+    assert len(lines) >= 2, example.name
+    other = [re.sub(r"(?<![A-Za-z0-9])[0-9]+", lambda m: "7" * len(m[0]), ln).replace("/tmp/", "/var/tmp/") for ln in lines]
+    assert shape_mismatch(lines, "\n".join(other)) is None
+    words = next(i for i, ln in enumerate(lines) if re.search(r"[a-z]{4,}", shape(ln)))
+    edited = lines[:words] + [re.sub(r"[a-z]{4,}", "xyzzy", lines[words], count=1)] + lines[words + 1:]
+    assert shape_mismatch(edited, "\n".join(other)) is not None
+    assert shape_mismatch(lines, "\n".join(other[:words] + other[words + 1:])) is not None
+    first, second = next((i, j) for i in range(len(lines)) for j in range(i + 1, len(lines))
+                         if shape(lines[i]) != shape(lines[j]))
+    swapped = list(other)
+    swapped[first], swapped[second] = swapped[second], swapped[first]
+    assert shape_mismatch(lines, "\n".join(swapped)) is not None or len(set(map(shape, lines))) < len(lines)
+
+
+def test_the_shape_keeps_words_and_drops_what_changes_between_runs() -> None:
+    assert shape("03:41:28 info  image ready: rc-node1 imported (4.1.2)") == "<time> info image ready: rc-node<n> imported (<n>.<n>)"
+    assert shape("job 13 (submitted 2026-11-26T06:38:15.136+00:00 from vm): COMPLETED") == \
+        "job <n> (submitted <when> from <host>): COMPLETED"
+    assert shape("run directory /tmp/r/20261125T150355Z-torch-rn50-cpu-ad070a") == "run directory <path>"
+    assert shape("| 2 workers (2 nodes) |   1.90   |") == "| <n> workers (<n> nodes) | <n> |"
 
 
 def test_the_matcher_leaves_out_only_what_a_page_marks() -> None:

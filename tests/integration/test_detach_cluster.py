@@ -37,6 +37,7 @@ import docker
 import pytest
 
 from cluster_helpers import job_processes
+from docs_examples import assert_cluster_example
 from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm]
@@ -226,6 +227,7 @@ def test_pyxis_walk_away_one_import_per_node(cluster, env, target, image_dir, tm
         doc, (run / "job" / f"batch-{job}.out").read_text()[-3000:])
     assert [(r["cell"], r["repeat"], r["status"]) for r in doc["repeats"]] == [
         ("2n1g-fp32-bs8", 1, "done"), ("2n1g-fp32-bs8", 2, "done")]
+    assert_cluster_example("detached-pyxis-status", repro(env, "status", str(run)).stdout)
     # one import per node for the run: enroot's own line, once per import, in each node's image step log
     logs = sorted((run / "job" / "image").glob("*.log"))
     assert [p.name for p in logs] == ["0-rc-node1.log", "1-rc-node2.log"]

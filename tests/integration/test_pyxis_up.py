@@ -37,7 +37,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_helpers import job_processes
+from cluster_helpers import cpu_summary, job_processes, repeat_files
+from docs_examples import assert_cluster_example
 from repro.nodes.telemetry import parse_stream
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker, pytest.mark.slurm, pytest.mark.pyxis]
@@ -190,6 +191,9 @@ def test_torch_two_nodes_one_import_per_node_and_nothing_left(cluster, env, targ
         assert not on_node(cluster, node, image["file"]).exists()
     assert enroot_containers(cluster, alloc["job_id"]) == []
     check_telemetry(run, "2n1g-fp32-bs8", str(alloc["job_id"]))
+    assert_cluster_example("pyxis-torch", done.stderr, done.stdout)
+    assert_cluster_example("telemetry-pyxis", repeat_files(run, "2n1g-fp32-bs8", "rc-node2", 3, json.dumps(
+        prov["scheduler"][0]["steps"][0]["telemetry"]), cpu_summary(run, "2n1g-fp32-bs8")))
 
 
 def test_mpi_ranks_start_through_pmix_without_sshd(cluster, env, targets, image_dir, tmp_path):
@@ -205,6 +209,7 @@ def test_mpi_ranks_start_through_pmix_without_sshd(cluster, env, targets, image_
     head = (run / "cells" / "2n1g-fp32-bs8" / "r1" / "0-rc-node1.log").read_text()
     assert "rank 0 of 2" in head, head[-2000:]
     assert "rank 1 of 2" in (run / "cells" / "2n1g-fp32-bs8" / "r1" / "1-rc-node2.log").read_text()
+    assert_cluster_example("pyxis-mpi", done.stderr, done.stdout)
 
 
 def test_ctrl_c_cancels_the_job_leaves_no_container_and_resumes(cluster, env, targets, image_dir, tmp_path):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import docker
 import pytest
+from cluster_helpers import cpu_summary, repeat_files
+from docs_examples import assert_cluster_example
 
 from repro.nodes.telemetry import parse_stream, summary
 
@@ -97,6 +99,7 @@ def test_every_node_samples_cpu_load_while_the_cell_runs_and_the_sampler_stops_w
     cell = summary(run, "2n1g-fp32-bs8")
     assert cell is not None and cell["cpu"]["load1_max"] > 0 and 0 < cell["cpu"]["busy_share"] <= 1
     assert cell["gpu"] is None
+    assert_cluster_example("telemetry-ssh", repeat_files(run, "2n1g-fp32-bs8", "rc-node1", 7, cpu_summary(run, "2n1g-fp32-bs8")))
 
 
 def test_ctrl_c_during_a_cell_leaves_no_sampler_on_any_node(cluster, manifest, env, tmp_path):
