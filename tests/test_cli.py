@@ -210,3 +210,20 @@ def test_missing_hosts_file() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == "error: tests/data/good/no-such-hosts.yaml: no such file\n"
+
+
+def test_up_takes_the_build_sources_images_takes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A build `up` starts reads git mirrors and the OFED cache as `repro images` does."""
+    import repro.up
+
+    seen = []
+
+    def capture(target, opts, progress):
+        seen.append(opts.images.build)
+        raise repro.up.Interrupted(tmp_path)
+
+    monkeypatch.setattr(repro.up, "up", capture)
+    res = run_cli("up", "torch-rn50-cpu", "--git-mirror", "https://github.com/=/srv/git/", "--ofed-cache",
+                  str(tmp_path), "--no-record")
+    assert res.returncode == 130 and len(seen) == 1, res.stderr
+    assert seen[0].git_mirrors == (("https://github.com/", "/srv/git/"),) and seen[0].ofed_cache == tmp_path

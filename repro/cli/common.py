@@ -82,6 +82,27 @@ scheduler_option = click.option(
 )
 
 
+def _mirror(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    from repro.images.source import parse_mirror
+
+    try:
+        return tuple(parse_mirror(v) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+git_mirror_option = click.option(
+    "--git-mirror",
+    multiple=True,
+    metavar="PREFIX=URL",
+    callback=_mirror,
+    help="read source repositories starting with PREFIX from URL instead (a local mirror directory "
+    "or an internal server), e.g. https://github.com/=/srv/git/; repeatable",
+)
+
+
 def image_options(fn: F) -> F:
     """The options that say how a target's image is obtained; shared by `images` and `up`."""
     for option in reversed(
@@ -111,31 +132,16 @@ def image_options(fn: F) -> F:
                 type=click.Path(exists=True, file_okay=False, path_type=Path),
                 help="directory of *.whl files the build may install from",
             ),
+            click.option(
+                "--ofed-cache",
+                type=click.Path(file_okay=False, path_type=Path),
+                help="MLNX_OFED tarball directory",
+            ),
+            git_mirror_option,
         ]
     ):
         fn = option(fn)
     return fn
-
-
-def _mirror(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> tuple[tuple[str, str], ...]:
-    from repro.images.source import parse_mirror
-
-    try:
-        return tuple(parse_mirror(v) for v in values)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
-
-git_mirror_option = click.option(
-    "--git-mirror",
-    multiple=True,
-    metavar="PREFIX=URL",
-    callback=_mirror,
-    help="read source repositories starting with PREFIX from URL instead (a local mirror directory "
-    "or an internal server), e.g. https://github.com/=/srv/git/; repeatable",
-)
 
 
 def image_events(verbose: bool) -> Callable[[Any], None]:

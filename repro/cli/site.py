@@ -37,10 +37,6 @@ from repro.cli.common import (
 @click.option("--pull", "mode", flag_value="pull", help="only pull by digest; never build")
 @click.option("--build", "mode", flag_value="build", help="build even when a current image is present")
 @image_options
-@click.option(
-    "--ofed-cache", type=click.Path(file_okay=False, path_type=Path), help="MLNX_OFED tarball directory"
-)
-@git_mirror_option
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), help="build contexts and logs")
 @click.option("--no-cache", is_flag=True, help="build without the engine's layer cache")
 @click.option("--dry-run", is_flag=True, help="print the Dockerfiles a build would run; do nothing")
@@ -297,8 +293,8 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
        resume: Path | None, fail_fast: bool, out: Path, json_logs: bool, strict: bool,
        accept_new_host_keys: bool, synthetic: bool, fail_on: str | None, scheduler: str | None,
        allow_unpinned: bool, update_lock: bool, ca_bundle: Path | None, wheels: Path | None,
-       push: str | None, detach: bool, sign_key: Path | None, results_path: Path | None, no_record: bool,
-       cluster: str | None) -> None:
+       push: str | None, ofed_cache: Path | None, git_mirror: tuple[tuple[str, str], ...], detach: bool,
+       sign_key: Path | None, results_path: Path | None, no_record: bool, cluster: str | None) -> None:
     """Reproduce TARGET: preflight, images, every cell and repeat on the nodes, then the table.
 
     Ctrl-C stops and removes every container on every node; `--resume RUN_DIR` finishes the run.
@@ -317,7 +313,8 @@ def up(target: str | None, hosts_file: Path | None, cell_filters: tuple[str, ...
     signer = load_sign_key(sign_key)  # a bad key fails now, not after the run
 
     images = ImagesOptions(allow_unpinned=allow_unpinned, update_lock=update_lock, push=push,
-                           build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels))
+                           build=BuildOptions(ca_bundle=ca_bundle, wheels=wheels, ofed_cache=ofed_cache,
+                                                    git_mirrors=git_mirror))
     opts = UpOptions(hosts_file=hosts_file, cells=[parse_filter(f) for f in cell_filters], repeats=repeats,
                      resume=resume, fail_fast=fail_fast, out=out, strict=strict,
                      accept_new_host_keys=accept_new_host_keys, synthetic=synthetic, images=images,
