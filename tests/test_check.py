@@ -21,7 +21,7 @@ import yaml
 from cli_helpers import run_cli
 
 from repro.images import deps, vcs
-from repro.images.check import CheckOptions, check_target
+from repro.images.check import CheckOptions, check_target, upstream_from
 from repro.images.source import mirrored, parse_mirror, prepare_source
 from repro.spec.manifest import load_manifest
 
@@ -360,3 +360,46 @@ def test_a_requirements_build_without_a_declared_lock_fails(upstream: tuple[Path
         "test-check-t: deps: dockerfiles/requirements installs from a dependency lock, but the manifest declares no "
         "image.build.deps: declare image.build.base.python and ships and image.build.deps (cutoff, why, "
         "requirements), then run `repro lock test-check-t --deps-only`"]
+
+
+def test_the_image_a_dockerfile_is_from() -> None:
+    assert upstream_from("ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:20.06-py3\nFROM ${FROM_IMAGE_NAME}\n") == \
+        "nvcr.io/nvidia/pytorch:20.06-py3"
+    assert upstream_from("# x\nFROM nvcr.io/nvidia/mxnet:19.07-py3\nFROM other AS b\n") == "nvcr.io/nvidia/mxnet:19.07-py3"
+    assert upstream_from("ARG B=a:1\nFROM --platform=linux/amd64 $B AS build\n") == "a:1"
+    assert upstream_from("RUN true\n") is None
+
+
+@pytest.fixture(scope="module")
+def upstream_dockerfile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The upstream repository with a Dockerfile of its own beside the code, FROM another image than the base."""
+    mirror = tmp_path_factory.mktemp("mirror-dockerfile")
+    repo = mirror / "ConvNets"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "requirements.txt").write_text(f"pytorch-ignite\n{GIT_URL}\n")
+    (repo / "bench" / "Dockerfile").write_text("ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:20.06-py3\n"
+                                                "FROM ${FROM_IMAGE_NAME}\nADD . /workspace/rn50\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pinned")
+    return mirror, git(repo, "rev-parse", "HEAD")
+
+
+def test_the_sources_own_dockerfile_is_from_the_base_or_the_manifest_says_why(
+        upstream_dockerfile: tuple[Path, str], tmp_path: Path) -> None:
+    mirror, commit = upstream_dockerfile
+    other = manifest(tmp_path, commit, name="other", base="nvcr.io/nvidia/pytorch:20.03-py3", os_="ubuntu18.04")
+    assert [f for f in failures(other, mirror) if ": base: " in f] == [
+        f"test-check-other: base: bench/Dockerfile at {commit[:12]} is FROM nvcr.io/nvidia/pytorch:20.06-py3, the "
+        "manifest builds on nvcr.io/nvidia/pytorch:20.03-py3: build on it, or give image.build.upstream_from "
+        "{ref: nvcr.io/nvidia/pytorch:20.06-py3, why: ...}"]
+    same = manifest(tmp_path, commit, name="same", base="nvcr.io/nvidia/pytorch:20.06-py3", os_="ubuntu18.04")
+    assert [f for f in failures(same, mirror) if ": base: " in f] == []
+    data = yaml.safe_load(other.read_text())
+    data["image"]["build"]["upstream_from"] = {"ref": "nvcr.io/nvidia/pytorch:20.06-py3", "why": "the report's image"}
+    other.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_lock(other)
+    assert [f for f in failures(other, mirror) if ": base: " in f] == []
+    r = check_target(load_manifest(other), CheckOptions(git_mirrors=(("https://github.com/example/", f"{mirror}/"),)))
+    assert "bench/Dockerfile is FROM nvcr.io/nvidia/pytorch:20.06-py3, the base is nvcr.io/nvidia/pytorch:20.03-py3 " \
+           "(image.build.upstream_from says why)" in r.passed

@@ -2,7 +2,8 @@
 
 For each target: the pinned commit exists in its repository; every patch's old text
 occurs exactly once (patches apply in order, as the build applies them); every file the
-Dockerfile copies from the checkout or the build context exists; requirement files use no
+Dockerfile copies from the checkout or the build context exists; the source's own Dockerfile is FROM the base
+(or the manifest says which image it is FROM and why); requirement files use no
 ``git://`` URL (GitHub no longer serves that protocol); for rdma strategy mlnx-ofed, the
 base image declares its OS, its tag names no other OS, and a bundle in the cache is built
 for that OS and has the recorded sha256; on a CUDA base published before NVIDIA's April 2022 apt key
@@ -57,7 +58,8 @@ Fail = Callable[[str, str], None]
 @dataclass(frozen=True)
 class Failure:
     target: str
-    check: str       # commit (or unverifiable: offline), patch, copy, requirements, rdma, checksum, apt, deps
+    check: str       # commit (or unverifiable: offline), patch, copy, requirements, base, rdma, checksum,
+                     # apt, deps
     message: str
 
     def __str__(self) -> str:
@@ -152,6 +154,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                     passed.append(f"commit {src['commit'][:12]} in {url}")
                     _patches(manifest, tree, passed, fail)
                     _upstream_requirements(manifest, tree, passed, fail)
+                    _upstream_base(manifest, tree, passed, fail)
                     _copies(manifest, tree, opts, passed, fail)
         except ReproError as e:
             if (cause := _UNREACHABLE.search(str(e))) is None:
@@ -289,6 +292,38 @@ def _upstream_requirements(manifest: Manifest, tree: _Tree, passed: list[str], f
                      f"(patches applied): {upstream}; copy the file's requirement lines into the manifest")
     else:
         passed.append(f"image.build.deps.requirements is {rel} at {tree.commit[:12]}")
+
+
+_ARG = re.compile(r"^\s*ARG\s+(\w+)=(\S+)\s*$", re.I | re.M)
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.I | re.M)
+
+
+def upstream_from(dockerfile: str) -> str | None:
+    """The image a Dockerfile's first stage is FROM, its ``ARG NAME=default`` values put in (None: none)."""
+    m = _FROM.search(dockerfile)
+    if m is None:
+        return None
+    args = {a[1]: a[2] for a in _ARG.finditer(dockerfile[:m.start()])}
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda v: args.get(v[1] or v[2], v[0]), m[1])
+
+
+def _upstream_base(manifest: Manifest, tree: _Tree, passed: list[str], fail: Fail) -> None:
+    """The source's own Dockerfile, where it has one, is FROM the base the kit builds on, or the manifest
+    declares the other image and why (image.build.upstream_from)."""
+    build = (manifest.image or {}).get("build")
+    rel = posixpath.join((manifest.source or {}).get("subdir", ""), "Dockerfile")
+    text = tree.read(rel) if build else None
+    if text is None or (found := upstream_from(text)) is None:
+        return
+    base, declared = build["base"]["ref"], build.get("upstream_from")
+    if found == base:
+        passed.append(f"{rel} is FROM {base}")
+    elif declared and declared["ref"] == found:
+        passed.append(f"{rel} is FROM {found}, the base is {base} (image.build.upstream_from says why)")
+    else:
+        fail("base", f"{rel} at {tree.commit[:12]} is FROM {found}, the manifest builds on {base}: build on "
+             f"it, or give image.build.upstream_from {{ref: {found}, why: ...}}"
+             + (f" (it says {declared['ref']})" if declared else ""))
 
 
 def _image_lock(manifest: Manifest, passed: list[str], fail: Fail) -> None:
