@@ -403,3 +403,13 @@ def test_the_sources_own_dockerfile_is_from_the_base_or_the_manifest_says_why(
     r = check_target(load_manifest(other), CheckOptions(git_mirrors=(("https://github.com/example/", f"{mirror}/"),)))
     assert "bench/Dockerfile is FROM nvcr.io/nvidia/pytorch:20.06-py3, the base is nvcr.io/nvidia/pytorch:20.03-py3 " \
            "(image.build.upstream_from says why)" in r.passed
+
+
+def test_a_fail_is_one_line_with_the_cause_and_the_tools_output_indented_under_it(tmp_path: Path) -> None:
+    """A repository git cannot read: the FAIL line names the target, the check and the cause; git's own lines
+    follow, indented, never run into the cause."""
+    proc = run_check(str(manifest(tmp_path, "1" * 40)), "--git-mirror", f"https://github.com/example/={tmp_path}/no/")
+    assert proc.returncode == 1 and proc.stderr == ""
+    head, *rest = proc.stdout.splitlines()
+    assert head == f"FAIL test-check-t: commit: cannot read {tmp_path}/no/ConvNets: git fetch failed"
+    assert rest and all(ln.startswith("    ") for ln in rest) and any("fatal:" in ln for ln in rest), rest

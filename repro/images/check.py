@@ -63,7 +63,9 @@ class Failure:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.target}: {self.check}: {self.message}"
+        """One line with the cause; a tool's own output, where the message carries it, indented under it."""
+        head, *rest = self.message.splitlines() or [""]
+        return f"{self.target}: {self.check}: {head}" + "".join(f"\n    {ln}" for ln in rest)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                     _copies(manifest, tree, opts, passed, fail)
         except ReproError as e:
             if (cause := _UNREACHABLE.search(str(e))) is None:
-                fail("commit", f"cannot read {url}: {e}")
+                fail("commit", _cannot_read(url, e))
             else:  # offline: not a verdict on the recipe, and never ok
                 fail("unverifiable", f"offline: cannot reach {url} ({cause.group(0).strip()}), so its "
                      "commit, patches and files were not checked; read it from a mirror with "
@@ -170,6 +172,15 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
     _apt(manifest, opts, passed, fail)
     _deps(manifest, opts, passed, fail)
     return Checked(manifest.id, tuple(passed), tuple(failures))
+
+
+_GIT_FAILED = re.compile(r"git (?:--git-dir \S+ )?([\w-]+) .*? failed: (.*)\Z", re.S)
+
+
+def _cannot_read(url: str, e: ReproError) -> str:
+    """The cause in one line (which git command failed), git's own lines after it."""
+    m = _GIT_FAILED.match(str(e))
+    return f"cannot read {url}: git {m[1]} failed\n{m[2]}" if m else f"cannot read {url}: {e}"
 
 
 def _has_commit(git_dir: Path, commit: str) -> bool:
