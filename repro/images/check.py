@@ -65,7 +65,7 @@ class Failure:
     def __str__(self) -> str:
         """One line with the cause; a tool's own output, where the message carries it, indented under it."""
         head, *rest = self.message.splitlines() or [""]
-        return f"{self.target}: {self.check}: {head}" + "".join(f"\n    {ln}" for ln in rest)
+        return f"{self.target}: {self.check}: {head}" + "".join(f"\n    {ln}" for ln in rest if ln.strip())
 
 
 @dataclass(frozen=True)
