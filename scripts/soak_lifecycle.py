@@ -19,9 +19,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: what starts, kills, resumes and removes containers and Slurm jobs
-LIFECYCLE = ["tests/integration/test_clean_cluster.py", "tests/integration/test_launch.py",
-             "tests/integration/test_up.py", "tests/integration/test_slurm_cluster.py"]
+#: what starts, kills, resumes and removes containers and Slurm jobs: every test of `repro clean`, and the
+#: tests of launch, up and Slurm that stop a cell from outside (kill -9, Ctrl-C, a deadline, a failing rank,
+#: a time limit) and then list, remove or resume what is left
+LIFECYCLE = ["tests/integration/test_clean_cluster.py",
+             "tests/integration/test_launch.py::test_failure_on_one_node_stops_the_cell_everywhere",
+             "tests/integration/test_launch.py::test_deadline_stops_the_cell",
+             "tests/integration/test_launch.py::test_container_killed_mid_cell",
+             "tests/integration/test_launch.py::test_ctrl_c_removes_every_container_and_keeps_logs",
+             "tests/integration/test_up.py::test_interrupted_run_leaves_no_container_and_resume_runs_exactly_the_rest",
+             "tests/integration/test_up.py::test_a_repeat_whose_container_is_killed_is_retried",
+             "tests/integration/test_slurm_cluster.py::test_time_limit_kill_is_recorded_and_resumes",
+             "tests/integration/test_slurm_cluster.py::test_mpi_ctrl_c_or_kill_cancels_the_job_and_resumes"]
 _SUMMARY = re.compile(r"^=+ (.*) in [0-9.]+s", re.M)
 
 
@@ -51,7 +60,7 @@ def main() -> int:
         if out.returncode != 0:
             failed += 1
             print("\n".join(out.stdout.splitlines()[-40:]), flush=True)
-    print(f"{args.rounds - failed} of {args.rounds} rounds green ({len(args.files)} files)")
+    print(f"{args.rounds - failed} of {args.rounds} rounds green ({len(args.files)} files or tests)")
     return 1 if failed else 0
 
 
