@@ -250,3 +250,23 @@ def test_protocol_overrides_from_a_manifest(tmp_path: Path) -> None:
                                                                 "window": 100}
     assert m.measure.protocol_for(Cell(1, 8, "amp", 256)) == {"skip": {"from_iteration": 20}, "aggregate": "mean",
                                                                "window": 100}
+
+
+def test_cells_the_publication_ran_on_other_machines_are_held_against_those() -> None:
+    """Perf's 1/8-GPU cells ran on CentOS 7.5 with driver 525.60.11, its 32-GPU cells on CentOS 6.3 with
+    450.80.02 (the report's hardware section): a run of the 4-node cells is held against the second."""
+    from repro.nodes.facts import Gpu
+    from repro.nodes.preflight import NodeReport, Probe, compare
+
+    m = find_target("paddle-rn50-v100")
+    one = [c for c in m.cells() if c.nodes == 1]
+    four = [c for c in m.cells() if c.nodes == 4]
+    assert (m.expect_for(one)["os"], m.expect_for(one)["driver"]) == ("CentOS 7.5", "525.60.11")
+    assert (m.expect_for(four)["os"], m.expect_for(four)["driver"]) == ("CentOS 6.3", "450.80.02")
+    assert m.expect_for(one + four) == dict(m.expect) == m.expect_for([])  # a run over both: expect itself
+    node = NodeReport("gpu1", "10.0.0.1", Probe(0.3), docker=Probe("24.0.5"),
+                      gpus=Probe((Gpu("Tesla V100-SXM2-32GB", 32510, "450.80.02"),) * 8), gpu_processes=Probe(()),
+                      infiniband=Probe((), detail="no /dev/infiniband"), disk=Probe(2**40), clock=Probe(0.001))
+    drivers = [str(d) for d in compare([node], m.expect_for(one), 4) if "driver" in str(d)]
+    assert len(drivers) == 1 and "525.60.11" in drivers[0], drivers
+    assert [d for d in compare([node], m.expect_for(four), 4) if "driver" in str(d)] == []

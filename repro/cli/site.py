@@ -224,6 +224,8 @@ def preflight(
         )
     except RunFailed as e:  # no node to probe (the allocation refused or ended): the environment, exit 3
         raise EnvironmentUnavailable(f"preflight could not run on the nodes: {e}", hint=e.hint) from None
+    if manifest:  # the machines the publication ran this many nodes' cells on
+        expect = manifest.expect_for(c for c in manifest.cells() if c.nodes == size)
     deviations = compare(reports, expect, size)
     more, blocking = site_checks(reports, manifest, hosts.env, manifest.cells() if manifest else ())
     deviations += more

@@ -165,6 +165,8 @@ class Manifest:
     published: tuple[PublishedTable, ...]
     source: Mapping[str, Any] | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
+    #: (cell filter, what differs from expect) where the publication ran those cells on other machines
+    expect_where: tuple[tuple[Mapping[str, Any], Mapping[str, Any]], ...] = ()
     notes: tuple[str, ...] = ()
     rdma: Rdma | None = None
     dataset: Mapping[str, Any] | None = None
@@ -196,6 +198,16 @@ class Manifest:
         """What a cell's ranks are counted in: GPUs, or workers for the CPU check targets (no publication, no
         GPU model expected)."""
         return "GPU" if self.published or "gpu_model" in self.expect else "worker"
+
+    def expect_for(self, cells: Iterable[Cell]) -> dict[str, Any]:
+        """What the publication's machines were for these cells: ``expect``, with each ``expect_where`` entry
+        that selects every one of them put over it (in the manifest's order); cells the publication ran on
+        different machines are held against ``expect`` itself."""
+        out, cells = dict(self.expect), list(cells)
+        for when, differs in self.expect_where:
+            if cells and all(c.matches(when) for c in cells):
+                out.update(differs)
+        return out
 
     @property
     def rdma_strategy(self) -> str | None:
@@ -357,6 +369,7 @@ def _build(doc: YamlDoc) -> Manifest:
         id=d["id"], title=d["title"], framework=d["framework"], model=d["model"], path=doc.path,
         sha256=canonical_sha256(d), data=d, image=d["image"], launch=launch, matrix=d["matrix"],
         measure=measure, published=tuple(tables), source=d.get("source"), expect=d.get("expect", {}),
+        expect_where=tuple((e["when"], e["expect"]) for e in d.get("expect_where", ())),
         notes=tuple(d.get("notes", ())), dataset=d.get("dataset"),
         rdma=Rdma(**{**d["rdma"], "flags": tuple(d["rdma"].get("flags", ()))}) if "rdma" in d else None,
     )

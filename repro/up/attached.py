@@ -135,7 +135,7 @@ def _preflight(s: Start, hosts: Hosts) -> list[Any]:
                                 dataset=None if opts.skip_preflight else dataset_to_check(s.manifest, hosts))
     if opts.skip_preflight:
         return reports
-    deviations = compare(reports, s.manifest.expect, len(hosts.nodes))
+    deviations = compare(reports, s.manifest.expect_for(s.cells), len(hosts.nodes))
     more, blocking = site_checks(reports, s.manifest, hosts.env, s.cells)
     deviations += more
     progress(Event("info", render_preflight(reports, deviations, blocking).rstrip(), data={"table": True}))
