@@ -384,11 +384,19 @@ def test_the_bearer_token_flow(bearer: Registry, no_engine: Path) -> None:
 
 
 class _Hostile(BaseHTTPRequestHandler):
-    """/v2/drip/...: a manifest a byte at a time; /v2/huge/...: a manifest without end."""
+    """/v2/drip/...: a manifest a byte at a time; /v2/huge/...: a manifest without end; /v2/lying/...: a
+    manifest under another digest than its own."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.send_response(200)
         self.send_header("Content-Type", OCI_MANIFEST)
+        if self.path.startswith("/v2/lying/"):
+            body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST}).encode()
+            self.send_header("Docker-Content-Digest", f"sha256:{'0' * 64}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.end_headers()
         drip = self.path.startswith("/v2/drip/")
         try:
@@ -422,3 +430,18 @@ def test_a_slow_or_huge_answer_is_cut_off(no_engine: Path, monkeypatch: pytest.M
         server.server_close()
     assert str(err.value) == (f"resolving {host}/{case}/x:1: registry {host} "
                               f"(http://{host}/v2/{case}/x/manifests/1) is not reachable: {words}")
+
+
+def test_a_digest_that_is_not_the_body_s_is_refused(no_engine: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST}).encode()
+    try:
+        with pytest.raises(BuildError) as err:
+            oci.digest_of(parse_ref(f"{host}/lying/x:1"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(err.value) == (f"resolving {host}/lying/x:1: registry {host} named digest sha256:{'0' * 64} for a "
+                              f"manifest whose sha256 is sha256:{hashlib.sha256(body).hexdigest()}")
