@@ -1,7 +1,7 @@
 """Shared test setup.
 
 Tests that need a real component (Docker engine, the SSH test cluster, its Slurm, pyxis/enroot in that
-Slurm) carry a marker.
+Slurm, the reference registry's binary) carry a marker.
 Where the component is missing they are skipped with the reason locally, but they FAIL
 when ``CI`` is set or ``REPRO_REQUIRE`` names the component: a CI lane that is meant to
 have Docker can never go green by skipping.
@@ -115,7 +115,21 @@ def _upstream_reason() -> str | None:
     return "no REPRO_TEST_GIT_MIRROR=PREFIX=URL naming a mirror of the upstream repository"
 
 
-_CHECKS = {"docker": _docker_reason, "ssh": _ssh_reason, "slurm": _slurm_reason, "pyxis": _pyxis_reason,
+def _registry_reason() -> str | None:
+    """The reference registry's own binary (Debian's docker-registry) and bcrypt for its htpasswd file: the
+    registry API tests start a registry of their own, no test cluster needed."""
+    import shutil
+
+    if shutil.which("docker-registry") is None:
+        return "no docker-registry on PATH (Debian: apt-get install docker-registry)"
+    try:
+        import bcrypt  # noqa: F401
+    except ImportError:
+        return "no python bcrypt (fabric's paramiko brings it)"
+    return None
+
+
+_CHECKS = {"docker": _docker_reason, "registry": _registry_reason, "ssh": _ssh_reason, "slurm": _slurm_reason, "pyxis": _pyxis_reason,
            "upstream": _upstream_reason}
 
 

@@ -19,9 +19,9 @@ import docker
 
 from repro.images import lock
 from repro.digest import sha256_file
-from repro.errors import UsageError
+from repro.errors import ReproError, UsageError
 from repro.spec.hosts import Hosts
-from repro.images import registry
+from repro.images import oci, registry
 from repro.images.build import BuildOptions, Built, build_image, find_current, variant
 from repro.images.distribute import ImageOnNode, distribute
 from repro.images.engine import connect
@@ -65,7 +65,7 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
     if opts.mode not in ("auto", "pull", "build"):
         raise UsageError(f"unknown mode {opts.mode!r}")
     local = client or connect()
-    pins, path, written = check_pins(manifest, opts, progress=progress, client=local)
+    pins, path, written = check_pins(manifest, opts, progress=progress)
     built = None
     if "registry" in manifest.image:
         if opts.mode == "build" or opts.push:
@@ -96,15 +96,15 @@ def prepare(manifest: Manifest, hosts: Hosts, opts: ImagesOptions = ImagesOption
     return result
 
 
-def check_pins(manifest: Manifest, opts: ImagesOptions = ImagesOptions(), *, progress: Progress = ignore,
-               client: docker.DockerClient | None = None) -> tuple[lock.Pins, Path, bool]:
+def check_pins(manifest: Manifest, opts: ImagesOptions = ImagesOptions(), *,
+               progress: Progress = ignore) -> tuple[lock.Pins, Path, bool]:
     """Resolve the target's pins and hold them against its lock file (ProvenanceError on a difference).
 
     Returns the pins, the lock path and whether the lock was written. `repro up` calls this
-    before it touches any node, so a mismatch refuses to start.
+    before it touches any node, so a mismatch refuses to start. A registry is asked over its API (no
+    Docker engine is needed) only where an unpinned tag is allowed.
     """
-    local = client or connect()
-    pins = resolve_pins(local, manifest, opts, progress)
+    pins = resolve_pins(manifest, opts, progress)
     unpinned = any(not r.digest for r in lock.image_refs(manifest).values())
     path, written = lock.check(manifest, pins, update=opts.update_lock,
                                allow_create=opts.allow_unpinned and unpinned)
@@ -113,10 +113,9 @@ def check_pins(manifest: Manifest, opts: ImagesOptions = ImagesOptions(), *, pro
     return pins, path, written
 
 
-def resolve_pins(local: docker.DockerClient, manifest: Manifest, opts: ImagesOptions,
-                 progress: Progress) -> lock.Pins:
+def resolve_pins(manifest: Manifest, opts: ImagesOptions, progress: Progress) -> lock.Pins:
     def from_registry(ref: Ref) -> str:
-        digest = registry.resolve(local, ref)
+        digest = oci.digest_of(ref)
         progress(Event("info", f"unpinned {ref.tagged} resolves to {digest}",
                        data={"ref": ref.tagged, "digest": digest}))
         return digest
@@ -145,7 +144,7 @@ def _push(local: docker.DockerClient, image_id: str, tag: str, target: str, prog
     image: Any = local.images.get(image_id)
     for entry in image.attrs.get("RepoDigests", []):
         held = parse_ref(entry)
-        if held.repository == dest.repository and _in_registry(local, held):
+        if held.repository == dest.repository and _in_registry(held):
             progress(Event("info",
                            f"{dest.repository}@{held.digest} is already in the registry; not pushing"))
             return Ref(dest.repository, dest.tag, held.digest)
@@ -154,10 +153,12 @@ def _push(local: docker.DockerClient, image_id: str, tag: str, target: str, prog
     return pushed
 
 
-def _in_registry(local: docker.DockerClient, ref: Ref) -> bool:
+def _in_registry(ref: Ref) -> bool:
+    """Whether the registry holds ``ref``'s digest (asked over its API); one that cannot say is taken as no,
+    and the push that follows says what is wrong."""
     try:
-        return bool(local.api.inspect_distribution(ref.pinned))
-    except docker.errors.APIError:
+        return oci.exists(ref)
+    except ReproError:
         return False
 
 
@@ -172,11 +173,11 @@ def branch_commit(repository: str, branch: str) -> str:
     raise UsageError(f"{repository} has no branch or tag {branch!r}")
 
 
-def lock_target(manifest: Manifest, *, update: bool = False, progress: Progress = ignore,
-                client: docker.DockerClient | None = None) -> tuple[Path, lock.Pins, bool]:
-    """``repro lock``: resolve every tag and branch now and write (or check) the lock file."""
-    local = client or connect()
-    pins = lock.resolve_all(manifest, lambda ref: registry.resolve(local, ref), branch_commit,
+def lock_target(manifest: Manifest, *, update: bool = False,
+                progress: Progress = ignore) -> tuple[Path, lock.Pins, bool]:
+    """``repro lock``: resolve every tag and branch now and write (or check) the lock file. Digests come
+    from the registries' API: no Docker engine is asked."""
+    pins = lock.resolve_all(manifest, oci.digest_of, branch_commit,
                             warn=lambda msg: progress(Event("warn", msg)),
                             files=bundle_files(manifest, progress))
     path, written = lock.check(manifest, pins, update=update, allow_create=True)

@@ -18,15 +18,12 @@ and on every name it provides, are taken as met by the base; one that stands for
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from repro import bounded
 from repro.errors import BuildError, UsageError
 from repro.images import vcs
 from repro.images.source import Mirrors
@@ -299,48 +297,13 @@ INDEX_MAX_BYTES = 64 << 20
 
 
 def _fetch_json(url: str) -> Any:
-    """The JSON document at ``url``, read whole within INDEX_DEADLINE_S and INDEX_MAX_BYTES (else OSError):
-    the reading runs in a thread of its own that is waited for no longer than the deadline, and stops by
-    itself at the first read past it."""
-    deadline = time.monotonic() + INDEX_DEADLINE_S
-    got: list[Any] = []
-
-    def read() -> None:
-        try:
-            got.append(_read_bounded(url, deadline))
-        except BaseException as e:  # handed to the caller's thread
-            got.append(e)
-
-    reader = threading.Thread(target=read, name="repro-index", daemon=True)
-    reader.start()
-    reader.join(INDEX_DEADLINE_S)
-    if not got:
-        raise OSError(f"no whole answer within {INDEX_DEADLINE_S:g} s")
-    if isinstance(got[0], BaseException):
-        raise got[0]
+    """The JSON document at ``url``, read whole within INDEX_DEADLINE_S and INDEX_MAX_BYTES (else OSError)."""
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    body = bounded.fetch(req, deadline_s=INDEX_DEADLINE_S, max_bytes=INDEX_MAX_BYTES).body
     try:
-        return json.loads(got[0].decode("utf-8"))
+        return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, RecursionError) as e:
         raise ValueError(f"not a JSON document: {type(e).__name__}") from None
-
-
-def _read_bounded(url: str, deadline: float) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    chunks, size = [], 0
-    try:
-        with urllib.request.urlopen(req, timeout=INDEX_DEADLINE_S) as r:
-            while chunk := r.read(1 << 16):
-                size += len(chunk)
-                if size > INDEX_MAX_BYTES:
-                    raise OSError(f"an answer over {INDEX_MAX_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise OSError(f"no whole answer within {INDEX_DEADLINE_S:g} s")
-                chunks.append(chunk)
-            if getattr(r, "length", None):  # fewer bytes than its Content-Length said
-                raise OSError(f"an answer cut short ({r.length} of its bytes missing)")
-    except http.client.HTTPException as e:  # a broken answer (cut short, bad status line)
-        raise OSError(f"a broken HTTP answer: {type(e).__name__}") from None
-    return b"".join(chunks)
 
 
 def _uploads(doc: Any) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Registry operations through an engine: resolve a tag, pull by digest, push.
+"""Registry operations through an engine: pull by digest, push (digests are asked of the registry API
+itself, without an engine: repro.images.oci).
 
 Every failure is translated: a registry that cannot be reached is an
 EnvironmentUnavailable (exit 3); an unknown image, a digest that does not match and a
@@ -66,14 +67,6 @@ def _stream(events: Any, what: str, ref: Ref | str, where: str, progress: Progre
         if ev.get("status") and ev.get("id") is None:
             progress(Event("info", ev["status"], node=where))
     return aux
-
-
-def resolve(client: docker.DockerClient, ref: Ref, where: str = "this machine") -> str:
-    """The digest a tag points to now, asked of its registry (nothing is pulled)."""
-    try:
-        return str(client.api.inspect_distribution(ref.tagged)["Descriptor"]["digest"])
-    except docker.errors.APIError as e:
-        raise translate(str(e.explanation or e), "resolving", ref.tagged, where) from e
 
 
 def local_image(client: docker.DockerClient, name: str) -> Any | None:

@@ -122,11 +122,11 @@ def test_moving_the_branch_changes_nothing(smoke: Smoke, engine: docker.DockerCl
     out = helpers.run_in(engine, smoke.tag, ["sh", "-c", "python3 bench/run.py; ls bench"], module_track)
     assert out == "steps 3\nrun.py\n"
     # the lock records where the branch pointed; a branch that moves again is drift
-    path, pins, written = lock_target(smoke.manifest, client=engine)
+    path, pins, written = lock_target(smoke.manifest)
     assert written and pins.sources["source"]["branch_commit"] == head
     moved = smoke.source.move_branch("7")
     with pytest.raises(ProvenanceError) as err:
-        lock_target(smoke.manifest, client=engine)
+        lock_target(smoke.manifest)
     assert head in str(err.value) and moved in str(err.value)
     path.unlink()
 
