@@ -86,16 +86,20 @@ def test_kept_images_are_named_after_the_target():
 
 
 #: srun runs the step's command on node ``n0`` in its own process group, which the step's TERM goes to (as
-#: slurmstepd signals a task); scancel TERMs srun
+#: slurmstepd signals a task); scancel TERMs srun. srun says where it is, and takes a TERM, before the task
+#: starts: the script may scancel as soon as the task has spoken, and a TERM before the task began still ends it
 STUBS = {
     "srun": """#!/bin/sh
 out=
 while [ "$1" != -- ]; do case "$1" in --output=*) out=${1#--output=};; esac; shift; done
 shift
+stop=
+trap 'stop=1' TERM
+echo $$ > "$STUBS/srun.pid"
 SLURM_JOB_ID=7 SLURM_STEP_ID=3 setsid "$@" > "$(echo "$out" | sed 's/%n/0/; s/%N/n0/')" 2>&1 &
 task=$!
-echo $$ > "$STUBS/srun.pid"
 trap 'kill -TERM -$task' TERM
+[ -z "$stop" ] || kill -TERM -$task
 wait
 wait $task
 """,
