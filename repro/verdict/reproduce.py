@@ -125,7 +125,7 @@ def _measure_log(path: Path, manifest: Manifest,
         return Measurement(cell.gpus, None, 0, None, None, [why]), result
     # a manifest that states its own minimum (a short CPU check run) is held to that, not the format's default
     floor = protocol.min_records if "min_records" in declared else _floor(result)
-    return measure(series, protocol, gpus=cell.gpus, floor=floor), result
+    return measure(series, protocol, gpus=cell.gpus, floor=floor, batch=cell.batch_size), result
 
 
 def _floor(result: ParseResult) -> int:
