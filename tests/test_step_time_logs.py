@@ -8,6 +8,7 @@ gives the mean over lines 20..119 of total_batch_size / elapse, each rounded to 
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shlex
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 from repro.measure.parsers import parse_file
 from repro.measure.protocol import Protocol, measure
@@ -215,3 +217,17 @@ def test_paddle_dali_cells_as_the_scripts_with_use_dali_true(nodes: int, gpus: i
     assert [a for a in args if a.startswith("--reader_thread")] == [threads]
     assert plan.command.env["FLAGS_fraction_of_gpu_memory_to_use"] == fraction
     assert f"--batch_size={196 * gpus}" in args
+
+
+def test_repro_parse_gives_a_step_time_log_its_figure_with_the_batch(tmp_path: Path) -> None:
+    text, order = _pytorch_log(8, 40, seed=8)
+    (tmp_path / "r.log").write_text(text, encoding="utf-8")
+    rule = ["--from-iteration", "6", "--skip-records", "20", "--window", "100", "--aggregate", "harmonic",
+            "--gpus", "8", "--format", "json"]
+    proc = run_cli("parse", tmp_path / "r.log", *rule, "--batch-size", "128")
+    assert proc.returncode == 0, proc.stderr
+    (out,) = json.loads(proc.stdout)
+    assert round(out["results"][0]["throughput"], 2) == dlperf_pytorch(order, 1024)
+    proc = run_cli("parse", tmp_path / "r.log", *rule)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "(give it with --batch-size B)" in proc.stderr

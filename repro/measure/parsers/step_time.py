@@ -33,6 +33,7 @@ class PyTorchExamples(PatternParser):
     ``Test:`` lines of validation are not training steps and are not read."""
 
     min_records = 10
+    step_rates = True
     record_hints = ("Epoch: [",)
     detect_any = (re.compile(rf"Epoch: \[\d+\]\[\s*\d+/\s*\d+\]\s+Time\s+{NUM} \(\s*{NUM}\)"),)
     rules = (
@@ -53,6 +54,7 @@ class PaddleCv18(PatternParser):
     ``test batch`` lines (``--validate=True``) are not training steps and are not read."""
 
     min_records = 10
+    step_rates = True
     record_hints = ("train batch",)
     detect_any = (re.compile(rf"\[Pass \d+, train batch \d+\]\s+loss [^\n]*elapse {NUM} sec"),)
     rules = (
