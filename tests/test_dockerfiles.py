@@ -277,6 +277,8 @@ def test_rdma_accessor_is_the_strategy_or_none() -> None:
     seen = {f.stem: load_manifest(f).rdma for f in manifest_files()}
     assert {k: v.strategy for k, v in seen.items() if v} == {
         "dlperf-ngc-pytorch-rn50-v100": "mlnx-ofed", "dlperf-tf2-rn50-v100": "mlnx-ofed",
+        "dlperf-pytorch-rn50-v100": "mlnx-ofed", "dlperf-pytorch-rn50-v100-w8": "mlnx-ofed",
+        "dlperf-paddle-rn50-v100": "mlnx-ofed", "dlperf-paddle-rn50-v100-static": "mlnx-ofed",
         "ngc-pytorch-rn50-v100": "image", "ngc-pytorch-rn50-v100-2.3": "image",
         "ngc-tf1-rn50-v100": "image", "ngc-tf1-rn50-v100-2.3": "image",
         "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed"}

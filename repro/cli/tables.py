@@ -165,6 +165,12 @@ def plan(
     type=click.IntRange(min=1, max=4096 * 64),
     help="GPU count of the run; multiplies per-GPU figures (PaddleClas rank-0 logs)",
 )
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=1 << 20),
+    help="batch per GPU of the run; with --gpus, turns the step rates of a step-time log "
+         "(pytorch-examples, paddlecv-18) into images/s",
+)
 @format_option("json", "jsonl", help="json: a list with one object a log; jsonl: one object a line")
 @click.option(
     "--jobs",
@@ -182,6 +188,7 @@ def parse(
     window: int | None,
     aggregate: str,
     gpus: int | None,
+    batch_size: int | None,
     fmt: str,
     jobs: int | None,
 ) -> None:
@@ -189,14 +196,13 @@ def parse(
     from repro.verdict.report import render_parse_text
     from repro.verdict.reproduce import parse_logs
 
-    if skip_records is not None and from_iteration is not None:
-        raise UsageError("give --skip-records or --from-iteration, not both")
     protocol = {
         "skip_records": skip_records,
         "from_iteration": from_iteration,
         "window": window,
         "aggregate": aggregate,
         "gpus": gpus,
+        "batch": batch_size,
     }
     failed = []  # each log's result is printed as it comes: memory stays flat
     found = parse_logs(logs, parser_name, jobs=jobs or len(os.sched_getaffinity(0)), **protocol)

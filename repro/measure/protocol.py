@@ -1,7 +1,8 @@
 """Turn the records of one run into the figure a publisher would print.
 
 How a publisher got from log lines to a table cell is data (:class:`Protocol`), not code: skip
-the warm-up (a number of records, or everything before an iteration), optionally keep a window,
+the warm-up (a number of records, everything before an iteration, or both: a number of the records
+from that iteration on), optionally keep a window,
 aggregate (mean, median, harmonic mean, or the summary the log printed itself, by default the
 one its parser reads, or another figure of the summary by name), scale per-GPU
 figures to the cell's GPU count, and round the way the publisher's script did. Rounding uses
@@ -25,7 +26,7 @@ from typing import Any
 from repro.measure.model import Series
 
 AGGREGATES = ("mean", "median", "harmonic", "summary")
-SCALES = ("global", "per_gpu")
+SCALES = ("global", "per_gpu", "global_batch")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Protocol:
     window: int | None = None  # then keep at most this many records
     aggregate: str = "mean"  # mean | median | harmonic | summary (the log's printed summary)
     summary_metric: str | None = None  # with summary: the printed summary of this name, not the parser's
-    scale: str = "global"  # global | per_gpu (multiply by the cell's GPU count)
+    scale: str = "global"  # global | per_gpu (x the cell's GPUs) | global_batch (steps/s x its global batch)
     round_each: int | None = None  # round each log's value to N decimals (numpy half-to-even)
     min_records: int = 1  # fewer usable records than this -> insufficient
 
@@ -53,8 +54,6 @@ class Protocol:
                     f"protocol {name} must be a whole number{' >= 1' if name == 'window' else ' >= 0'}, "
                     f"not {v!r}"
                 )
-        if self.skip_records and self.from_iteration is not None:
-            raise ValueError("protocol: skip_records and from_iteration exclude each other; use one")
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"protocol aggregate {self.aggregate!r} is not one of {', '.join(AGGREGATES)}")
         if self.scale not in SCALES:
@@ -80,19 +79,16 @@ class Protocol:
         kw = {k: v for k, v in d.items() if k != "skip"}
         if "skip" in d:
             skip = d["skip"]
-            if (
-                not isinstance(skip, Mapping)
-                or len(skip) != 1
-                or not set(skip) <= {"records", "from_iteration"}
-            ):
+            if not isinstance(skip, Mapping) or not skip or not set(skip) <= {"records", "from_iteration"}:
                 raise ValueError(
-                    f"protocol skip must be {{records: N}} or {{from_iteration: K}}, not {skip!r}"
+                    f"protocol skip must be {{records: N}}, {{from_iteration: K}} or both (records from "
+                    f"iteration K on, then the first N of those dropped), not {skip!r}"
                 )
-            ((kind, n),) = skip.items()
-            key = "skip_records" if kind == "records" else "from_iteration"
-            if key in kw and kw[key] != n:
-                raise ValueError(f"protocol gives both skip.{kind} and {key} with different values")
-            kw[key] = n
+            for kind, n in skip.items():
+                key = "skip_records" if kind == "records" else "from_iteration"
+                if key in kw and kw[key] != n:
+                    raise ValueError(f"protocol gives both skip.{kind} and {key} with different values")
+                kw[key] = n
         return cls(**kw)
 
 
@@ -106,22 +102,16 @@ class Measurement:
     issues: list[str] = field(default_factory=list)
 
 
-def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: int = 1) -> Measurement:
+def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: int = 1,
+            batch: int | None = None) -> Measurement:
     """Apply ``protocol`` to one run. ``gpus`` (the cell's GPU count) wins over ``series.gpus``;
     ``floor`` is the fewest records a figure of the log's format may come from (its parser's
-    ``min_records``), whatever the protocol allows. A series read with a :class:`Tally` (see
+    ``min_records``), whatever the protocol allows; ``batch`` is the cell's batch per GPU (scale
+    ``global_batch``). A series read with a :class:`Tally` (see
     :func:`repro.measure.parsers.parse_file`) is measured from it, by the protocol it was read for."""
     issues: list[str] = []
     count = gpus if gpus is not None else series.gpus
-    factor: float | None = 1.0
-    if protocol.scale == "per_gpu":
-        if count is None:
-            factor = None
-            issues.append(
-                "per-GPU values need the run's GPU count; the log does not say it and none was given"
-            )
-        else:
-            factor = float(count)
+    factor = _factor(protocol.scale, count, batch, issues)
     t = series.tally
     if t is None:
         t = Tally(protocol)
@@ -157,6 +147,25 @@ def measure(series: Series, protocol: Protocol, gpus: int | None = None, floor: 
     return Measurement(count, value, used, low, high, issues)
 
 
+def _factor(scale: str, count: int | None, batch: int | None, issues: list[str]) -> float | None:
+    """What the aggregate of the records is multiplied by: 1, the GPU count (per-GPU records) or the
+    global batch (records in steps per second); None, with the reason, where the run does not say."""
+    if scale == "global":
+        return 1.0
+    if count is None:
+        issues.append("per-GPU values need the run's GPU count; the log does not say it and none was given"
+                      if scale == "per_gpu" else
+                      "figures from step times need the run's GPU count; the log does not say it")
+        return None
+    if scale == "per_gpu":
+        return float(count)
+    if batch is None:
+        issues.append("figures from step times need the run's batch size per GPU; the log does not say it "
+                      "and none was given")
+        return None
+    return float(count * batch)
+
+
 def _summary(series: Series, name: str | None, issues: list[str]) -> float | None:
     """The summary the log printed: the parser's own, or the one of that name."""
     raw = series.summary if name is None else series.summaries.get(name)
@@ -178,7 +187,7 @@ class Tally:
     median."""
 
     __slots__ = ("count", "high", "kept", "low", "nonpositive", "numbered", "passed", "protocol", "ranged",
-                 "sums", "used")
+                 "skipped", "sums", "used")
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
@@ -186,6 +195,7 @@ class Tally:
         self.low = self.high = 0.0  # the range of the records after the skip (when ranged), window or not
         self.ranged = False
         self.passed = 0  # records the protocol skipped (or found before from_iteration)
+        self.skipped = 0  # of those, records at or after from_iteration dropped by skip_records
         self.used = 0  # records it uses
         self.numbered = False  # whether a record carries an iteration number
         self.nonpositive = False  # whether a used value is <= 0
@@ -210,6 +220,10 @@ class Tally:
             self.numbered = self.numbered or its.count(None) < n
             used = [v for v, it in zip(values, its) if it is not None and it >= k]
             self.passed += n - len(used)
+            skip = min(len(used), p.skip_records - self.skipped)  # then the first N of those (DLPerf PyTorch)
+            self.skipped += skip
+            self.passed += skip
+            used = used[skip:]
         else:
             skip = min(n, p.skip_records - self.passed)
             self.passed += skip

@@ -20,11 +20,13 @@ from repro.spec.schema import YamlDoc
 PLACEHOLDERS = {
     "batch_size": "per-GPU batch size of the cell",
     "global_batch_size": "batch_size x total GPUs",
+    "node_batch_size": "batch_size x gpus_per_node (the batch of one node's GPUs together)",
     "gpus_per_node": "GPUs used on each node",
     "gpus": "total GPUs of the cell (nodes x gpus_per_node)",
     "gpu_list": "0,1,...,gpus_per_node-1",
     "nnodes": "number of nodes of the cell",
     "node_rank": "this node's rank, 0 on the master",
+    "node_addr": "this node's own address (its entry of hosts)",
     "master_addr": "address of the rank-0 node",
     "master_port": "launch.master_port",
     "hosts": "comma-separated node addresses, rank order",

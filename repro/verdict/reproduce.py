@@ -125,7 +125,7 @@ def _measure_log(path: Path, manifest: Manifest,
         return Measurement(cell.gpus, None, 0, None, None, [why]), result
     # a manifest that states its own minimum (a short CPU check run) is held to that, not the format's default
     floor = protocol.min_records if "min_records" in declared else _floor(result)
-    return measure(series, protocol, gpus=cell.gpus, floor=floor), result
+    return measure(series, protocol, gpus=cell.gpus, floor=floor, batch=cell.batch_size), result
 
 
 def _floor(result: ParseResult) -> int:
@@ -426,22 +426,26 @@ def resolve_tables(names: Sequence[str],
 
 
 def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None = None,
-                      **protocol: object) -> dict:
+                      batch: int | None = None, **protocol: object) -> dict:
     """``repro parse``: one protocol applied to every run found in one log. Per-GPU figures
-    (PaddleClas rank-0 logs) are multiplied by ``gpus``, or by the GPU count the log states."""
+    (PaddleClas rank-0 logs) are multiplied by ``gpus``, or by the GPU count the log states; step
+    rates (logs of step times) by ``gpus`` x ``batch`` (per GPU)."""
     proto = Protocol.from_dict({k: v for k, v in protocol.items() if v is not None})
     result = parse_file(log, parser, proto)
+    if result.parser and getattr(PARSERS.get(result.parser), "step_rates", False):
+        proto = replace(proto, scale="global_batch")
     out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
            "facts": result.facts, "results": [], "issues": list(result.issues)}
     several = len(result.series) > 1
     for s in result.series:
         count = gpus if gpus is not None else s.gpus
         m = measure(s, replace(proto, scale="per_gpu") if s.per_gpu else proto, gpus=count,
-                    floor=_floor(result))
+                    floor=_floor(result), batch=batch)
         value = None if result.refused else m.value
         out["results"].append({"gpus": count, "throughput": value, "records_used": m.records_used,
                                "records": len(s), "summary": s.summary})
-        issues = [i + " (give it with --gpus N)" if i.startswith("per-GPU values") else i for i in m.issues]
+        issues = [i + (" (give it with --gpus N)" if "GPU count" in i else " (give it with --batch-size B)"
+                       if "batch size" in i else "") for i in m.issues]
         out["issues"] += [f"{s.gpus or '?'} GPU run: {i}" if several else i for i in issues]
     return out
 

@@ -245,6 +245,8 @@ class PatternParser(LogParser):
     detect_any: ClassVar[tuple[re.Pattern[str], ...]] = ()
     rules: ClassVar[tuple[Rule, ...]] = ()
     per_gpu: ClassVar[bool] = False
+    #: records are steps per second (1 / step time), not images/s: a figure needs the global batch
+    step_rates: ClassVar[bool] = False
     #: the name the format prints its summary under (a protocol's ``summary_metric`` may name it)
     summary_name: ClassVar[str | None] = None
     #: substrings of record and summary lines; used to report a cut-off last line

@@ -31,7 +31,8 @@ class NodeCommand:
 
 def placeholder_values(launch: Launch, cell: Cell, nodes: Sequence[Node], rank: int,
                        job_name: str = "worker") -> dict[str, str]:
-    return {**_cell_values(launch, cell, nodes), "node_rank": str(rank), "job_name": job_name,
+    return {**_cell_values(launch, cell, nodes), "node_rank": str(rank), "node_addr": nodes[rank].rendezvous,
+            "job_name": job_name,
             "task_index": str(launch.ps_ranks(cell).index(rank) if job_name == "ps" else rank)}
 
 
@@ -49,6 +50,7 @@ def _cell_values(launch: Launch, cell: Cell, nodes: Sequence[Node]) -> dict[str,
     values = {
         "batch_size": str(cell.batch_size),
         "global_batch_size": str(cell.batch_size * cell.gpus),
+        "node_batch_size": str(cell.batch_size * cell.gpus_per_node),
         "gpus_per_node": str(cell.gpus_per_node),
         "gpus": str(cell.gpus),
         "gpu_list": ",".join(str(i) for i in range(cell.gpus_per_node)),
