@@ -192,6 +192,11 @@ def _check_table(doc: YamlDoc, ti: int, table: Mapping[str, Any], ids: dict[str,
                                f"{table['id']!r} is the id of published[{ids[table['id']]}] too",
                                "give each published table an id of its own"))
     ids.setdefault(table["id"], ti)
+    unit = doc.data.get("measure", {}).get("unit", "images/s")
+    if table.get("unit", unit) != unit:
+        out.append(doc.problem(["published", ti, "unit"],
+                               f"{table['unit']!r} is not the target's unit {unit!r} (measure.unit)",
+                               f"set measure.unit to {table['unit']!r}, or cite a table in {unit}"))
     return out + _finite(doc, ["published", ti, "tolerance_pct"], table.get("tolerance_pct", 0))
 
 
