@@ -14,6 +14,7 @@ from typing import Any
 
 from repro import paths
 from repro.errors import Problem
+from repro.spec.datasets import FORMATS
 from repro.spec.schema import YamlDoc
 
 #: Placeholders a launch command may use; each is filled per cell and node.
@@ -283,8 +284,7 @@ def check_dataset(doc: YamlDoc) -> list[Problem]:
     if mounted and "dataset" not in d:
         out.append(doc.problem(["launch", "container", "mounts", mounted[0]],
                                "mounts the dataset ({data}) but the manifest names no dataset format",
-                               "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
-                               "imagenet-tfrecord, imagenet-recordio"))
+                               f"add `dataset: {{format: F}}`, F one of {', '.join(FORMATS)}"))
     if "dataset" in d and not mounted:
         out.append(doc.problem(["dataset"],
                                "a dataset format is named but no launch.container.mounts entry has "

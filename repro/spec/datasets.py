@@ -67,6 +67,13 @@ done
 echo "train.rec, train.idx, val.rec, val.idx"
 """
 
+_OFRECORD_PARTS = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name 'part-*' | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no part-N files in $P"; exit 1; }
+echo "$n part files"
+"""
+
 FORMATS: dict[str, Format] = {
     "imagenet-jpeg-list": Format(
         "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' "
@@ -89,6 +96,13 @@ FORMATS: dict[str, Format] = {
         "pack ImageNet with MXNet's im2rec (DeepLearningExamples MxNet/Classification/RN50v1.5 "
         "scripts/prepare_imagenet.sh writes all four files)",
         _RECORDIO),
+    "bert-ofrecord": Format(
+        "OneFlow OFRecord parts part-0, part-1, ... of BERT pretraining samples (input_ids, input_mask, "
+        "segment_ids, masked_lm_*, next_sentence_labels)",
+        "make them from Wikipedia and BookCorpus with google-research BERT's create_pretraining_data.py "
+        "(seq length 128, 20 predictions) and convert the TFRecords to OFRecord (OneFlow-Benchmark "
+        "LanguageModeling/BERT/README.md links the steps and a one-part sample)",
+        _OFRECORD_PARTS),
 }
 
 
