@@ -112,8 +112,8 @@ FORMATS: dict[str, Format] = {
         _OFRECORD_PARTS),
     "bert-hdf5": Format(
         "HDF5 files (*.hdf5) of BERT pretraining samples, sequence length 128 with 20 predictions",
-        "make them with NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT data/create_datasets_from_start.sh "
-        "(its hdf5_lower_case_1_seq_len_128_max_pred_20_... wikicorpus_en folder)",
+        "make them with NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT "
+        "data/create_datasets_from_start.sh (its hdf5_lower_case_1_seq_len_128_max_pred_20_... wikicorpus_en folder)",
         _HDF5),
 }
 

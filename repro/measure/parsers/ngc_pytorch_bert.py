@@ -1,4 +1,4 @@
-"""NVIDIA DeepLearningExamples PyTorch BERT pretraining (``run_pretraining.py`` at 5cc03caa), as DLPerf ran it.
+"""NVIDIA DeepLearningExamples PyTorch BERT pretraining (``run_pretraining.py``, 5cc03caa) as DLPerf ran it.
 
 The main process logs through DLLogger's stdout backend, one line per step (``--log_freq`` 1):
 ``DLL <date> <time> - Training Epoch: E Training Iteration: K  average_loss : ... step_loss : ...``, after
