@@ -41,7 +41,7 @@ def test_every_node_runs_the_upstream_command(target: str, precision: str, extra
     assert [c.rank for c in cmds] == [0, 1]
     for c in cmds:
         assert shlex.join(c.command) == UPSTREAM_2N8G_BS160 + extra
-        assert c.env == {"PYTHONUNBUFFERED": "1"}  # bert_base_pretrain.sh exports it
+        assert c.env == {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "INFO"}  # the first as bert_base_pretrain.sh
     assert m.launch.workdir == "/workspace/OneFlow-Benchmark/LanguageModeling/BERT"
 
 

@@ -113,7 +113,8 @@ FORMATS: dict[str, Format] = {
     "bert-hdf5": Format(
         "HDF5 files (*.hdf5) of BERT pretraining samples, sequence length 128 with 20 predictions",
         "make them with NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT "
-        "data/create_datasets_from_start.sh (its hdf5_lower_case_1_seq_len_128_max_pred_20_... wikicorpus_en folder)",
+        "data/create_datasets_from_start.sh (its folder hdf5_lower_case_1_seq_len_128_max_pred_20_..."
+        "/wikicorpus_en)",
         _HDF5),
 }
 
