@@ -72,6 +72,9 @@ FORMATS = {
     "tf-cnn-rn50-p100-real-bs32": "imagenet-tfrecord",
     "tf-cnn-vgg16-p100-real-bs32": "imagenet-tfrecord",
     "tf-cnn-vgg16-p100-real": "imagenet-tfrecord",
+    "dlperf-oneflow-bert-v100": "bert-ofrecord",
+    "dlperf-oneflow-bert-noclip-v100": "bert-ofrecord",
+    "dlperf-ngc-pytorch-bert-v100": "bert-hdf5",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
     "tf-cnn-ps-cpu": None,
     "tf-cnn-alexnet-p100-synthetic": None,
@@ -153,8 +156,8 @@ def test_one_data_path_serves_every_format_and_a_map_only_its_own(tmp_path: Path
     many = tmp_path / "many.yaml"
     many.write_text("schema_version: 1\ndata: {imagenet-jpeg: /srv/jpeg, imagenet-recordio: /srv/rec}\n"
                     "nodes:\n  - {address: 10.0.0.1}\n")
-    assert [load_hosts(one).data_dir(f) for f in datasets.FORMATS] == ["/datasets/imagenet"] * 4
-    assert [load_hosts(many).data_dir(f) for f in datasets.FORMATS] == [None, "/srv/jpeg", None, "/srv/rec"]
+    assert [load_hosts(one).data_dir(f) for f in datasets.FORMATS] == ["/datasets/imagenet"] * 6
+    assert [load_hosts(many).data_dir(f) for f in datasets.FORMATS] == [None, "/srv/jpeg", None, "/srv/rec", None, None]
 
 
 # --- the checks, on real trees --------------------------------------------------------------------------
@@ -187,6 +190,16 @@ def recordio(root: Path) -> Path:
     return root
 
 
+def ofrecord_parts(root: Path) -> Path:
+    touch(root, "part-0", "part-1")
+    return root
+
+
+def hdf5_files(root: Path) -> Path:
+    touch(root, "wikicorpus_en_training_0.hdf5")
+    return root
+
+
 def run_check(shell: str, fmt: str, path: Path) -> tuple[int, str]:
     argv = [shell, "sh"] if shell == "busybox" else [shell]
     done = subprocess.run([*argv, "-c", datasets.check_script(fmt, str(path))], capture_output=True, text=True,
@@ -200,6 +213,8 @@ GOOD = [
     ("imagenet-jpeg", jpeg, "train/: 3 class folders, val/: 2 class folders\n"),
     ("imagenet-tfrecord", tfrecord, "3 train shards, 1 validation shards\n"),
     ("imagenet-recordio", recordio, "train.rec, train.idx, val.rec, val.idx\n"),
+    ("bert-ofrecord", ofrecord_parts, "2 part files\n"),
+    ("bert-hdf5", hdf5_files, "1 hdf5 files\n"),
 ]
 
 
@@ -220,6 +235,12 @@ def _break(fmt: str, root: Path) -> None:
     elif fmt == "imagenet-tfrecord":
         for f in root.glob("train-*"):
             f.rename(root / f"{f.name}.tfrecord")
+    elif fmt == "bert-hdf5":
+        for f in root.glob("*.hdf5"):
+            f.rename(f.with_suffix(".h5"))  # not the suffix DLE's pretraining reads
+    elif fmt == "bert-ofrecord":
+        for f in root.glob("part-*"):
+            f.rename(root / f"shard{f.name[4:]}")  # named otherwise than OneFlow's reader opens
     else:
         (root / "train.idx").unlink()
 
@@ -229,6 +250,8 @@ BROKEN = [
     ("imagenet-jpeg", jpeg, "val/ has no class folders"),
     ("imagenet-tfrecord", tfrecord, "no train-NNNNN-of-NNNNN files in {root}"),
     ("imagenet-recordio", recordio, "no train.idx in {root} (or it is empty)"),
+    ("bert-ofrecord", ofrecord_parts, "no part-N files in {root}"),
+    ("bert-hdf5", hdf5_files, "no .hdf5 files in {root}"),
 ]
 
 

@@ -91,7 +91,7 @@ def test_seed_targets_render_as_recorded(target: str) -> None:
 
 
 #: NGC bases that DLPerf found without a working MOFED user space and reinstalled MLNX_OFED 4.9 into
-REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100"}
+REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100", "dlperf-ngc-pytorch-bert-v100"}
 
 
 @pytest.mark.parametrize("target", SEEDS)
@@ -281,7 +281,9 @@ def test_rdma_accessor_is_the_strategy_or_none() -> None:
         "dlperf-paddle-rn50-v100": "mlnx-ofed", "dlperf-paddle-rn50-v100-static": "mlnx-ofed",
         "ngc-pytorch-rn50-v100": "image", "ngc-pytorch-rn50-v100-2.3": "image",
         "ngc-tf1-rn50-v100": "image", "ngc-tf1-rn50-v100-2.3": "image",
-        "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed"}
+        "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed",
+        "dlperf-oneflow-bert-v100": "mlnx-ofed", "dlperf-oneflow-bert-noclip-v100": "mlnx-ofed",
+        "dlperf-ngc-pytorch-bert-v100": "mlnx-ofed"}
     assert seen["torch-rn50-cpu"] is None and seen["ngc-mxnet-rn50-v100"] is None
 
 

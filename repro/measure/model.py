@@ -28,7 +28,7 @@ _NO_COLUMNS: tuple = ((), (), (), ())
 class Record:
     """One throughput observation in a log."""
 
-    value: float  # images/s as printed (per GPU for PaddleClas, global otherwise)
+    value: float  # as printed, in the parser's unit (per GPU for PaddleClas, global otherwise)
     iteration: int | None = None  # step / iteration number if the line has one
     epoch: int | None = None
     line: int = 0  # 1-based line number in the file
@@ -153,6 +153,9 @@ class LogParser(abc.ABC):
     name: ClassVar[str]  # set by the registry
     #: fewest usable records a figure may come from (a protocol may ask for more)
     min_records: ClassVar[int] = 1
+    #: what the format's throughput counts (``repro parse`` prints it; a manifest's measure.unit says it for
+    #: a target)
+    unit: ClassVar[str] = "images/s"
     #: the figures of the format's printed summary a protocol may name (``summary_metric``)
     summary_names: ClassVar[tuple[str, ...]] = ()
 

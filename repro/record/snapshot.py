@@ -52,7 +52,7 @@ def cell_rows(results: Sequence[TableResult]) -> list[dict[str, Any]]:
             out.append({"tbl": r.table.id if r.table else "", "target": c.target, "cell": cell_key(c),
                         "framework": c.column, "device": "CPU" if is_cpu(r) else "GPU", "nodes": c.nodes,
                         "gpus": c.gpus, "precision": c.precision, "batch_size": c.batch_size,
-                        "unit": r.table.unit if r.table else "images/s", "published": c.published,
+                        "unit": r.manifest.unit, "published": c.published,
                         "value": c.reproduced, "low": c.low, "high": c.high, "repeats": list(c.repeats),
                         "n": len(c.repeats),
                         "spread_pct": c.spread_pct, "delta_pct": c.delta_pct, "verdict": c.verdict,

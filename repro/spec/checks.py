@@ -14,6 +14,7 @@ from typing import Any
 
 from repro import paths
 from repro.errors import Problem
+from repro.spec.datasets import FORMATS
 from repro.spec.schema import YamlDoc
 
 #: Placeholders a launch command may use; each is filled per cell and node.
@@ -194,6 +195,11 @@ def _check_table(doc: YamlDoc, ti: int, table: Mapping[str, Any], ids: dict[str,
                                f"{table['id']!r} is the id of published[{ids[table['id']]}] too",
                                "give each published table an id of its own"))
     ids.setdefault(table["id"], ti)
+    unit = doc.data.get("measure", {}).get("unit", "images/s")
+    if table.get("unit", unit) != unit:
+        out.append(doc.problem(["published", ti, "unit"],
+                               f"{table['unit']!r} is not the target's unit {unit!r} (measure.unit)",
+                               f"set measure.unit to {table['unit']!r}, or cite a table in {unit}"))
     return out + _finite(doc, ["published", ti, "tolerance_pct"], table.get("tolerance_pct", 0))
 
 
@@ -280,8 +286,7 @@ def check_dataset(doc: YamlDoc) -> list[Problem]:
     if mounted and "dataset" not in d:
         out.append(doc.problem(["launch", "container", "mounts", mounted[0]],
                                "mounts the dataset ({data}) but the manifest names no dataset format",
-                               "add `dataset: {format: F}`, F one of imagenet-jpeg-list, imagenet-jpeg, "
-                               "imagenet-tfrecord, imagenet-recordio"))
+                               f"add `dataset: {{format: F}}`, F one of {', '.join(FORMATS)}"))
     if "dataset" in d and not mounted:
         out.append(doc.problem(["dataset"],
                                "a dataset format is named but no launch.container.mounts entry has "

@@ -67,6 +67,20 @@ done
 echo "train.rec, train.idx, val.rec, val.idx"
 """
 
+_OFRECORD_PARTS = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name 'part-*' | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no part-N files in $P"; exit 1; }
+echo "$n part files"
+"""
+
+_HDF5 = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.hdf5' | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no .hdf5 files in $P"; exit 1; }
+echo "$n hdf5 files"
+"""
+
 FORMATS: dict[str, Format] = {
     "imagenet-jpeg-list": Format(
         "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' "
@@ -89,6 +103,19 @@ FORMATS: dict[str, Format] = {
         "pack ImageNet with MXNet's im2rec (DeepLearningExamples MxNet/Classification/RN50v1.5 "
         "scripts/prepare_imagenet.sh writes all four files)",
         _RECORDIO),
+    "bert-ofrecord": Format(
+        "OneFlow OFRecord parts part-0, part-1, ... of BERT pretraining samples (input_ids, input_mask, "
+        "segment_ids, masked_lm_*, next_sentence_labels)",
+        "make them from Wikipedia and BookCorpus with google-research BERT's create_pretraining_data.py "
+        "(seq length 128, 20 predictions) and convert the TFRecords to OFRecord (OneFlow-Benchmark "
+        "LanguageModeling/BERT/README.md links the steps and a one-part sample)",
+        _OFRECORD_PARTS),
+    "bert-hdf5": Format(
+        "HDF5 files (*.hdf5) of BERT pretraining samples, sequence length 128 with 20 predictions",
+        "make them with NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT "
+        "data/create_datasets_from_start.sh (its folder hdf5_lower_case_1_seq_len_128_max_pred_20_..."
+        "/wikicorpus_en)",
+        _HDF5),
 }
 
 

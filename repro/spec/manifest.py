@@ -182,6 +182,11 @@ class Manifest:
         return next((n for n in self.notes if n.startswith(SYNTHETIC_NOTE)), None)
 
     @property
+    def unit(self) -> str:
+        """What this target's throughput counts (``measure.unit``): images/s unless the manifest says."""
+        return str(self.data["measure"].get("unit", "images/s"))
+
+    @property
     def repeats(self) -> int:
         return int(self.matrix.get("repeats", 1))
 

@@ -152,7 +152,7 @@ def _figure_axes(ax: Any, group: Sequence[TableResult], cells: Sequence[CellResu
     values = [v for c in cells for v in (float(c.published) if c.published else None, c.reproduced) if v]
     if values:
         ax.set_ylim(min(values) / 2, max(values) * 6)  # room for the marks above the bars
-    ax.set_ylabel((group[0].table.unit if group[0].table else "images/s") + " (log scale)")
+    ax.set_ylabel(group[0].manifest.unit + " (log scale)")
     ax.set_title(_title(group), fontsize=11)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(handles=[Patch(color="#9aa5b1", label="published"),

@@ -151,7 +151,7 @@ def _header(group: Sequence[TableResult]) -> list[str]:
     first = group[0]
     if first.table is None:
         out = [f"# {first.manifest.id}: {first.manifest.title}", "",
-               "Measured only: this target reproduces no publication (images/s).",
+               f"Measured only: this target reproduces no publication ({first.manifest.unit}).",
                f"Measured from: {', '.join(sorted({r.source for r in group}))}."]
         if any(c.low is not None for r in group for c in r.cells):
             out.append(f"± is the half-width of the {INTERVAL}, as a share of the median.")
@@ -245,7 +245,8 @@ def notes(group: Sequence[TableResult]) -> list[str]:
             if c.verdict not in (MATCH, MEASURED, REPRODUCED) and c.detail:
                 found.append(f"{where}: {c.verdict}: {c.detail}")
             found += [f"{where}: log contradicts manifest: {f}" for f in c.flags]
-        found += [f"non-monotonic scaling: {n}" for n in non_monotonic(r.cells, "workers" if cpu else "GPUs")]
+        found += [f"non-monotonic scaling: {n}" for n in non_monotonic(r.cells, "workers" if cpu else "GPUs",
+                                                                             r.manifest.unit)]
     return ["Notes:", "", *[f"- {n}" for n in found], ""] if found else []
 
 
@@ -258,7 +259,7 @@ def _document(results: Sequence[TableResult], width: int | None, colour: bool) -
     out: list[str] = []
     for group in groups(results):
         legend = ("Each cell: published → reproduced (delta) verdict." if group[0].table
-                  else "Each cell: measured images/s.")
+                  else f"Each cell: measured {group[0].manifest.unit}.")
         out += [*_header(group), "", legend, ""]
         out += _tables(group, lambda c: cell_text(c, colour), width)
         scaling = _tables(group, _scaling_text, width)
@@ -326,7 +327,7 @@ def records(results: Sequence[TableResult]) -> list[dict[str, Any]]:
                 "interval_low": c.low, "interval_high": c.high, "repeats": len(c.repeats),
                 "spread_pct": c.spread_pct, "delta_pct": c.delta_pct, "verdict": c.verdict,
                 "reason": c.detail,
-                "unit": r.table.unit if r.table else "images/s", "tolerance_pct": c.tolerance_pct,
+                "unit": r.manifest.unit, "tolerance_pct": c.tolerance_pct,
                 "tolerance_reason": c.tolerance_reason or None,
                 "published_speedup": float(c.published_speedup) if c.published_speedup else None,
                 "speedup": c.speedup, "efficiency": c.efficiency, "log": _rel(c.logs, bases) or None})
@@ -413,7 +414,8 @@ def render_parse_text(out: dict[str, Any]) -> str:
     if out["facts"]:
         lines.append("  log says: " + ", ".join(f"{k}={v}" for k, v in out["facts"].items()))
     for r in out["results"]:
-        figure = fmt(r["throughput"]) + " images/s" if r["throughput"] is not None else "no figure"
+        unit = out.get("unit", "images/s")
+        figure = f"{fmt(r['throughput'])} {unit}" if r["throughput"] is not None else "no figure"
         own = f" (log's own summary: {r['summary']})" if r["summary"] is not None else ""
         lines.append(f"  {r['gpus'] or '?'} GPU(s): {figure} from {r['records_used']} of {r['records']} "
                      f"records{own}")

@@ -386,9 +386,9 @@ def reproduce_run(run_dir: Path, table_id: str | None = None, *, source: str | N
     return TableResult(manifest, table, cells, source or str(run_dir))
 
 
-def non_monotonic(cells: Iterable[CellResult], devices: str = "GPUs") -> list[str]:
+def non_monotonic(cells: Iterable[CellResult], devices: str = "GPUs", unit: str = "images/s") -> list[str]:
     """Columns whose reproduced throughput drops as devices are added; ``devices``: the target's word for them
-    (``workers`` for a CPU target)."""
+    (``workers`` for a CPU target); ``unit``: the target's throughput unit."""
     out = []
     by_col: dict[tuple[str, str], list[CellResult]] = {}
     for c in cells:
@@ -397,7 +397,7 @@ def non_monotonic(cells: Iterable[CellResult], devices: str = "GPUs") -> list[st
         pts = sorted((c.gpus, c.reproduced) for c in group if c.reproduced is not None)
         for (g1, v1), (g2, v2) in zip(pts, pts[1:]):
             if v2 < v1:
-                out.append(f"{col} {key}: {v2:.2f} images/s on {g2} {devices} is below {v1:.2f} on {g1}")
+                out.append(f"{col} {key}: {v2:.2f} {unit} on {g2} {devices} is below {v1:.2f} on {g1}")
     return out
 
 
@@ -434,8 +434,9 @@ def parse_and_measure(log: Path, parser: str | None = None, *, gpus: int | None 
     result = parse_file(log, parser, proto)
     if result.parser and getattr(PARSERS.get(result.parser), "step_rates", False):
         proto = replace(proto, scale="global_batch")
-    out = {"parser": result.parser, "detected": parser is None, "file": str(log), "lines": result.lines,
-           "facts": result.facts, "results": [], "issues": list(result.issues)}
+    out = {"parser": result.parser, "unit": PARSERS.get(result.parser).unit if result.parser else "images/s",
+           "detected": parser is None, "file": str(log), "lines": result.lines, "facts": result.facts,
+           "results": [], "issues": list(result.issues)}
     several = len(result.series) > 1
     for s in result.series:
         count = gpus if gpus is not None else s.gpus

@@ -32,6 +32,8 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.tf2_keras",
         "repro.measure.parsers.tf_cnn",
         "repro.measure.parsers.step_time",
+        "repro.measure.parsers.oneflow_bert",
+        "repro.measure.parsers.ngc_pytorch_bert",
     ],
 )
 
