@@ -208,11 +208,9 @@ class Manifest:
         """What the publication's machines were for these cells: ``expect``, with each ``expect_where`` entry
         that selects every one of them put over it (in the manifest's order); cells the publication ran on
         different machines are held against ``expect`` itself."""
-        out, cells = dict(self.expect), list(cells)
-        for when, differs in self.expect_where:
-            if cells and all(c.matches(when) for c in cells):
-                out.update(differs)
-        return out
+        cells = list(cells)
+        chosen = [d for when, d in self.expect_where if cells and all(c.matches(when) for c in cells)]
+        return dict(self.expect) | {k: v for d in chosen for k, v in d.items()}
 
     @property
     def rdma_strategy(self) -> str | None:
