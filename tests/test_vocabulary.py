@@ -111,7 +111,7 @@ def test_one_framework_vocabulary_and_a_model_column(results: list[TableResult])
     words = set(load_schema("manifest.v1")["properties"]["framework"]["enum"])
     recs = records(results)
     assert {rec["framework"] for rec in recs} <= words
-    assert {rec["framework"] for rec in recs} == {"paddle", "pytorch", "tensorflow", "mxnet"}
+    assert {rec["framework"] for rec in recs} == {"paddle", "pytorch", "tensorflow", "mxnet", "oneflow"}
     assert [(rec["framework"], rec["model"]) for rec in recs] == [(r.manifest.framework, r.manifest.model)
                                                                   for r in results for _ in r.cells]
     assert {rec["model"] for rec in recs} >= {"resnet50v1.5", "alexnet", "vgg16"}

@@ -31,6 +31,7 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.ngc_mxnet",
         "repro.measure.parsers.tf2_keras",
         "repro.measure.parsers.tf_cnn",
+        "repro.measure.parsers.oneflow",
     ],
 )
 
