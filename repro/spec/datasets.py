@@ -111,7 +111,8 @@ FORMATS: dict[str, Format] = {
         "scripts/prepare_imagenet.sh writes all four files)",
         _RECORDIO),
     "imagenet-tfrecord-dali": Format(
-        "tfrecords/ with TFRecord shards train-00000-of-01024 ... and dali_idx/ with one DALI index per shard",
+        "tfrecords/ with TFRecord shards train-00000-of-01024 ... and dali_idx/ with one DALI index "
+        "per shard",
         "write the TFRecords into tfrecords/, then the indexes with DeepLearningExamples "
         "TensorFlow/Classification/ConvNets utils/dali_index.sh tfrecords dali_idx (tfrecord2idx per shard)",
         _TFRECORD_DALI),

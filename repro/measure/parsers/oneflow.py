@@ -21,7 +21,8 @@ class OneflowCnns(PatternParser):
     min_records = 2  # fewest records a figure may come from (one record is no throughput figure)
     record_hints = ("samples/s: ",)
     detect_any = (
-        re.compile(rf"train: epoch \d+, iter \d+, loss: {NUM}, top_1: {NUM}, top_k: {NUM}, samples/s: {NUM} {NUM}"),
+        re.compile(rf"train: epoch \d+, iter \d+, loss: {NUM}, top_1: {NUM}, top_k: {NUM}, "
+                   rf"samples/s: {NUM} {NUM}"),
         re.compile(r"Running \w+: num_gpu_per_node = \d+, num_nodes = \d+\."),
     )
     rules = (
