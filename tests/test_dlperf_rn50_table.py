@@ -51,6 +51,7 @@ class Framework:
     targets: tuple[str, ...]  # the targets whose README.md tables cite this summary row
     sources: tuple[Source, ...]
     amp_batch: int = 256  # the summary's AMP column is bsz=256 unless a footnote says otherwise
+    amp_precision: str = "amp"  # the precision of the summary's AMP figures in the kit
     xla: str | None = None  # the target of the figures the summary marks w/XLA
 
 
@@ -75,6 +76,14 @@ FRAMEWORKS: dict[str, Framework] = {
             Excluded(TF1_SYNTHETIC), Excluded(TF1_SYNTHETIC), Excluded(TF1_SYNTHETIC))),),
         amp_batch=224,  # footnote [1]: bsz = 256 ran out of memory
         xla="dlperf-ngc-tf1-rn50-v100-xla",
+    ),
+    "NGC MXNet": Framework(
+        targets=("dlperf-ngc-mxnet-rn50-v100",),
+        sources=(Source("ngc-mxnet-README.md", "NVIDIADeepLearningExamples/MxNet/Classification/RN50v1.5/README.md",
+                        (Table("dlperf-ngc-mxnet-rn50-v100", "fp32", 128),
+                         Table("dlperf-ngc-mxnet-rn50-v100", "amp", 256),
+                         Table("dlperf-ngc-mxnet-rn50-v100", "fp16", 256))),),
+        amp_precision="fp16",  # the summary's 30713.68 / 22.03 is the README's "without amp" table
     ),
 }
 
@@ -147,7 +156,7 @@ def summary_figures(row: list[str], fw: Framework) -> list[Figure]:
     its speedup and its marker (w/XLA) where the cell prints two."""
     out = []
     for precision, batch, value_cell, speedup_cell in (("fp32", 128, row[2], row[3]),
-                                                        ("amp", fw.amp_batch, row[4], row[5])):
+                                                        (fw.amp_precision, fw.amp_batch, row[4], row[5])):
         values, speedups = value_cell.split("<br>"), speedup_cell.split("<br>")
         assert len(values) == len(speedups), row
         for v, s in zip(values, speedups):

@@ -32,6 +32,7 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.tf2_keras",
         "repro.measure.parsers.tf_cnn",
         "repro.measure.parsers.oneflow",
+        "repro.measure.parsers.ngc_mxnet_ranks",
     ],
 )
 

@@ -1,6 +1,6 @@
-"""DLPerf's OneFlow and NGC TF1 ResNet-50 targets: the OneFlow-Benchmark log parser on the train lines DLPerf
-quotes, the protocol against DLPerf's own timestamp rule, and each rendered command against the upstream
-script it mirrors (Oneflow-Inc/DLPerf at c89430bac64f64caabb0445ff7eb80175641454c)."""
+"""DLPerf's OneFlow, NGC TF1 and NGC MXNet ResNet-50 targets: the OneFlow-Benchmark log parser on the train
+lines DLPerf quotes, the protocols against DLPerf's own extraction rules, and each rendered command against the
+upstream script it mirrors (Oneflow-Inc/DLPerf at c89430bac64f64caabb0445ff7eb80175641454c)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from repro.spec.manifest import Cell, find_target
 
 HOSTS = Path(__file__).resolve().parent / "data" / "good" / "hosts-4.yaml"
 ONEFLOW, TF1, TF1_XLA = "dlperf-oneflow-rn50-v100", "dlperf-ngc-tf1-rn50-v100", "dlperf-ngc-tf1-rn50-v100-xla"
+MXNET = "dlperf-ngc-mxnet-rn50-v100"
 
 #: DLPerf OneFlow/Classification/ConvNets/resnet50v1.5/extract_cnn_result.py, the docstring of
 #: extract_info_from_file: two train lines of a 2-node 8-GPU bs128 log
@@ -161,3 +162,73 @@ def test_tf1_fp32_precision_is_the_scripts() -> None:
     argv = plan_cell(find_target(TF1), Cell(1, 1, "fp32", 128), load_hosts(HOSTS))[0].command.command
     assert "--precision=fp32" in argv and "--use_tf_amp" not in argv and "--use_xla" not in argv
     assert "--batch_size=128" in argv
+
+
+# --- NGC MXNet: one record per batch, the median over the ranks --------------------------------------------
+
+def speedometer(batch: int, value: float) -> str:
+    """A line of DLE e470c21 fit.py (logging format '{asctime}:{levelname}: {message}', disp_batches 1)."""
+    return (f"2020-09-16 10:00:00,000:INFO: Epoch[0] Batch [{batch}-{batch}]\tSpeed: {value} samples/sec\t"
+            "LR: 0.256000\t\n")
+
+
+def mxnet_log(ranks: list[list[float]]) -> str:
+    """Each rank's arguments line, then per batch every rank's line (``ranks[r][k]``: rank r, batch k)."""
+    args = ("2020-09-16 09:59:00,000:INFO: Start with arguments Namespace(amp=False, batch_size=512, "
+            "data_backend='dali-gpu', dtype='float32', gpus=[0, 1, 2, 3], kv_store='horovod')\n")
+    out = [args] * len(ranks)
+    for k in range(len(ranks[0])):
+        out += [speedometer(k, r[k]) for r in ranks]
+    return "".join(out)
+
+
+def test_mxnet_ranks_make_one_record_per_batch(tmp_path: Path) -> None:
+    ranks = [[1500.004, 1510.0, 1490.0], [1501.0, 1509.0, 1495.0], [1499.0, 1511.0, 1493.0],
+             [1502.0, 1508.0, 1494.0]]
+    log = write(tmp_path, mxnet_log(ranks))
+    (run,) = parse_file(log, "ngc-mxnet-ranks").series
+    # np.median of the four ranks' figures, each first rounded to 2 decimals (extract_mxnet_logs.py)
+    assert [(r.iteration, r.value) for r in run.records] == [(0, 1500.5), (1, 1509.5), (2, 1493.5)]
+    assert run.gpus == 4 and run.facts["batch_size"] == 128 and run.facts["precision"] == "fp32"
+    (plain,) = parse_file(log, "ngc-mxnet").series  # the other parser: a record per line
+    assert len(plain.records) == 12
+
+
+def test_mxnet_protocol_is_dlperfs_rule(tmp_path: Path) -> None:
+    """120 batches x 2 ranks: mean over batches 21-120 of the per-batch medians."""
+    ranks = [[1000.0 + k for k in range(120)], [1002.0 + k for k in range(120)]]
+    log = write(tmp_path, mxnet_log(ranks).replace("gpus=[0, 1, 2, 3]", "gpus=[0, 1]"))
+    protocol = Protocol.from_dict(find_target(MXNET).data["measure"]["protocol"])
+    got = measure(parse_file(log, "ngc-mxnet-ranks").series[0], protocol)
+    medians = [1001.0 + k for k in range(120)]
+    assert got.records_used == 100 and got.value == round(sum(medians[20:120]) / 100, 2) == 1070.5
+
+
+#: DLPerf NVIDIADeepLearningExamples/MxNet/Classification/RN50v1.5/runner.sh, the train.py flags (CMD) for
+#: DTYPE fp16 with BZ_PER_DEVICE 256 on 4 nodes of GPUS 0,...,7 (total_bz 8192), DATA_DIR as run_test.sh
+RUNNER_FP16 = """--dtype float16 --amp --fuse-bn-relu 1 --fuse-bn-add-relu 1 --input-layout NCHW --conv-layout NHWC
+    --batchnorm-layout NHWC --pooling-layout NHWC --arch resnetv15 --num-layers 50 --num-classes 1000 --mode train
+    --data-train /data/imagenet/train-val-recordio-passthrough/train.rec
+    --data-train-idx /data/imagenet/train-val-recordio-passthrough/train.idx --gpus 0,1,2,3,4,5,6,7
+    --batch-size 8192 --image-shape 3,224,224 --lr 0.256 --lr-schedule cosine --optimizer sgd --mom 0.875
+    --wd 3.0517578125e-05 --label-smoothing 0.1 --kv-store horovod --data-backend dali-gpu --benchmark-iters 120
+    --no-metrics --disp-batches 1 --save-frequency 0 --num-epochs 1"""
+
+
+def test_mxnet_command_is_runner_sh() -> None:
+    m = find_target(MXNET)
+    (head, *others) = plan_cell(m, Cell(4, 8, "amp", 256), load_hosts(HOSTS))
+    argv = list(head.command.command)
+    main = argv.index("train.py")
+    assert argv[main - 1:] == ["python3", "train.py", *shlex.split(RUNNER_FP16)]
+    mpi = " ".join(argv[:main - 1])
+    assert mpi.startswith("mpirun --allow-run-as-root -np 32 ") and "ssh -p 10001 " in mpi
+    assert "--map-by slot" in mpi and "--bind-to none" in mpi and "-mca pml ob1 -mca btl ^openib" in mpi
+    assert head.command.env["MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD"] == "25" and len(others) == 3
+    # "without amp": runner.sh with --amp removed; FP32: its float32 flags and batch 128 x 2 GPUs
+    fp16 = plan_cell(m, Cell(1, 1, "fp16", 256), load_hosts(HOSTS))[0].command.command
+    assert "--amp" not in fp16 and fp16[fp16.index("--batch-size") + 1] == "256"
+    fp32 = plan_cell(m, Cell(1, 2, "fp32", 128), load_hosts(HOSTS))[0].command.command
+    assert list(fp32[fp32.index("train.py") + 1:][:8]) == shlex.split(
+        "--dtype float32 --input-layout NHWC --fuse-bn-relu 0 --fuse-bn-add-relu 0")
+    assert fp32[fp32.index("--gpus") + 1] == "0,1" and fp32[fp32.index("--batch-size") + 1] == "256"
