@@ -75,6 +75,10 @@ FORMATS = {
     "dlperf-oneflow-bert-v100": "bert-ofrecord",
     "dlperf-oneflow-bert-noclip-v100": "bert-ofrecord",
     "dlperf-ngc-pytorch-bert-v100": "bert-hdf5",
+    "dlperf-ngc-tf1-rn50-v100": "imagenet-tfrecord-dali",
+    "dlperf-ngc-tf1-rn50-v100-xla": "imagenet-tfrecord-dali",
+    "dlperf-oneflow-rn50-v100": "imagenet-ofrecord",
+    "dlperf-ngc-mxnet-rn50-v100": "imagenet-recordio",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
     "tf-cnn-ps-cpu": None,
     "tf-cnn-alexnet-p100-synthetic": None,
@@ -157,7 +161,8 @@ def test_one_data_path_serves_every_format_and_a_map_only_its_own(tmp_path: Path
     many.write_text("schema_version: 1\ndata: {imagenet-jpeg: /srv/jpeg, imagenet-recordio: /srv/rec}\n"
                     "nodes:\n  - {address: 10.0.0.1}\n")
     assert [load_hosts(one).data_dir(f) for f in datasets.FORMATS] == ["/datasets/imagenet"] * 6
-    assert [load_hosts(many).data_dir(f) for f in datasets.FORMATS] == [None, "/srv/jpeg", None, "/srv/rec", None, None]
+    assert [load_hosts(many).data_dir(f) for f in datasets.FORMATS] == [None, "/srv/jpeg", None, "/srv/rec",
+                                                                         None, None, None, None]
 
 
 # --- the checks, on real trees --------------------------------------------------------------------------
@@ -200,6 +205,17 @@ def hdf5_files(root: Path) -> Path:
     return root
 
 
+def tfrecord_dali(root: Path) -> Path:
+    shards = [f"train-{i:05d}-of-01024" for i in range(2)]
+    touch(root, *[f"tfrecords/{n}" for n in shards], *[f"dali_idx/{n}" for n in shards])
+    return root
+
+
+def ofrecord(root: Path) -> Path:
+    touch(root, *[f"train/part-{i:05d}" for i in range(4)])
+    return root
+
+
 def run_check(shell: str, fmt: str, path: Path) -> tuple[int, str]:
     argv = [shell, "sh"] if shell == "busybox" else [shell]
     done = subprocess.run([*argv, "-c", datasets.check_script(fmt, str(path))], capture_output=True, text=True,
@@ -215,6 +231,8 @@ GOOD = [
     ("imagenet-recordio", recordio, "train.rec, train.idx, val.rec, val.idx\n"),
     ("bert-ofrecord", ofrecord_parts, "2 part files\n"),
     ("bert-hdf5", hdf5_files, "1 hdf5 files\n"),
+    ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards with as many DALI indexes\n"),
+    ("imagenet-ofrecord", ofrecord, "train/: 4 parts\n"),
 ]
 
 
@@ -241,6 +259,11 @@ def _break(fmt: str, root: Path) -> None:
     elif fmt == "bert-ofrecord":
         for f in root.glob("part-*"):
             f.rename(root / f"shard{f.name[4:]}")  # named otherwise than OneFlow's reader opens
+    elif fmt == "imagenet-tfrecord-dali":  # an index not made for one of the shards
+        (root / "dali_idx" / "train-00001-of-01024").unlink()
+    elif fmt == "imagenet-ofrecord":  # shards of another format where the parts should be
+        for f in (root / "train").glob("part-*"):
+            f.rename(root / "train" / f"{f.name}.tfrecord")
     else:
         (root / "train.idx").unlink()
 
@@ -252,6 +275,8 @@ BROKEN = [
     ("imagenet-recordio", recordio, "no train.idx in {root} (or it is empty)"),
     ("bert-ofrecord", ofrecord_parts, "no part-N files in {root}"),
     ("bert-hdf5", hdf5_files, "no .hdf5 files in {root}"),
+    ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards in tfrecords/ but 1 indexes in dali_idx/"),
+    ("imagenet-ofrecord", ofrecord, "no part-NNNNN files in {root}/train"),
 ]
 
 

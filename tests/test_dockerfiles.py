@@ -91,7 +91,8 @@ def test_seed_targets_render_as_recorded(target: str) -> None:
 
 
 #: NGC bases that DLPerf found without a working MOFED user space and reinstalled MLNX_OFED 4.9 into
-REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100", "dlperf-ngc-pytorch-bert-v100"}
+REINSTALLED_ON_NGC = {"dlperf-ngc-pytorch-rn50-v100", "dlperf-ngc-pytorch-bert-v100", "dlperf-ngc-tf1-rn50-v100",
+                      "dlperf-ngc-tf1-rn50-v100-xla", "dlperf-ngc-mxnet-rn50-v100"}
 
 
 @pytest.mark.parametrize("target", SEEDS)
@@ -279,6 +280,8 @@ def test_rdma_accessor_is_the_strategy_or_none() -> None:
         "dlperf-ngc-pytorch-rn50-v100": "mlnx-ofed", "dlperf-tf2-rn50-v100": "mlnx-ofed",
         "dlperf-pytorch-rn50-v100": "mlnx-ofed", "dlperf-pytorch-rn50-v100-w8": "mlnx-ofed",
         "dlperf-paddle-rn50-v100": "mlnx-ofed", "dlperf-paddle-rn50-v100-static": "mlnx-ofed",
+        "dlperf-ngc-tf1-rn50-v100": "mlnx-ofed", "dlperf-ngc-tf1-rn50-v100-xla": "mlnx-ofed",
+        "dlperf-oneflow-rn50-v100": "mlnx-ofed", "dlperf-ngc-mxnet-rn50-v100": "mlnx-ofed",
         "ngc-pytorch-rn50-v100": "image", "ngc-pytorch-rn50-v100-2.3": "image",
         "ngc-tf1-rn50-v100": "image", "ngc-tf1-rn50-v100-2.3": "image",
         "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed",

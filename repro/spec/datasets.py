@@ -81,6 +81,27 @@ n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.hdf5' | wc -l | tr -d ' 
 echo "$n hdf5 files"
 """
 
+_TFRECORD_DALI = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+N='[0-9][0-9][0-9][0-9][0-9]'
+for d in tfrecords dali_idx; do
+  [ -d "$P/$d" ] || { echo "no $d/ folder in $P"; exit 1; }
+done
+t=$(find "$P/tfrecords/" -mindepth 1 -maxdepth 1 -name "train-$N-of-$N" | wc -l | tr -d ' ')
+[ "$t" -gt 0 ] || { echo "no train-NNNNN-of-NNNNN files in $P/tfrecords"; exit 1; }
+i=$(find "$P/dali_idx/" -mindepth 1 -maxdepth 1 -name "train-$N-of-$N" | wc -l | tr -d ' ')
+[ "$i" -eq "$t" ] || { echo "$t train shards in tfrecords/ but $i indexes in dali_idx/"; exit 1; }
+echo "$t train shards with as many DALI indexes"
+"""
+
+_OFRECORD = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+[ -d "$P/train" ] || { echo "no train/ folder in $P"; exit 1; }
+t=$(find "$P/train/" -mindepth 1 -maxdepth 1 -name 'part-[0-9][0-9][0-9][0-9][0-9]' | wc -l | tr -d ' ')
+[ "$t" -gt 0 ] || { echo "no part-NNNNN files in $P/train"; exit 1; }
+echo "train/: $t parts"
+"""
+
 FORMATS: dict[str, Format] = {
     "imagenet-jpeg-list": Format(
         "JPEG images under the directory and train_list.txt with one 'relative/path.JPEG label' "
@@ -116,6 +137,17 @@ FORMATS: dict[str, Format] = {
         "data/create_datasets_from_start.sh (its folder hdf5_lower_case_1_seq_len_128_max_pred_20_..."
         "/wikicorpus_en)",
         _HDF5),
+    "imagenet-tfrecord-dali": Format(
+        "tfrecords/ with TFRecord shards train-00000-of-01024 ... and dali_idx/ with one DALI index "
+        "per shard",
+        "write the TFRecords into tfrecords/, then the indexes with DeepLearningExamples "
+        "TensorFlow/Classification/ConvNets utils/dali_index.sh tfrecords dali_idx (tfrecord2idx per shard)",
+        _TFRECORD_DALI),
+    "imagenet-ofrecord": Format(
+        "OneFlow OFRecord: train/ with part-00000 ... part-00255",
+        "convert ImageNet with OneFlow-Benchmark Classification/cnns/tools (imagenet_ofrecord.py), which "
+        "writes train/part-NNNNN (256 parts)",
+        _OFRECORD),
 }
 
 

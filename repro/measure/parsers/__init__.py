@@ -34,6 +34,8 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.step_time",
         "repro.measure.parsers.oneflow_bert",
         "repro.measure.parsers.ngc_pytorch_bert",
+        "repro.measure.parsers.oneflow",
+        "repro.measure.parsers.ngc_mxnet_ranks",
     ],
 )
 
