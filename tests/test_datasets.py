@@ -160,9 +160,9 @@ def test_one_data_path_serves_every_format_and_a_map_only_its_own(tmp_path: Path
     many = tmp_path / "many.yaml"
     many.write_text("schema_version: 1\ndata: {imagenet-jpeg: /srv/jpeg, imagenet-recordio: /srv/rec}\n"
                     "nodes:\n  - {address: 10.0.0.1}\n")
-    assert [load_hosts(one).data_dir(f) for f in datasets.FORMATS] == ["/datasets/imagenet"] * 6
-    assert [load_hosts(many).data_dir(f) for f in datasets.FORMATS] == [None, "/srv/jpeg", None, "/srv/rec",
-                                                                         None, None, None, None]
+    assert [load_hosts(one).data_dir(f) for f in datasets.FORMATS] == ["/datasets/imagenet"] * len(datasets.FORMATS)
+    assert {f: load_hosts(many).data_dir(f) for f in datasets.FORMATS} == {
+        f: {"imagenet-jpeg": "/srv/jpeg", "imagenet-recordio": "/srv/rec"}.get(f) for f in datasets.FORMATS}
 
 
 # --- the checks, on real trees --------------------------------------------------------------------------
