@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from repro.errors import NotSigned, UsageError
+from repro.errors import NotSealed, NotSigned, UsageError
 from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 
@@ -455,11 +455,11 @@ def run_environment(run: Any, manifest: Any) -> list[Any]:
 @reports_errors
 def audit(run: Path, target: str | None, key: Path | None, require_signature: bool, fmt: str) -> None:
     """Verify a run directory or archive: checksums, schema, pins, environment, results, and with --key its
-    signature (exit 6 on drift/tampering or a signature not by the key; with --require-signature,
-    9 when it is not signed)."""
+    signature (exit 6 on drift/tampering or a signature not by the key, 10 for a run never sealed; with
+    --require-signature, 9 when it is not signed)."""
     import dataclasses
 
-    from repro.record.audit import NOT_SIGNED, audit as audit_run, failing, render
+    from repro.record.audit import NOT_SEALED, NOT_SIGNED, audit as audit_run, failing, render
     from repro.record.dsse import load_keys
     from repro.errors import ProvenanceError
 
@@ -472,6 +472,9 @@ def audit(run: Path, target: str | None, key: Path | None, require_signature: bo
         nl=fmt == "json",
     )
     bad = failing(checks)
+    if bad and all(c.status == NOT_SEALED for c in bad):
+        raise NotSealed(f"{run} was never sealed: nothing in it can be verified",
+                        hint=f"repro up --resume {run} finishes and seals it")
     if bad:
         raise ProvenanceError(
             f"{len(bad)} check(s) failed: " + "; ".join(f"{c.item} {c.status}" for c in bad[:5]),
