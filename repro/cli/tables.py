@@ -139,13 +139,13 @@ def plan(
         # exact: the script up --detach submits
         echo(scheduled_script(m, cells, hosts_file, scheduler, repeats), nl=False)
         return
-    from repro.fit import fit_text
+    from repro.fit import fit_scheduler_text, fit_text
 
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
     runtime = plan_runtime(hosts, scheduler)  # under pyxis or apptainer: no docker run lines
     for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks, runtime=runtime):
         echo(chunk if wide else fit_text(chunk), nl=False)
-    echo(slurm_text, nl=False)  # a batch script stays exact
+    echo(slurm_text if wide else fit_scheduler_text(slurm_text), nl=False)  # a batch script stays exact
 
 
 @click.command()
