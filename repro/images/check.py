@@ -158,8 +158,8 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                 fail("commit", f"cannot read {url}: {e}")
             else:  # offline: not a verdict on the recipe, and never ok
                 fail("unverifiable", f"offline: cannot reach {url} ({cause.group(0).strip()}), so its "
-                     "commit, patches and files were not checked; read it from a mirror with "
-                     "--git-mirror PREFIX=URL")
+                     "commit, patches and files were not checked; " + mirror_advice(src["repository"],
+                                                                                   src["commit"]))
     else:
         _copies(manifest, None, opts, passed, fail)
     _image_lock(manifest, passed, fail)
@@ -167,6 +167,18 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
     _apt(manifest, opts, passed, fail)
     _deps(manifest, opts, passed, fail)
     return Checked(manifest.id, tuple(passed), tuple(failures))
+
+
+def mirror_advice(repository: str, commit: str) -> str:
+    """How ``--git-mirror`` reaches ``repository`` where its host cannot be reached: what the option takes,
+    with this repository as the example."""
+    m = re.match(r"^([a-z+]+://[^/]+/)(.+)$", repository)
+    prefix, rest = (m.group(1), m.group(2)) if m else (repository.rsplit("/", 1)[0] + "/",
+                                                       repository.rsplit("/", 1)[-1])
+    return ("read it from a mirror with --git-mirror PREFIX=URL: PREFIX the start of the repository's "
+            "address, URL a directory or git server holding the rest as a repository with commit "
+            f"{commit[:12]}, e.g. "
+            f"--git-mirror {prefix}=/srv/git/ reads {repository} from /srv/git/{rest}")
 
 
 def _has_commit(git_dir: Path, commit: str) -> bool:
