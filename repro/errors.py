@@ -99,6 +99,13 @@ class ProvenanceError(ReproError):
     exit_code = 6
 
 
+class NotSealed(ReproError):
+    """A run that never sealed itself (``repro audit``): nothing in it can be verified, which is no sign of
+    tampering (that is :class:`ProvenanceError`, exit 6, which outranks this)."""
+
+    exit_code = 10
+
+
 class NotSigned(ReproError):
     """A run that must be signed (``repro audit --require-signature``) carries no signature."""
 

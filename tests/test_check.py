@@ -176,7 +176,9 @@ def test_a_source_that_cannot_be_reached_is_unverifiable_never_ok(upstream: tupl
     assert proc.stdout == (
         "FAIL test-check-t: unverifiable: offline: cannot reach https://nonexistent.invalid/ConvNets (Could not "
         "resolve host: nonexistent.invalid), so its commit, patches and files were not checked; read it from a "
-        "mirror with --git-mirror PREFIX=URL\n")
+        "mirror with --git-mirror PREFIX=URL: PREFIX the start of the repository's address, URL a directory or "
+        "git server holding the rest as a repository with commit " + commit[:12] + ", e.g. --git-mirror "
+        "https://github.com/=/srv/git/ reads https://github.com/example/ConvNets from /srv/git/example/ConvNets\n")
 
 
 @pytest.mark.parametrize("patch, message", [
@@ -413,3 +415,26 @@ def test_a_fail_is_one_line_with_the_cause_and_the_tools_output_indented_under_i
     head, *rest = proc.stdout.splitlines()
     assert head == f"FAIL test-check-t: commit: cannot read {tmp_path}/no/ConvNets: git fetch failed"
     assert rest and all(ln.startswith("    ") for ln in rest) and any("fatal:" in ln for ln in rest), rest
+
+
+def test_each_target_is_reported_as_it_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check of several targets (each a fetch of its sources) says each target's outcome before the next
+    target's check starts, not all of them at the end."""
+    from click.testing import CliRunner
+
+    import repro.cli.site as site
+    import repro.images.check as check
+    from repro.cli import cli
+
+    order: list[str] = []
+
+    def checked(m, opts):  # noqa: ANN001, ANN202
+        order.append(f"check {m.id}")
+        return check.Checked(m.id, ("nothing slow",))
+
+    monkeypatch.setattr(check, "check_target", checked)
+    monkeypatch.setattr(site, "echo", lambda text, **kw: order.append(f"echo {text}"))
+    res = CliRunner().invoke(cli, ["check", "torch-rn50-cpu", "paddle-rn50-cpu"])
+    assert res.exit_code == 0, res.output
+    assert order == ["check torch-rn50-cpu", "echo ok   torch-rn50-cpu: nothing slow",
+                     "check paddle-rn50-cpu", "echo ok   paddle-rn50-cpu: nothing slow"]

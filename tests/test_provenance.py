@@ -400,5 +400,21 @@ def test_a_run_that_never_sealed_is_not_sealed_not_tampered(tmp_path: Path) -> N
     (check,) = audit(run.path)
     assert (check.item, check.status) == ("provenance.json", "not sealed") and "never sealed" in check.detail
     res = CliRunner().invoke(cli, ["audit", str(run.path)])
-    assert res.exit_code == 6 and "not sealed" in res.output and "tampered" not in res.output.lower().replace(
+    # its own exit code, 10: a script tells "never finished" from "tampered with" (6) without parsing the table
+    assert res.exit_code == 10 and "not sealed" in res.output and "tampered" not in res.output.lower().replace(
         "0 tampered", "")
+    assert "repro up --resume" in res.output
+
+
+def test_tampered_outranks_not_sealed_in_the_exit_code(tmp_path: Path) -> None:
+    """An archive of a run that never sealed, changed after its checksum was written, is tampered:
+    exit 6, never the milder 10 its unsealed contents alone would give."""
+    from repro.record.archive import checksum_file, create
+
+    run = RunDir.create(tmp_path, find_target(TARGET), Hosts((Node("node0", "10.0.0.1", user="root"),)))
+    archive = create(run, tmp_path / "run.tar.gz")
+    checksum_file(archive).write_text("0" * 64 + "  " + archive.name + "\n")
+    res = CliRunner().invoke(cli, ["audit", str(archive)])
+    assert res.exit_code == 6, res.output
+    res = CliRunner().invoke(cli, ["audit", str(run.path)])
+    assert res.exit_code == 10, res.output

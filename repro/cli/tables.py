@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from repro.errors import NotSigned, UsageError
+from repro.errors import NotSealed, NotSigned, UsageError
 from repro.verdict.rules import EXIT_HELP, FAIL_ON
 
 
@@ -139,13 +139,13 @@ def plan(
         # exact: the script up --detach submits
         echo(scheduled_script(m, cells, hosts_file, scheduler, repeats), nl=False)
         return
-    from repro.fit import fit_text
+    from repro.fit import fit_scheduler_text, fit_text
 
     hosts, slurm_text = scheduled_plan(m, cells, hosts_file, scheduler)
     runtime = plan_runtime(hosts, scheduler)  # under pyxis or apptainer: no docker run lines
     for chunk in plan_chunks(m, hosts, cells, all_ranks=all_ranks, runtime=runtime):
         echo(chunk if wide else fit_text(chunk), nl=False)
-    echo(slurm_text, nl=False)  # a batch script stays exact
+    echo(slurm_text if wide else fit_scheduler_text(slurm_text), nl=False)  # a batch script stays exact
 
 
 @click.command()
@@ -461,11 +461,11 @@ def run_environment(run: Any, manifest: Any) -> list[Any]:
 @reports_errors
 def audit(run: Path, target: str | None, key: Path | None, require_signature: bool, fmt: str) -> None:
     """Verify a run directory or archive: checksums, schema, pins, environment, results, and with --key its
-    signature (exit 6 on drift/tampering or a signature not by the key; with --require-signature,
-    9 when it is not signed)."""
+    signature (exit 6 on drift/tampering or a signature not by the key, 10 for a run never sealed; with
+    --require-signature, 9 when it is not signed)."""
     import dataclasses
 
-    from repro.record.audit import NOT_SIGNED, audit as audit_run, failing, render
+    from repro.record.audit import NOT_SEALED, NOT_SIGNED, audit as audit_run, failing, render
     from repro.record.dsse import load_keys
     from repro.errors import ProvenanceError
 
@@ -478,6 +478,9 @@ def audit(run: Path, target: str | None, key: Path | None, require_signature: bo
         nl=fmt == "json",
     )
     bad = failing(checks)
+    if bad and all(c.status == NOT_SEALED for c in bad):
+        raise NotSealed(f"{run} was never sealed: nothing in it can be verified",
+                        hint=f"repro up --resume {run} finishes and seals it")
     if bad:
         raise ProvenanceError(
             f"{len(bad)} check(s) failed: " + "; ".join(f"{c.item} {c.status}" for c in bad[:5]),

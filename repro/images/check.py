@@ -163,8 +163,8 @@ def check_target(manifest: Manifest, opts: CheckOptions = CheckOptions()) -> Che
                 fail("commit", _cannot_read(url, e))
             else:  # offline: not a verdict on the recipe, and never ok
                 fail("unverifiable", f"offline: cannot reach {url} ({cause.group(0).strip()}), so its "
-                     "commit, patches and files were not checked; read it from a mirror with "
-                     "--git-mirror PREFIX=URL")
+                     "commit, patches and files were not checked; " + mirror_advice(src["repository"],
+                                                                                   src["commit"]))
     else:
         _copies(manifest, None, opts, passed, fail)
     _image_lock(manifest, passed, fail)
@@ -181,6 +181,18 @@ def _cannot_read(url: str, e: ReproError) -> str:
     """The cause in one line (which git command failed), git's own lines after it."""
     m = _GIT_FAILED.match(str(e))
     return f"cannot read {url}: git {m[1]} failed\n{m[2]}" if m else f"cannot read {url}: {e}"
+
+
+def mirror_advice(repository: str, commit: str) -> str:
+    """How ``--git-mirror`` reaches ``repository`` where its host cannot be reached: what the option takes,
+    with this repository as the example."""
+    m = re.match(r"^([a-z+]+://[^/]+/)(.+)$", repository)
+    prefix, rest = (m.group(1), m.group(2)) if m else (repository.rsplit("/", 1)[0] + "/",
+                                                       repository.rsplit("/", 1)[-1])
+    return ("read it from a mirror with --git-mirror PREFIX=URL: PREFIX the start of the repository's "
+            "address, URL a directory or git server holding the rest as a repository with commit "
+            f"{commit[:12]}, e.g. "
+            f"--git-mirror {prefix}=/srv/git/ reads {repository} from /srv/git/{rest}")
 
 
 def _has_commit(git_dir: Path, commit: str) -> bool:

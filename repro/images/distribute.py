@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -26,6 +26,9 @@ from repro.images.registry import local_image, pull, translate
 log = logging.getLogger(__name__)
 
 MAX_PARALLEL = 16
+#: how often a stream to a node says how far it is (seconds)
+REPORT_EVERY_S = 5.0
+MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,34 @@ def stream(local: docker.DockerClient, client: docker.DockerClient, name: str, w
     """``docker save NAME | docker load`` between two engines, chunk by chunk, through the SDK."""
     progress(Event("step", f"streaming {name} to {where}", node=where))
     try:
-        chunks = local.api.get_image(name)
+        chunks = _counted(local.api.get_image(name), where, progress)
         for ev in client.api.load_image(chunks, quiet=True):
             if "error" in ev:
                 raise translate(ev["error"], "loading", name, where)
     except docker.errors.APIError as e:
         raise translate(str(e.explanation or e), "streaming", name, where) from e
+
+
+def _counted(chunks: Iterable[bytes], where: str, progress: Progress) -> Iterator[bytes]:
+    """``chunks`` passed through, the bytes sent and the rate said every REPORT_EVERY_S seconds and at the end
+    (``info`` events with ``bytes`` and ``bytes_per_s``)."""
+    started = last = time.monotonic()
+    sent = 0
+
+    def say(now: float, final: bool) -> None:
+        rate = sent / (now - started) if now > started else 0.0
+        took = f" in {now - started:.1f} s" if final else ""
+        progress(Event("info", f"streamed {sent / MIB:.1f} MiB to {where}{took} ({rate / MIB:.1f} MiB/s)",
+                       node=where, data={"bytes": sent, "bytes_per_s": rate}))
+
+    for chunk in chunks:
+        yield chunk
+        sent += len(chunk)
+        now = time.monotonic()
+        if now - last >= REPORT_EVERY_S:
+            say(now, False)
+            last = now
+    say(time.monotonic(), True)
 
 
 def _tag(client: docker.DockerClient, image_id: str, names: Sequence[str]) -> None:

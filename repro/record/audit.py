@@ -15,7 +15,7 @@ statement must sign that very statement, and with keys, be by one of them (``not
 no envelope).
 
 ``missing`` (a fact the run could not observe) and ``not signed`` are reported but are not failures;
-``drift``, ``tampered`` and ``not sealed`` are (exit 6 in the CLI).
+``drift`` and ``tampered`` are (exit 6 in the CLI), ``not sealed`` too (exit 10: no evidence either way).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the scaling efficiency of each column, reproduced and published.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,10 +98,10 @@ def _cell_bars(ax: Any, c: CellResult, x: float) -> None:
             err = [[max(c.reproduced - c.low, 0)], [max(c.high - c.reproduced, 0)]]
         ax.bar(x + 0.2, c.reproduced, 0.4, color=BAR_COLOUR.get(c.verdict, OTHER_COLOUR), yerr=err, capsize=3,
                ecolor="black")
-    if c.verdict not in GOOD:
-        ax.annotate(c.verdict, (x + 0.2, top or 1),
-                    xytext=(0, 4), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=7, rotation=90,
+    if c.verdict not in GOOD:  # above the bars; a cell without a figure: from the panel's foot
+        ax.annotate(c.verdict, (x + 0.2, top) if top else (x + 0.2, 0),
+                    xycoords="data" if top else ("data", "axes fraction"), xytext=(0, 4),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7, rotation=90,
                     color="#c53030" if c.verdict in BAD else "#975a16")
 
 
@@ -117,8 +118,8 @@ def _cell_delta(dev: Any, c: CellResult, x: float) -> None:
         if c.tolerance_pct is not None:
             dev.fill_between([x - 0.45, x + 0.45], -c.tolerance_pct, c.tolerance_pct, color="#2f855a",
                              alpha=0.12, linewidth=0)
-    elif c.verdict not in GOOD and c.verdict != NOT_RUN:
-        dev.annotate(c.verdict, (x, 0), ha="center", fontsize=7,
+    elif c.verdict not in GOOD and c.verdict != NOT_RUN:  # amid the panel, whatever its range
+        dev.annotate(c.verdict, (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=7,
                      rotation=90, va="center", color="#975a16")
 
 
@@ -140,7 +141,8 @@ def _column_names(ax: Any, cells: Sequence[CellResult], cols: Sequence[Column], 
         n = sum(1 for c in cells if (c.column, c.column_key) == col)
         if n:
             mid = (pos[starts] + pos[starts + n - 1]) / 2
-            ax.annotate(f"{col[0]}\n{col[1]}", (mid, 0), xytext=(0, -22), textcoords="offset points",
+            name = "\n".join([*textwrap.wrap(col[0], 14), col[1]])  # a narrow group's name never runs wide
+            ax.annotate(name, (mid, 0), xytext=(0, -22), textcoords="offset points",
                         xycoords=("data", "axes fraction"), ha="center", va="top", fontsize=7)
             starts += n
 
@@ -157,9 +159,11 @@ def _figure_axes(ax: Any, group: Sequence[TableResult], cells: Sequence[CellResu
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(handles=[Patch(color="#9aa5b1", label="published"),
                        Patch(color="#2f855a", label="reproduced / match"),
-                       Patch(color="#c53030", label="slower, faster, deviates, not derivable"),
+                       Patch(color="#c53030", label="slower, faster, deviates,\nnot derivable"),
                        Patch(color=OTHER_COLOUR, label="inconclusive"),
-                       Patch(color="white", label=f"whiskers: {INTERVAL}")], fontsize=7, loc="upper left")
+                       Patch(color="white", label="\n".join(textwrap.wrap(f"whiskers: {INTERVAL}", 28)))],
+              fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1))  # beside the panel: the marks above the bars never run into it
 
 
 def _efficiency_lines(eff: Any, cells: Sequence[CellResult], cols: Sequence[Column]) -> None:
@@ -181,7 +185,8 @@ def _efficiency_lines(eff: Any, cells: Sequence[CellResult], cols: Sequence[Colu
 
 def _say_why_empty(dev: Any, eff: Any) -> None:
     """Say why a panel is empty, once, instead of a label per cell."""
-    for panel, empty in ((dev, not dev.collections and not dev.lines[1:]), (eff, not eff.lines)):
+    no_delta = not dev.collections and not dev.lines[1:] and not dev.texts  # texts: each cell says why
+    for panel, empty in ((dev, no_delta), (eff, not eff.lines)):
         if empty:
             panel.text(0.5, 0.5, "no reproduced figure: every cell is not run (no log)",
                        transform=panel.transAxes, ha="center", va="center", fontsize=9, color="#975a16")
@@ -202,8 +207,6 @@ def _efficiency_axes(eff: Any, rows: Sequence[tuple[int, int]], cpu: bool) -> No
 
 
 def _title(group: Sequence[TableResult]) -> str:
-    import textwrap
-
     t = group[0].table
     text = f"{t.cite['title']} ({t.id})" if t else f"{group[0].manifest.title}"
     return "\n".join(textwrap.wrap(text, 100))
