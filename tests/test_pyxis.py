@@ -50,7 +50,7 @@ def test_the_image_step_imports_by_digest_into_a_node_local_file_once_and_holds_
     assert image_file({"image_dir": "/local", "keep_image": "True"}, run, "t") == "/local/repro-t.sqsh"
     argv = image_argv("42", ["n1", "n2"], "127.0.0.1:5000/a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, False)
     assert argv == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
-                    "--overlap", "--label", "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
+                    "--overlap", "--label", "--export=HOME,PATH,USER", "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
                     "docker://127.0.0.1:5000#a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, "no", ""]
     # a resumed run first removes what pyxis left of its earlier jobs (ids: digits only)
     assert image_argv("42", ["n1"], "r/a@" + DIGEST, "/x", DIGEST, True, ["12", "40", "1;rm"])[-2:] == ["yes", "12 40"]

@@ -96,7 +96,7 @@ def test_cell_job_step_argv_exact():
     argv = srun_argv("42", ["n1", "n2"], "repro-2n1g-fp32-bs8")
     assert argv[:-1] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
                          "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
-                         "--job-name=repro-2n1g-fp32-bs8", "--", "python3", "-c"]
+                         "--export=HOME,PATH,USER", "--job-name=repro-2n1g-fp32-bs8", "--", "python3", "-c"]
     assert argv[-1] == AGENT.read_text()
     compile(argv[-1], "agent", "exec")  # the agent runs as python3 -c on the node
 
@@ -247,7 +247,7 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
                     "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
                     + ALLOCATION.format(target="torch-rn50-cpu") + "\ncell 2n1g-fp32-bs8: job step\n"
                     "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
-                    "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
+                    "--label --input=all --kill-on-bad-exit=1 --export=HOME,PATH,USER --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
                     "<repro/run/schedulers/agent.py> < SPEC\n"
                     + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
     # the allocation in the plan is the batch script up submits
@@ -284,7 +284,7 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
                       "--image-size 64 --precision fp32\n"
                       "  telemetry (a job step of its own beside it, on each host, no container):\n"
                       "    $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
-                      "--label --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
+                      "--label --export=HOME,PATH,USER --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
                       "4194304 1500\n")  # launch.timeout_s 900 and the sampler's margin, 600 s
     f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
     hosts, text = scheduled_plan(m, [cell], f, None)

@@ -232,7 +232,8 @@ def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_re
     # cmd/internal/cli/apptainer.go, registered for build in build.go); `apptainer --version` prints
     # "apptainer version X" (SetVersionTemplate in apptainer.go)
     assert build_argv("42", "n1", sif, "reg:5000/repro/cpu-torch@" + DIGEST) == [
-        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--job-name=repro-sif",
+        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--export=HOME,PATH,USER",
+        "--job-name=repro-sif",
         "sh", "-c", 'apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1" && '
         'stat -c "size %s" "$1"', "sh", sif, "docker://reg:5000/repro/cpu-torch@" + DIGEST]
     assert BUILD.count("apptainer build") == 1
@@ -246,7 +247,7 @@ def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_re
 def test_every_node_of_a_cell_must_see_the_sif_where_it_was_built():
     assert seen_argv("42", ["n1", "n2"], "/shared/sif/r.sif") == [
         "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
-        "--label", "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", "/shared/sif/r.sif"]
+        "--label", "--export=HOME,PATH,USER", "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", "/shared/sif/r.sif"]
     said = ["0: 334000128", "1: stat: cannot statx '/shared/sif/r.sif': No such file or directory",
             "srun: error: n2: task 1: Exited with exit code 1"]
     assert unseen(said, ["n1", "n2"], 334000128) == ["n2"]

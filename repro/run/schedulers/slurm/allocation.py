@@ -20,6 +20,7 @@ from repro.events import Event
 from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.commands import LABELLED, cli, fields
 from repro.run.schedulers.slurm.render import pyxis_tasks_per_node, render_sbatch, srun_argv
+from repro.run.schedulers.slurm.siteenv import host_export
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
@@ -64,6 +65,11 @@ class Allocation:
         if self.cfg.get("container") not in PMI_RUNTIMES:
             return 1
         return max((pyxis_tasks_per_node(self.manifest, c) for c in self.cells), default=1)
+
+    def export(self) -> str:
+        """``--export=`` of a step on the nodes themselves (``siteenv.host_export``): what this process's
+        environment sets of what the node's tools read, the pass-through list; nothing else of it."""
+        return host_export(None, self.cfg)
 
     def where(self, key: str) -> str:
         """Where a setting came from, for errors: the command line or the inventory."""
@@ -216,8 +222,8 @@ class Allocation:
         """A job step on every allocated node before any cell: each must reach a Docker engine from inside
         a step."""
         names = [n.name for n in self.nodes]
-        out = cli(srun_argv(str(self.job), names, "repro-probe"), stdin=json.dumps({"probe": True}),
-                  timeout=120)
+        out = cli(srun_argv(str(self.job), names, "repro-probe", self.export()),
+                  stdin=json.dumps({"probe": True}), timeout=120)
         found = {}
         for line in out.stdout.splitlines():
             m = LABELLED.match(line)

@@ -24,8 +24,9 @@ from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
 from repro.run.schedulers.slurm.rankfiles import files_first
 from repro.run.schedulers.slurm.enroot import image_file
-from repro.run.schedulers.slurm.siteenv import (MEMLOCK_CHECK, StepSite, binding, clean_environ,
-                                                memlock_checked, prelude_lines, step_options, wants_memlock)
+from repro.run.schedulers.slurm.siteenv import (BASE_EXPORT, MEMLOCK_CHECK, StepSite, binding, clean_environ,
+                                                host_export, memlock_checked, prelude_lines, step_options,
+                                                wants_memlock)
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import GPU_REQUEST, SETTINGS, lines_of, problems
@@ -64,22 +65,23 @@ def site_options(cfg: Mapping[str, Any], gpus: int | None) -> list[str]:
     return out + lines_of(cfg.get("sbatch_extra"))
 
 
-def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
-    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank."""
+def srun_argv(job: str, nodes: Sequence[str], step: str, export: str = BASE_EXPORT) -> list[str]:
+    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank;
+    ``export``: what it passes (``siteenv.host_export``)."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
-            "--kill-on-bad-exit=1", f"--job-name={step}", "--", "python3", "-c",
+            "--kill-on-bad-exit=1", export, f"--job-name={step}", "--", "python3", "-c",
             AGENT.read_text(encoding="utf-8")]
 
 
 def sampler_srun(job: str, nodes: Sequence[str], step: str, max_s: float,
-                 source: str | None = None) -> list[str]:
+                 source: str | None = None, export: str = BASE_EXPORT) -> list[str]:
     """The telemetry sampler's job step beside a pyxis or Apptainer cell: one task per node on the host itself
     (no container options), output labelled by task; ``max_s``: the cell's deadline (the sampler ends by
     itself a margin after it). No ``--kill-on-bad-exit``: a node without python3 loses its own telemetry, not
-    the other nodes'. ``source``: as ``sampler_argv`` takes it."""
+    the other nodes'. ``source``: as ``sampler_argv`` takes it; ``export``: what it passes."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", export,
             f"--job-name={step}", "--", *sampler_argv(max_s, source=source)]
 
 
@@ -94,13 +96,15 @@ PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c",
 PREFLIGHT_ENROOT = 'printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
 
 
-def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False) -> list[str]:
-    """The job step that runs preflight's probe script once on each node, output labelled by task."""
+def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False,
+                   export: str = BASE_EXPORT) -> list[str]:
+    """The job step that runs preflight's probe script once on each node, output labelled by task;
+    ``export``: what it passes."""
     last = PREFLIGHT_STEP[-1].replace("exec sh -s", PREFLIGHT_ENROOT + "exec sh -s") if enroot else None
     step = [*PREFLIGHT_STEP[:-1], last] if last else PREFLIGHT_STEP
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
-            "--job-name=repro-preflight", "--", *step]
+            export, "--job-name=repro-preflight", "--", *step]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
@@ -262,7 +266,8 @@ def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, 
         image = squashfs
     if runtime == "apptainer":
         sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
-        head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"))
+        head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"),
+                          host_export(None, cfg))
         lines += ["SIF (built once per run, on the first node; its sha256 goes into the provenance):",
                   f"  $ {shlex.join(head)}"]
     for cell in cells:
@@ -292,8 +297,8 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     names = [p.command.node.name for p in plans]
     conf = "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf"
     if runtime == "docker":
-        lines = [f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
-                 "<repro/run/schedulers/agent.py> < SPEC"]
+        agent = srun_argv("JOBID", names, f"repro-{cell.key}", host_export(None, cfg))
+        lines = [f"  $ {shlex.join(agent[:-1])} <repro/run/schedulers/agent.py> < SPEC"]
         spec = step_spec(plans, "RUN", cell, image, {}, None)
         for i, rank in enumerate(spec["ranks"]):
             lines.append(f"  task {i} on {rank['node']}: docker create --name "
@@ -316,7 +321,7 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
         lines.append("  multi-prog.conf:")
         lines += [f"    {redact_text(ln)}" for ln in text.splitlines()]
     sampler = shown_sampler(sampler_srun("JOBID", names, f"repro-{cell.key}-telemetry",
-                                         manifest.launch.timeout_s))
+                                         manifest.launch.timeout_s, export=host_export(None, cfg)))
     return lines + ["  telemetry (a job step of its own beside it, on each host, no container):",
                     "    $ " + " ".join(w if w == SHOWN else shlex.quote(w) for w in sampler)]
 

@@ -7,6 +7,10 @@
   variables and the hosts file's pass-through list (``scheduler: {export: [NAME, ...]}``). Slurm adds its own
   ``SLURM_*``, ``PMIX_*`` and ``CUDA_VISIBLE_DEVICES``. Nothing else of the process that ran ``repro up``
   (a login node's ``PYTHONPATH``, ``LD_PRELOAD``, ``NCCL_*``, ``UCX_*``) reaches a rank.
+- ``host_export``: every other step the kit starts (preflight, the image import, the SIF build, the telemetry
+  sampler, the docker agent) runs on the node itself and names what it passes too: ``PATH``, ``HOME``,
+  ``USER``, ``ENROOT_*``/``NVIDIA_*`` where set, what the node's tools read where set (``DOCKER_CONFIG``, a
+  site's proxy, ``APPTAINER_*``), the pass-through list and the step's own variables (``REPRO_MARKS``).
 - ``clean_environ``: the environment srun itself starts with, without ``PYXIS_*`` (pyxis reads its options
   from there too: a login shell's must not change the container); the batch script unsets them (``UNSET``).
 - ``propagate_option``: a cell that asks for unlimited locked memory (RDMA) propagates every resource limit
@@ -31,6 +35,11 @@ ALWAYS = ("HOME", "USER")
 #: ...and these where set where srun starts
 SITE_NAMES = ("MELLANOX_VISIBLE_DEVICES",)
 SITE_PREFIXES = ("ENROOT_", "NVIDIA_")
+#: what a step on the node itself reads beside those, where set: docker's configuration, a site's proxy (the
+#: image import and the SIF build fetch), Apptainer's settings
+HOST_NAMES = ("DOCKER_CONFIG", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+              "NO_PROXY")
+HOST_PREFIXES = ("APPTAINER_", "SINGULARITY_")
 #: Slurm's resource limit names (slurm.conf PropagateResourceLimits)
 LIMITS = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "NOFILE", "NPROC", "RSS", "STACK")
 PROPAGATE = "--propagate=" + ",".join(limit for limit in LIMITS if limit != "MEMLOCK")
@@ -71,6 +80,20 @@ def export_option(names: Iterable[str], path: str | None = None) -> str:
     """``--export=``: the ``PATH`` each task gets (a value: srun exports nothing else by value), then the
     names."""
     return "--export=" + ",".join([*([f"PATH={path}"] if path else []), *sorted(set(names))])
+
+
+def host_export(environ: Mapping[str, str] | None = None, cfg: Mapping[str, Any] | None = None,
+                own: Iterable[str] = ()) -> str:
+    """``--export=`` of a step on the node itself (no container of the kit's): ``PATH`` by name, the site's
+    names, what the node's tools read (``HOST_NAMES``, ``HOST_PREFIXES``) where ``environ`` (this process's)
+    sets them, the pass-through list of ``cfg`` and ``own``."""
+    env = clean_environ(environ)
+    tools = [k for k in env if k in HOST_NAMES or k.startswith(HOST_PREFIXES)]
+    return export_option({"PATH", *site_names(env), *tools, *passthrough(cfg or {}), *own})
+
+
+#: a step's export where its caller names no environment: PATH, HOME and USER
+BASE_EXPORT = export_option(["HOME", "PATH", "USER"])
 
 
 def clean_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:

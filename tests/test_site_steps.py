@@ -1,0 +1,106 @@
+"""Every job step the kit starts, not only a cell's, names what it passes (``srun --export=NAMES``), attached
+and detached: preflight, the image import, the SIF build, the telemetry sampler, the docker agent, the
+detached script's own steps. Nothing of a login shell (``PYTHONPATH``, ``LD_PRELOAD``, ``PYXIS_*``) reaches
+them; what the node's tools read (``ENROOT_*``, ``NVIDIA_*``, a site's proxy, ``APPTAINER_*``,
+``DOCKER_CONFIG``) does where it is set, and so does the hosts file's pass-through list."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from repro.nodes.telemetry import sampler_argv
+from repro.run.schedulers.slurm.allocation import Allocation
+from repro.run.schedulers.slurm.apptainer import build_argv, rm_argv, seen_argv
+from repro.run.schedulers.slurm.detached import Detach, render_detached
+from repro.run.schedulers.slurm.enroot import IMPORT_SCRIPT, image_argv
+from repro.run.schedulers.slurm.render import PREFLIGHT_STEP, preflight_argv, sampler_srun, srun_argv
+from repro.run.schedulers.slurm.siteenv import host_export
+from repro.spec.hosts import Hosts, Node
+from repro.spec.manifest import find_target
+
+DIGEST = "sha256:" + "a" * 64
+#: a login shell: only HOME, USER, PATH, ENROOT_*, NVIDIA_*, the proxy, APPTAINER_*, DOCKER_CONFIG and the
+#: pass-through name may reach a step on the node
+LOGIN = {"HOME": "/home/u", "USER": "u", "PATH": "/opt/login/bin:/usr/bin", "PYTHONPATH": "/opt/login/py",
+         "LD_PRELOAD": "/opt/login/lib/x.so", "LD_LIBRARY_PATH": "/opt/login/lib", "UCX_TLS": "tcp",
+         "PYXIS_CONTAINER_MOUNTS": "/etc:/mnt", "ENROOT_CONFIG_PATH": "/etc/enroot",
+         "NVIDIA_DRIVER_CAPABILITIES": "all", "https_proxy": "http://proxy:3128", "DOCKER_HOST": "tcp://login:2375",
+         "APPTAINER_CACHEDIR": "/scratch/u/apptainer", "DOCKER_CONFIG": "/home/u/.docker", "NCCL_IB_HCA": "mlx5_0",
+         "MY_API_TOKEN": "s3cr3t-value-0123456789"}
+CFG = {"export": ["NCCL_IB_HCA"]}
+EXPORT = ("--export=APPTAINER_CACHEDIR,DOCKER_CONFIG,ENROOT_CONFIG_PATH,HOME,NCCL_IB_HCA,NVIDIA_DRIVER_CAPABILITIES,"
+          "PATH,USER,https_proxy")
+NOT_PASSED = ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "UCX_TLS", "PYXIS_CONTAINER_MOUNTS", "DOCKER_HOST",
+              "MY_API_TOKEN")
+
+
+def test_a_step_on_the_node_names_what_its_tools_read_and_nothing_else():
+    assert host_export(LOGIN, CFG) == EXPORT
+    assert host_export({}, {}) == "--export=HOME,PATH,USER"
+    assert host_export({}, {}, ["REPRO_MARKS"]) == "--export=HOME,PATH,REPRO_MARKS,USER"
+
+
+def test_every_attached_host_step_exact():
+    nodes = ["n1", "n2"]
+    assert preflight_argv("42", nodes, True, EXPORT)[:12] == [
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
+        "--label", "--input=all", EXPORT, "--job-name=repro-preflight", "--"]
+    assert preflight_argv("42", nodes)[9:11] == ["--export=HOME,PATH,USER", "--job-name=repro-preflight"]
+    assert preflight_argv("42", nodes)[12:] == PREFLIGHT_STEP
+    assert image_argv("42", nodes, "r.io/a@" + DIGEST, "/tmp/f.sqsh", DIGEST, False, export=EXPORT) == [
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
+        "--label", EXPORT, "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
+        "docker://r.io#a@" + DIGEST, "/tmp/f.sqsh", DIGEST, "no", ""]
+    assert sampler_srun("42", nodes, "repro-k-telemetry", 300, export=EXPORT) == [
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
+        "--label", EXPORT, "--job-name=repro-k-telemetry", "--", *sampler_argv(300)]
+    assert srun_argv("42", nodes, "repro-k", EXPORT)[:-1] == [
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
+        "--label", "--input=all", "--kill-on-bad-exit=1", EXPORT, "--job-name=repro-k", "--", "python3", "-c"]
+    assert build_argv("42", "n1", "/s/r.sif", "r.io/a@" + DIGEST, EXPORT)[:8] == [
+        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", EXPORT,
+        "--job-name=repro-sif"]
+    assert seen_argv("42", nodes, "/s/r.sif")[8:10] == ["--export=HOME,PATH,USER", "--job-name=repro-sif-seen"]
+    assert rm_argv("42", "n1", "/s/r.sif") == [
+        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--export=HOME,PATH,USER",
+        "--job-name=repro-sif-rm", "rm", "-f", "--", "/s/r.sif"]
+
+
+def test_the_allocation_exports_this_processs_names(monkeypatch: pytest.MonkeyPatch):
+    """The attached steps (preflight, image, sampler, agent, SIF build) take their list from here."""
+    for k in list(__import__("os").environ):
+        monkeypatch.delenv(k)
+    for k, v in LOGIN.items():
+        monkeypatch.setenv(k, v)
+    alloc = Allocation({"kind": "slurm", **CFG}, None, [], Hosts(()), lambda e: None)
+    assert alloc.export() == EXPORT
+
+
+def srun_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if re.search(r"(^|[ (])srun --", ln)]
+
+
+@pytest.mark.parametrize("target,container,nodes", [("torch-rn50-cpu", "docker", None),
+                                                    ("paddle-rn50-cpu", "pyxis", 2),
+                                                    ("mpi-rn50-cpu", "pyxis", 2)])
+def test_every_srun_of_the_detached_script_names_what_it_passes(target: str, container: str, nodes):
+    m = find_target(target)
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)))
+    text = render_detached(Detach(m, m.select([{"nodes": nodes}] if nodes else []), hosts,
+                                  {"kind": "slurm", "container": container, **CFG}, "r.io/a@" + DIGEST,
+                                  run_id="RUN", environ=LOGIN)).text
+    lines = srun_lines(text)
+    assert len(lines) >= 4  # shared, probe, sampler, cell (and pull or image)
+    for ln in lines:
+        exported = re.search(r" --export=(\S+)", ln)
+        assert exported, ln
+        names = {w.partition("=")[0] for w in exported.group(1).split(",")}
+        assert not names & set(NOT_PASSED), ln
+        assert "HOME" in names and "USER" in names and "PATH" in names, ln
+        if "--container-image" not in ln:
+            assert "ENROOT_CONFIG_PATH" in names and "NCCL_IB_HCA" in names, ln
+    if container == "docker":  # the agent reads where its marks go from its environment
+        agent = next(ln for ln in lines if "REPRO_MARKS=" in ln)
+        assert "REPRO_MARKS" in re.search(r" --export=(\S+)", agent).group(1).split(",")
