@@ -7,6 +7,8 @@ them; what the node's tools read (``ENROOT_*``, ``NVIDIA_*``, a site's proxy, ``
 from __future__ import annotations
 
 import re
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,7 @@ from repro.run.schedulers.slurm.detached import Detach, render_detached
 from repro.run.schedulers.slurm.enroot import IMPORT_SCRIPT, image_argv
 from repro.run.schedulers.slurm.render import PREFLIGHT_STEP, preflight_argv, sampler_srun, srun_argv
 from repro.run.schedulers.slurm.siteenv import host_export
-from repro.spec.hosts import Hosts, Node
+from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.spec.manifest import find_target
 
 DIGEST = "sha256:" + "a" * 64
@@ -104,3 +106,45 @@ def test_every_srun_of_the_detached_script_names_what_it_passes(target: str, con
     if container == "docker":  # the agent reads where its marks go from its environment
         agent = next(ln for ln in lines if "REPRO_MARKS=" in ln)
         assert "REPRO_MARKS" in re.search(r" --export=(\S+)", agent).group(1).split(",")
+
+
+SECRET = LOGIN["MY_API_TOKEN"]
+SECRET_HOSTS = """\
+schema_version: 1
+defaults: {gpus: 0}
+nodes:
+  - {name: n1, address: 10.0.0.1}
+  - {name: n2, address: 10.0.0.2}
+prelude: ['export MY_API_TOKEN=%s']
+scheduler: {kind: slurm, partition: debug, time: 20, container: pyxis, export: [MY_API_TOKEN]}
+""" % SECRET
+
+
+def test_a_secret_looking_pass_through_is_scrubbed_from_a_detached_runs_files(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """Attached, the run directory's writer knows the value of a secret-looking name of this process's
+    environment and blanks it in every log; detached, the job's files are scrubbed when judged, in another
+    shell maybe: the pass-through value is kept for that among the job's inputs (0600, removed once
+    judged), and the script kept in the run directory holds it blanked (the one submitted sits beside the
+    inputs)."""
+    from repro.redact import Redactor
+    from repro.run.schedulers.slurm.detached import write_job
+    from repro.run.schedulers.slurm.jobfiles import job_envs
+
+    f = tmp_path / "hosts.yaml"
+    f.write_text(SECRET_HOSTS)
+    hosts = load_hosts(f)
+    m = find_target("torch-rn50-cpu")
+    d = Detach(m, m.select([{"nodes": 2}]), hosts, dict(hosts.scheduler), "r.io/a@" + DIGEST, run_id="RUN",
+               environ=LOGIN)
+    script = render_detached(d)
+    run = tmp_path / "run"
+    run.mkdir()
+    submitted = write_job(run, d, script)
+    kept = (run / "job" / "batch.sbatch").read_text()
+    assert SECRET not in kept and "export MY_API_TOKEN=<redacted>" in kept
+    assert submitted.read_text() == script.text and submitted.parent == run / "job" / "in"
+    assert stat.S_IMODE(submitted.stat().st_mode) == 0o600
+    monkeypatch.delenv("MY_API_TOKEN", raising=False)  # judged from a shell without it
+    scrub = Redactor.from_envs(*job_envs(run))
+    assert scrub.text(f"rank 0: token {SECRET}\n") == "rank 0: token <redacted>\n"

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import RunFailed, UsageError
+from repro.redact import Redactor, is_secret_name
 from repro.nodes.preflight import probe_script
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.commands import cli, stamp
@@ -45,7 +46,8 @@ from repro.nodes.telemetry import SAMPLER
 from repro.run.schedulers.slurm.render import (AGENT, preflight_argv, pyxis_head, pyxis_step,
                                                pyxis_tasks_per_node, render_sbatch, sampler_srun, srun_argv,
                                                step_spec)
-from repro.run.schedulers.slurm.siteenv import UNSET, StepSite, clean_environ, host_export, prelude_lines
+from repro.run.schedulers.slurm.siteenv import (UNSET, StepSite, clean_environ, host_export, passthrough,
+                                                prelude_lines)
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 
@@ -449,20 +451,30 @@ CONTAINERS: dict[str, Any] = {"docker": Docker, "pyxis": Pyxis}
 
 def write_job(run: Path, d: Detach, script: Script) -> Path:
     """The script and the files it reads into ``run/job/``: ``in/`` (0700) holds the inputs that may hold
-    per-run keys or secret values, each 0600; the token the nodes read back."""
+    per-run keys or secret values, each 0600; the token the nodes read back. The script the run directory
+    keeps (``job/batch.sbatch``) has every secret blanked as an attached run's record has it
+    (``repro.redact``); where that changed it, the script submitted is ``in/batch.sbatch``. The
+    pass-through values whose names look secret go into ``in/passed.env``: what the ranks write of them is
+    scrubbed when the run is judged (``jobfiles.job_envs``), whichever shell judges it. Returns the script
+    to submit."""
     job = run / JOB_DIR
     (job / "in").mkdir(parents=True, mode=0o700)
     os.chmod(job / "in", 0o700)
-    for name, text in script.inputs.items():
+    environ = clean_environ(d.environ)
+    passed = {n: environ[n] for n in passthrough(d.cfg) if n in environ and is_secret_name(n)}
+    kept = Redactor.from_envs(environ, d.hosts.env, passed).text(script.text)
+    inputs = {**script.inputs, **({"batch.sbatch": script.text} if kept != script.text else {}),
+              **({"passed.env": "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(passed.items()))}
+                 if passed else {})}
+    for name, text in inputs.items():
         fd = os.open(job / "in" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
     for name, text in script.files.items():
         (job / name).write_text(text, encoding="utf-8")
     (run / TOKEN).write_text(secrets.token_hex(16), encoding="utf-8")
-    path = job / "batch.sbatch"
-    path.write_text(script.text, encoding="utf-8")
-    return path
+    (job / "batch.sbatch").write_text(kept, encoding="utf-8")
+    return job / ("in" if kept != script.text else "") / "batch.sbatch"
 
 
 def submit(run: Path, d: Detach, script_path: Path) -> str:
