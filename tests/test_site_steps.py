@@ -148,3 +148,18 @@ def test_a_secret_looking_pass_through_is_scrubbed_from_a_detached_runs_files(tm
     monkeypatch.delenv("MY_API_TOKEN", raising=False)  # judged from a shell without it
     scrub = Redactor.from_envs(*job_envs(run))
     assert scrub.text(f"rank 0: token {SECRET}\n") == "rank 0: token <redacted>\n"
+
+
+@pytest.mark.parametrize("local,code", [("0", 97), ("1", 0), ("7", 0)])
+def test_the_locked_memory_check_runs_once_a_node(local: str, code: int):
+    """An MPI cell starts 8 ranks a node, each after the check: the node's first task (``SLURM_LOCALID`` 0)
+    alone reads the limit (every task of a node has the one slurmstepd gives) and stops the step with the
+    value and the fix (``--kill-on-bad-exit``); the others start the target's command."""
+    import subprocess
+
+    from repro.run.schedulers.slurm.siteenv import MEMLOCK_CHECK
+
+    done = subprocess.run(["sh", "-c", 'ulimit -l 64 && exec "$@"', "sh", "sh", "-c", MEMLOCK_CHECK, "sh", "echo",
+                           "ran"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "SLURM_LOCALID": local})
+    assert (done.returncode, done.stdout) == (code, "" if code else "ran\n")
+    assert ("locked memory is limited to 64 KiB" in done.stderr) == bool(code)

@@ -44,13 +44,15 @@ HOST_PREFIXES = ("APPTAINER_", "SINGULARITY_")
 LIMITS = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "NOFILE", "NPROC", "RSS", "STACK")
 PROPAGATE = "--propagate=" + ",".join(limit for limit in LIMITS if limit != "MEMLOCK")
 MEMLOCK_EXIT = 97
-#: run inside the container before the target's command; no single quote (srun's --multi-prog reads a
+#: run inside the container before the target's command, by each node's first task of the step
+#: (``SLURM_LOCALID`` 0: every task of a node has the limit its slurmstepd gives); each step checks again (a
+#: retried or resumed repeat may run on other nodes). No single quote (srun's --multi-prog reads a
 #: single-quoted word only where it holds none)
 MEMLOCK_CHECK = (
-    'l=$(ulimit -l); [ "$l" = unlimited ] || { echo "repro: locked memory is limited to $l KiB in the '
-    "container of this rank; the cell asks for unlimited (RDMA): give slurmd LimitMEMLOCK=infinity (its "
-    'systemd unit) on every compute node, or set PropagateResourceLimitsExcept=MEMLOCK in slurm.conf" >&2; '
-    f'exit {MEMLOCK_EXIT}; }}; exec "$@"')
+    '[ "${SLURM_LOCALID:-0}" != 0 ] || { l=$(ulimit -l); [ "$l" = unlimited ] || { echo "repro: locked '
+    "memory is limited to $l KiB in the container of this rank; the cell asks for unlimited (RDMA): give "
+    "slurmd LimitMEMLOCK=infinity (its systemd unit) on every compute node, or set "
+    f'PropagateResourceLimitsExcept=MEMLOCK in slurm.conf" >&2; exit {MEMLOCK_EXIT}; }}; }}; exec "$@"')
 #: the batch script drops what pyxis would read from the job's environment as its options
 UNSET = ('for v in $(env | sed -n "s/^\\(PYXIS_[A-Za-z0-9_]*\\)=.*/\\1/p"); do unset "$v"; done')
 
