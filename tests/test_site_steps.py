@@ -161,5 +161,50 @@ def test_the_locked_memory_check_runs_once_a_node(local: str, code: int):
 
     done = subprocess.run(["sh", "-c", 'ulimit -l 64 && exec "$@"', "sh", "sh", "-c", MEMLOCK_CHECK, "sh", "echo",
                            "ran"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "SLURM_LOCALID": local})
-    assert (done.returncode, done.stdout) == (code, "" if code else "ran\n")
+    said = [ln for ln in done.stdout.splitlines() if not ln.startswith("#repro-site ")]  # the rank's facts
+    assert (done.returncode, said) == (code, [] if code else ["ran"])
     assert ("locked memory is limited to 64 KiB" in done.stderr) == bool(code)
+
+
+def test_each_rank_says_its_facts_in_its_container_and_the_provenance_records_them(tmp_path: Path):
+    """Every Slurm path starts each rank's command after ``RANK_FACTS`` (pyxis, Apptainer, the docker agent's
+    containers; attached and detached render the same steps): the rank's Slurm rank, its locked-memory limit,
+    its CPUs and its environment go into its log, and sealing the run records them per command, secret
+    values blanked by name (``MY_API_TOKEN``) and by shape (a URL's password)."""
+    import os
+    import subprocess
+
+    from repro.record import provenance
+    from repro.record.rankfacts import rank_facts
+    from repro.run.rundir import RunDir
+    from repro.run.schedulers.slurm.siteenv import RANK_WRAP
+    from repro.spec.manifest import Cell
+
+    environ = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "3", "MY_API_TOKEN": SECRET,
+               "PIP_INDEX_URL": "https://u:pw0123456@pypi.example/simple"}
+    done = subprocess.run(["sh", "-c", RANK_WRAP, "sh", "echo", "ran"], capture_output=True, text=True, env=environ)
+    assert done.returncode == 0 and done.stdout.endswith("\nran\n")
+    memlock = subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
+    (facts,) = rank_facts("".join(f"3: {ln}\n" for ln in done.stdout.splitlines()))  # srun --label's form
+    cpus = sorted(os.sched_getaffinity(0))
+    assert facts["rank"] == 3 and facts["memlock_kib"] == (int(memlock) if memlock.isdigit() else memlock)
+    assert facts["cpus"]["count"] == len(cpus) and facts["cpus"]["list"].split(",")[0].split("-")[0] == str(cpus[0])
+    assert facts["env"]["MY_API_TOKEN"] == "<redacted>" and facts["env"]["SLURM_PROCID"] == "3"
+    assert facts["env"]["PIP_INDEX_URL"] == "https://u:<redacted>@pypi.example/simple"
+    assert rank_facts("0: #repro-site rank 0 memlock unlimited cpus 0-3,8\n") == [
+        {"rank": 0, "memlock_kib": "unlimited", "cpus": {"count": 5, "list": "0-3,8"}, "env": {}}]
+    # sealed: each command's ranks, through the typed reader
+    m = find_target("torch-rn50-cpu")
+    hosts = Hosts((Node("n1", "10.0.0.1", gpus=0),))
+    run = RunDir.create(tmp_path, m, hosts, env={})
+    record = provenance.new_record(run, m, hosts, started="2026-11-22T11:15:00Z")
+    cell = Cell(1, 1, "fp32", 8)
+    path = run.write_log(cell, 1, 0, "n1", done.stdout)
+    provenance.add_command(record, run, cell, 1, rank=0, node="n1", role="worker", argv=["echo", "ran"],
+                           env={}, image="img", started="2026-11-22T11:15:01Z", ended="2026-11-22T11:16:01Z",
+                           exit_code=0, log=path)
+    provenance.finalize(run, record, finished="2026-11-22T12:00:00Z")
+    (cmd,) = provenance.read_record(run.file("provenance.json")).commands
+    (seen,) = cmd.seen
+    assert (seen.rank, seen.cpu_count, seen.env["MY_API_TOKEN"]) == (3, len(cpus), "<redacted>")
+    assert SECRET not in run.file("provenance.json").read_text()

@@ -12,6 +12,8 @@
 - a pass-through name that looks secret (``REPRO_SITE_TOKEN``) reaches the ranks, and its value, which each
   rank also prints bare, is in no file of the run directory once the run is judged: attached as it runs,
   detached once ``repro report`` judged it from a shell without it (the kept batch script included);
+- what each rank said of itself in its container (its locked-memory limit, its CPUs, its environment) is in
+  the provenance with its command, attached and detached, as the rank's own probe lines say it;
 - a cell that asks for unlimited locked memory, with the submitting process under 64 KiB: each rank gets its
   node's limit (srun propagates every limit but MEMLOCK), and since the test cluster's nodes give 8 MiB, the
   check inside the container stops the cell with that value and the fix.
@@ -154,6 +156,19 @@ def exported(argv: list[str]) -> set[str]:
     return names
 
 
+def check_seen(run: Path, ranks: list[tuple[dict[str, str], dict[str, str]]]) -> None:
+    """Each command of the cell in the provenance holds what its rank saw, as the rank's probe printed it."""
+    prov = json.loads((run / "provenance.json").read_text())
+    cmds = sorted((c for c in prov["commands"] if c["cell"] == CELL), key=lambda c: c["rank"])
+    assert len(cmds) == 2, cmds
+    for cmd, (probe, environ) in zip(cmds, ranks):
+        (seen,) = cmd["seen"]
+        assert seen["rank"] == cmd["rank"] and seen["cpus"]["list"] == probe["cpus"], (seen, probe)
+        assert seen["cpus"]["count"] == cpu_count(probe["cpus"]) and str(seen["memlock_kib"]) == probe["memlock"]
+        assert seen["env"]["REPRO_SITE_VALUE"] == "through" and seen["env"]["REPRO_SITE_TOKEN"] == "<redacted>"
+        assert "LD_PRELOAD" not in seen["env"] and seen["env"]["SITE_MODULE"] == environ["SITE_MODULE"]
+
+
 def nowhere_in(run: Path, value: str) -> None:
     """``value`` in no file of the run directory."""
     found = [str(f.relative_to(run)) for f in run.rglob("*") if f.is_file() and value.encode() in f.read_bytes()]
@@ -174,6 +189,7 @@ def test_attached_what_reaches_a_rank_its_cpus_and_the_prelude(cluster, env, tar
     assert {"PATH", "HOME", "USER", "REPRO_SITE_TOKEN"} <= exported(step["telemetry"]["srun"])
     assert all((run / "cells" / CELL / "r1" / f"telemetry-rc-node{i}.txt").stat().st_size for i in (1, 2))
     nowhere_in(run, SECRET)
+    check_seen(run, ranks)
 
 
 def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
@@ -190,19 +206,20 @@ def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
         assert time.monotonic() < deadline, doc
         time.sleep(2)
     assert doc["end"][0] == 0, doc
-    check_rank_env(run / "cells" / CELL / "r1")
     script = (run / "job" / "batch.sbatch").read_text()
     steps = [ln for ln in script.splitlines() if re.search(r"(^|[ (])srun --", ln)]
     assert len(steps) >= 5 and all(" --export=" in ln for ln in steps), steps  # shared, image, probe, ...
     for ln in steps:
         exported(ln.split())
     assert (run / "job" / "probe" / "0-rc-node1.out").stat().st_size  # the probe step ran with its list
+    ranks = check_rank_env(run / "cells" / CELL / "r1")
     # judged from a shell without the token: what the ranks printed of it is scrubbed all the same
     judge = {k: v for k, v in env.items() if k != "REPRO_SITE_TOKEN"}
     report = subprocess.run([sys.executable, "-m", "repro", "report", str(run)], capture_output=True, text=True,
                             env=judge, cwd=ROOT, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     nowhere_in(run, SECRET)
+    check_seen(run, ranks)
 
 
 def test_a_rank_gets_the_nodes_locked_memory_never_the_submitting_processs(cluster, env, targets, tmp_path):

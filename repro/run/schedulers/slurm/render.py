@@ -24,7 +24,8 @@ from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
 from repro.run.schedulers.slurm.rankfiles import files_first
 from repro.run.schedulers.slurm.enroot import image_file
-from repro.run.schedulers.slurm.siteenv import (BASE_EXPORT, MEMLOCK_CHECK, StepSite, binding, clean_environ,
+from repro.run.schedulers.slurm.siteenv import (BASE_EXPORT, MEMLOCK_CHECK, RANK_WRAP, StepSite, binding,
+                                                clean_environ,
                                                 host_export, memlock_checked, prelude_lines, step_options,
                                                 wants_memlock)
 from repro.spec.hosts import Hosts
@@ -110,7 +111,8 @@ def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False,
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
               files: Mapping[str, tuple[bytes, int]], ssh_port: int | None) -> dict[str, Any]:
     """What the agent on each node does: the docker create flags (the plan's container options, InfiniBand
-    devices included), files, the ports to wait for."""
+    devices included), each rank's command after its facts (``siteenv.RANK_FACTS``), files, the ports to
+    wait for."""
     workers = [p.command.node.rendezvous for p in plans if p.command.role == "mpi-sshd"]
     ranks = []
     for p in plans:
@@ -121,7 +123,7 @@ def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
         mine = {path: (data.decode(), mode) for path, (data, mode) in files.items()} if mpi else {}
         mine.update({path: (text, 0o644) for path, text in c.files.items()})
         ranks.append({"node": c.node.name, "role": c.role, "name": f"repro-{run_id}-{cell.key}-rank{c.rank}",
-                      "create": [*flags, image, *c.command], "files": mine,
+                      "create": [*flags, image, "sh", "-c", RANK_WRAP, "sh", *c.command], "files": mine,
                       "wait_for": [[a, ssh_port] for a in workers] if c.role == "mpi-head" else []})
     return {"ranks": ranks, "ready_s": 60}
 
@@ -202,11 +204,12 @@ def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str]
               check: bool = False) -> list[str]:
     """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank
     (and the ``image_env`` every rank gets), each of its files written first (``rankfiles.files_first``),
-    after the locked-memory check where ``check`` (``siteenv.MEMLOCK_CHECK``)."""
+    after the rank's facts (``siteenv.RANK_FACTS``) and the locked-memory check where ``check``
+    (``siteenv.MEMLOCK_CHECK``)."""
     own = [f"{k}={v}" for k, v in sorted({**(image_env or {}), **plan.container["environment"]}.items())
            if k not in shared]
     argv = files_first(plan.command.command, plan.command.files)
-    return [*(["env", *own] if own else []), *(["sh", "-c", MEMLOCK_CHECK, "sh"] if check else []), *argv]
+    return [*(["env", *own] if own else []), "sh", "-c", MEMLOCK_CHECK if check else RANK_WRAP, "sh", *argv]
 
 
 def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:

@@ -44,11 +44,18 @@ HOST_PREFIXES = ("APPTAINER_", "SINGULARITY_")
 LIMITS = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "NOFILE", "NPROC", "RSS", "STACK")
 PROPAGATE = "--propagate=" + ",".join(limit for limit in LIMITS if limit != "MEMLOCK")
 MEMLOCK_EXIT = 97
-#: run inside the container before the target's command, by each node's first task of the step
-#: (``SLURM_LOCALID`` 0: every task of a node has the limit its slurmstepd gives); each step checks again (a
-#: retried or resumed repeat may run on other nodes). No single quote (srun's --multi-prog reads a
-#: single-quoted word only where it holds none)
-MEMLOCK_CHECK = (
+#: what each rank says of itself inside its container before the target's command, into its log (the
+#: provenance reads it back: ``repro.record.rankfacts``): its Slurm rank, its locked-memory limit (KiB), its
+#: CPUs (``Cpus_allowed_list``), then its environment, one variable a line. No single quote (srun's
+#: --multi-prog reads a single-quoted word only where it holds none), no ``##repro`` (the agent's marks)
+RANK_FACTS = ('r=${SLURM_PROCID:--}; echo "#repro-site rank $r memlock $(ulimit -l) cpus $(sed -n '
+              '"s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"; '
+              'env | sed "s/^/#repro-site env $r /"; ')
+RANK_WRAP = RANK_FACTS + 'exec "$@"'
+#: then, where the cell asks for unlimited locked memory, each node's first task of the step
+#: (``SLURM_LOCALID`` 0: every task of a node has the limit its slurmstepd gives) checks it; each step
+#: checks again (a retried or resumed repeat may run on other nodes)
+MEMLOCK_CHECK = RANK_FACTS + (
     '[ "${SLURM_LOCALID:-0}" != 0 ] || { l=$(ulimit -l); [ "$l" = unlimited ] || { echo "repro: locked '
     "memory is limited to $l KiB in the container of this rank; the cell asks for unlimited (RDMA): give "
     "slurmd LimitMEMLOCK=infinity (its systemd unit) on every compute node, or set "
@@ -116,8 +123,9 @@ def propagate_option(manifest: Any, cell: Any) -> list[str]:
 
 
 def memlock_checked(manifest: Any, cell: Any, argv: Sequence[str]) -> list[str]:
-    """``argv`` after the in-container check of the locked-memory limit where the cell asks for unlimited."""
-    return ["sh", "-c", MEMLOCK_CHECK, "sh", *argv] if wants_memlock(manifest, cell) else list(argv)
+    """``argv`` after the rank's facts (``RANK_FACTS``) and the in-container check of the locked-memory limit
+    where the cell asks for unlimited."""
+    return ["sh", "-c", MEMLOCK_CHECK if wants_memlock(manifest, cell) else RANK_WRAP, "sh", *argv]
 
 
 def binding(manifest: Any, cell: Any) -> str:
