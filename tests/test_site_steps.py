@@ -208,3 +208,109 @@ def test_each_rank_says_its_facts_in_its_container_and_the_provenance_records_th
     (seen,) = cmd.seen
     assert (seen.rank, seen.cpu_count, seen.env["MY_API_TOKEN"]) == (3, len(cpus), "<redacted>")
     assert SECRET not in run.file("provenance.json").read_text()
+
+
+def test_the_pmi_probe_step_exact_and_what_a_rank_in_its_container_says(tmp_path: Path):
+    """Before an MPI cell under pyxis: one task a node in a container from the run's squashfs, started as the
+    ranks are (``srun --mpi``), says whether Slurm's PMIx server reaches it (a ``PMIX_SERVER_URI*`` variable
+    and the directory ``PMIX_SERVER_TMPDIR`` names, which enroot's ``50-slurm-pmi.sh`` hook carries and
+    mounts), or PMI-2's ``PMI_FD``, and the image's Open MPI's pmix components."""
+    import subprocess
+
+    from repro.run.schedulers.slurm.pmicheck import PMI_PROBE, pmi_probe_argv, pmi_said
+
+    assert pmi_probe_argv("42", ["n1", "n2"], "/tmp/repro-R.sqsh", "pmix", LOGIN, "/usr/bin:/bin") == [
+        "srun", "--mpi=pmix", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--nodes=2", "--ntasks=2",
+        "--ntasks-per-node=1", "--label", "--export=PATH=/usr/bin:/bin,ENROOT_CONFIG_PATH,HOME,"
+        "NVIDIA_DRIVER_CAPABILITIES,USER", "--job-name=repro-pmi", "--container-image=/tmp/repro-R.sqsh",
+        "--no-container-mount-home", "--", "sh", "-c", PMI_PROBE]
+
+    def said(**env: str) -> str:
+        done = subprocess.run(["sh", "-c", PMI_PROBE], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", **env})
+        return done.stdout
+
+    server = tmp_path / "pmix.7.0"
+    server.mkdir()
+    assert said(PMIX_SERVER_URI41="pmix-server.1;tcp4://10.0.0.1:4000", PMIX_SERVER_TMPDIR=str(server)) == \
+        f"##repro pmi PMIX_SERVER_URI41 {server} there nofd -\n"
+    assert said(PMIX_SERVER_URI3="x", PMIX_SERVER_TMPDIR="/var/spool/slurmd/pmix.7.0") == \
+        "##repro pmi PMIX_SERVER_URI3 /var/spool/slurmd/pmix.7.0 missing nofd -\n"
+    assert said(PMI_FD="5") == "##repro pmi - - missing fd -\n"
+    assert pmi_said(["0: ##repro pmi PMIX_SERVER_URI41 /s/pmix.7.0 there nofd ext3x,isolated", "1: enroot says",
+                     "srun: error"]) == {0: {"uri": "PMIX_SERVER_URI41", "dir": "/s/pmix.7.0", "dir_there": True,
+                                             "pmi_fd": False, "components": ["ext3x", "isolated"]}}
+
+
+def test_a_node_whose_container_lacks_slurms_pmi_stops_the_run_with_enroots_hook_as_the_fix():
+    from repro.errors import RunFailed
+    from repro.run.schedulers.slurm.pmicheck import FIX, check_pmi, default_mpi, mpi_problem, pmi_said
+
+    said = pmi_said(["0: ##repro pmi PMIX_SERVER_URI41 /s/pmix.7.0 there nofd ext3x",
+                     "1: ##repro pmi - - missing nofd ext3x"])
+    check_pmi({0: said[0]}, ["n1"], "pmix")  # the first node's container sees the server
+    with pytest.raises(RunFailed) as e:
+        check_pmi(said, ["n1", "n2", "n3"], "pmix", "srun: error: n3: task 2: Exited with exit code 1")
+    assert str(e.value) == ("Slurm's PMI (pmix) does not reach the ranks' containers:\n"
+                            "  n2: a rank's container sees no PMIX_SERVER_URI* variable\n"
+                            "  n3: the step's task said nothing (see srun's output above)\n"
+                            "  srun: srun: error: n3: task 2: Exited with exit code 1")
+    assert e.value.hint == FIX and "50-slurm-pmi.sh" in FIX and "/etc/enroot/hooks.d/" in FIX
+    nodir = pmi_said(["0: ##repro pmi PMIX_SERVER_URI41 /s/pmix.7.0 missing nofd -"])
+    with pytest.raises(RunFailed, match="the PMIx server's directory /s/pmix.7.0 is not in a rank's container"):
+        check_pmi(nodir, ["n1"], "pmix")
+    with pytest.raises(RunFailed, match="n1: a rank's container sees no PMI_FD"):
+        check_pmi(said, ["n1"], "pmi2")
+    # the plugin: the first of pmix, pmi2 that srun --mpi=list offers, and one the image's Open MPI speaks
+    assert default_mpi(["none", "pmi2", "cray_shasta"]) == "pmi2" and default_mpi(["pmi2", "pmix"]) == "pmix"
+    assert mpi_problem("pmix", ["ext3x", "isolated"]) is None and mpi_problem("pmix", []) is None
+    assert mpi_problem("pmix", ["s1", "s2", "isolated"]) == (
+        "the image's Open MPI has no PMIx component (s1, s2, isolated): set mpi: pmi2 in the hosts file's scheduler")
+    assert mpi_problem("pmi2", ["ext3x"]) == (
+        "the image's Open MPI has no PMI-2 component (s2; it has ext3x): set mpi: pmix in the hosts file's scheduler")
+    with pytest.raises(RunFailed, match="Slurm's PMI is pmi2, but the image's Open MPI has no PMI-2 component"):
+        check_pmi({0: {**said[0], "pmi_fd": True}}, ["n1"], "pmi2")
+
+
+def test_the_pmi_check_runs_once_a_node_before_the_first_mpi_step(monkeypatch: pytest.MonkeyPatch):
+    from types import SimpleNamespace
+
+    from repro.errors import RunFailed
+    from repro.run.schedulers.slurm import pyxisstep
+
+    asked: list[list[str]] = []
+
+    def cli(argv, timeout=None):
+        asked.append(argv)
+        nodes = next(a for a in argv if a.startswith("--nodelist="))[len("--nodelist="):]
+        lines = [f"{i}: ##repro pmi PMIX_SERVER_URI41 /s there nofd -" if n != "bad" else f"{i}: ##repro pmi - - "
+                 "missing nofd -" for i, n in enumerate(nodes.split(","))]
+        return SimpleNamespace(stdout="\n".join(lines) + "\n", stderr="", returncode=0)
+
+    monkeypatch.setattr(pyxisstep, "cli", cli)
+    alloc = SimpleNamespace(job="42", cfg={"mpi": "pmix"}, extra={}, run_image=SimpleNamespace(env={}))
+    pyxisstep.PyxisStep.pmi(alloc, ["n1"], "/f.sqsh")
+    pyxisstep.PyxisStep.pmi(alloc, ["n1", "n2"], "/f.sqsh")  # a 2-node cell: the new node alone
+    pyxisstep.PyxisStep.pmi(alloc, ["n1", "n2"], "/f.sqsh")  # its next repeat: nothing asked
+    assert [a[3] for a in asked] == ["--nodelist=n1", "--nodelist=n2"] and asked[0][1] == "--mpi=pmix"
+    assert alloc.extra["pmi"] == {"mpi": "pmix", "seen_on": ["n1", "n2"]}  # into the provenance's allocation
+    with pytest.raises(RunFailed, match="bad: a rank's container sees no PMIX_SERVER_URI"):
+        pyxisstep.PyxisStep.pmi(alloc, ["n1", "bad"], "/f.sqsh")
+
+
+def test_an_unnamed_mpi_plugin_is_the_first_of_pmix_pmi2_srun_offers(monkeypatch: pytest.MonkeyPatch):
+    from types import SimpleNamespace
+
+    from repro.errors import UsageError
+    from repro.run.schedulers.slurm import allocation
+
+    # srun --mpi=list of a Slurm without libpmix (with it, "pmix" and its versions follow)
+    offered = "MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n"
+    monkeypatch.setattr(allocation, "cli", lambda argv, **_: SimpleNamespace(stdout=offered, stderr=""))
+    m = find_target("mpi-rn50-cpu")
+    alloc = Allocation({"kind": "slurm", "container": "pyxis"}, m, [], Hosts(()), lambda e: None)
+    alloc._check_mpi()
+    assert alloc.cfg["mpi"] == "pmi2"
+    named = Allocation({"kind": "slurm", "container": "pyxis", "mpi": "pmix"}, m, [], Hosts(()), lambda e: None)
+    with pytest.raises(UsageError, match="pmix, but `srun --mpi=list` here offers none, cray_shasta, pmi2"):
+        named._check_mpi()

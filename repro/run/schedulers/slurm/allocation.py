@@ -20,6 +20,7 @@ from repro.events import Event
 from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.commands import LABELLED, cli, fields
 from repro.run.schedulers.slurm.render import pyxis_tasks_per_node, render_sbatch, srun_argv
+from repro.run.schedulers.slurm.pmicheck import default_mpi
 from repro.run.schedulers.slurm.siteenv import host_export
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
@@ -128,13 +129,13 @@ class Allocation:
         self._check_mpi()
 
     def _check_mpi(self) -> None:
-        """Under pyxis an MPI target's ranks start through Slurm's PMI (``mpi``, pmix by default): srun here
-        must offer it."""
+        """Under pyxis an MPI target's ranks start through Slurm's PMI (``mpi``; unnamed, the first of pmix
+        and pmi2 that ``srun --mpi=list`` offers): srun here must offer it."""
         mpi_target = self.manifest is not None and self.manifest.launch.kind == "mpi"
         if self.container != "pyxis" or not (mpi_target or "mpi" in self.cfg):
             return
-        want = self.cfg.get("mpi", "pmix")
         offered = [w for w in cli(["srun", "--mpi=list"]).stdout.split() if w.isidentifier()]
+        want = self.cfg.setdefault("mpi", default_mpi(offered))  # unnamed: the first of pmix, pmi2 offered
         if want not in offered:
             plugins = [w for w in offered if w in ("pmix", "pmi2", "cray_shasta", "none")]
             raise UsageError(f"{self.where('mpi')}: {want}, but `srun --mpi=list` here offers "
