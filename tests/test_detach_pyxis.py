@@ -67,7 +67,7 @@ def test_every_task_gets_the_images_path():
     ranks = paddle.inputs["2n1g-fp32-bs8.multi-prog.conf"].splitlines()
     assert len(ranks) == 2 and all(r.split()[1:3] == ["env", "PATH=__REPRO_PATH__"] for r in ranks)
     mpi = render_detached(pyxis_detach("mpi-rn50-cpu", 2)).text
-    assert ' -- env PATH="${REPRO_PATH}" python3 ' in mpi
+    assert ' -- env PATH="${REPRO_PATH}" sh -c ' in mpi and " sh python3 /opt/repro/rn50_cpu.py " in mpi
 
 
 def test_mpi_steps_use_the_hosts_files_pmi():

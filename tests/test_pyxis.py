@@ -3,9 +3,12 @@ import step and the cell steps that start from its squashfs, as exact text."""
 
 from __future__ import annotations
 
+import shlex
+
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm import pyxis_head, pyxis_step
 from repro.spec.hosts import Hosts, Node
+from repro.run.schedulers.slurm.siteenv import RANK_WRAP
 from repro.spec.manifest import find_target
 
 DIGEST = "sha256:" + "a" * 64
@@ -17,6 +20,11 @@ PADDLE = ("python /opt/repro/with_node_address.py 10.0.0.1,10.0.0.2 python -m pa
 def two_nodes() -> Hosts:
     return Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)),
                  env={"GLOO_SOCKET_IFNAME": "eth0"})
+
+
+#: each rank's command starts after its facts (siteenv.RANK_FACTS)
+WRAP = ["sh", "-c", RANK_WRAP, "sh"]
+W = shlex.join(WRAP)
 
 
 def cell_of(target: str, nodes: int):
@@ -32,8 +40,8 @@ def test_each_paddle_rank_gets_its_own_pod_ip_not_the_first_ranks():
                                  pyxis_head("42", ["n1", "n2"], "repro-2n1g-fp32-bs8"), "/runs/r/multi-prog.conf")
     assert env == {"GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
     assert "--container-env=GLOO_SOCKET_IFNAME,PYTHONUNBUFFERED" in argv
-    assert conf == (f"0 env POD_IP=10.0.0.1 {PADDLE}\n"
-                    f"1 env POD_IP=10.0.0.2 {PADDLE}\n")
+    assert conf == (f"0 env POD_IP=10.0.0.1 {W} {PADDLE}\n"
+                    f"1 env POD_IP=10.0.0.2 {W} {PADDLE}\n")
 
 
 def test_the_image_step_imports_by_digest_into_a_node_local_file_once_and_holds_it():
@@ -50,7 +58,7 @@ def test_the_image_step_imports_by_digest_into_a_node_local_file_once_and_holds_
     assert image_file({"image_dir": "/local", "keep_image": "True"}, run, "t") == "/local/repro-t.sqsh"
     argv = image_argv("42", ["n1", "n2"], "127.0.0.1:5000/a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, False)
     assert argv == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
-                    "--overlap", "--label", "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
+                    "--overlap", "--label", "--export=HOME,PATH,USER", "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh",
                     "docker://127.0.0.1:5000#a/b:1@" + DIGEST, "/local/x.sqsh", DIGEST, "no", ""]
     # a resumed run first removes what pyxis left of its earlier jobs (ids: digits only)
     assert image_argv("42", ["n1"], "r/a@" + DIGEST, "/x", DIGEST, True, ["12", "40", "1;rm"])[-2:] == ["yes", "12 40"]
@@ -67,7 +75,7 @@ def test_cell_steps_start_from_the_runs_squashfs_and_mpi_through_the_chosen_pmi(
                     "--cpu-bind=none",
                     "--container-image=/local/repro-run.sqsh", "--no-container-mount-home", "--container-writable",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS", "--",
-                    "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
+                    *WRAP, "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
     assert conf is None and env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                                     "OMP_NUM_THREADS": "2"}
@@ -130,12 +138,12 @@ def test_every_task_gets_the_images_own_path_on_its_command_line():
     m, cell = cell_of("paddle-rn50-cpu", 2)
     _, _, conf = pyxis_step(m, cell, plan_cell(m, cell, two_nodes()), "/local/x.sqsh",
                             pyxis_head("42", ["n1", "n2"], "s"), "/c", image_env=path)
-    assert conf == (f"0 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.1 {PADDLE}\n"
-                    f"1 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.2 {PADDLE}\n")
+    assert conf == (f"0 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.1 {W} {PADDLE}\n"
+                    f"1 env PATH=/opt/venv/bin:/usr/bin:/bin POD_IP=10.0.0.2 {W} {PADDLE}\n")
     m, cell = cell_of("mpi-rn50-cpu", 2)
     argv, _, _ = pyxis_step(m, cell, plan_cell(m, cell, two_nodes()), "/local/x.sqsh",
                             pyxis_head("42", ["n1", "n2"], "s"), "/c", image_env=path)
-    assert argv[argv.index("--") + 1:][:3] == ["env", "PATH=/opt/venv/bin:/usr/bin:/bin", "python3"]
+    assert argv[argv.index("--") + 1:][:7] == ["env", "PATH=/opt/venv/bin:/usr/bin:/bin", *WRAP, "python3"]
 
 
 def test_the_plan_shows_the_pmi_the_hosts_file_chooses(tmp_path):
@@ -170,9 +178,9 @@ def test_tf_ps_ranks_write_the_pair_runner_in_their_container_first(tmp_path):
     b64 = base64.b64encode(runner.encode()).decode()
     for rank, line in enumerate(conf.splitlines()):
         words = shlex.split(line)
-        assert words[:7] == [str(rank), "sh", "-c", WRITE_FILE, "sh", b64, PAIR_PATH]
-        assert words[7:] == list(plans[rank].command.command)  # then the rank's command as the launcher made it
-        assert words[8:10] == [PAIR_PATH, "18"]
+        assert words[:11] == [str(rank), *WRAP, "sh", "-c", WRITE_FILE, "sh", b64, PAIR_PATH]
+        assert words[11:] == list(plans[rank].command.command)  # then the rank's command as the launcher made it
+        assert words[12:14] == [PAIR_PATH, "18"]
     # the wrapper as sh runs it: the file written, then the command run with its arguments and exit status
     target = tmp_path / "pair.py"
     argv = ["sh", "-c", WRITE_FILE, "sh", b64, str(target), "sh", "-c", 'echo "$@"; exit 3', "sh", "a b", "c"]

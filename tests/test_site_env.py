@@ -137,13 +137,14 @@ def test_nothing_of_the_login_shell_but_what_is_named_reaches_a_rank():
 
 
 def test_the_docker_path_passes_what_it_passed():
-    """The agent's step keeps srun's default export (the agent runs on the host); each container gets the
-    manifest's and the hosts file's environment alone, as ``docker create -e``."""
+    """The agent's step names what it passes (the agent runs on the host: ``siteenv.host_export``); each
+    container gets the manifest's and the hosts file's environment alone, as ``docker create -e``."""
     m, cell = cell_of("torch-rn50-cpu", 2, 1, "fp32")
     hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
     assert srun_argv("42", ["n1", "n2"], "s")[:-1] == [
         "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
-        "--label", "--input=all", "--kill-on-bad-exit=1", "--job-name=s", "--", "python3", "-c"]
+        "--label", "--input=all", "--kill-on-bad-exit=1", "--export=HOME,PATH,USER", "--job-name=s", "--",
+        "python3", "-c"]
     spec = step_spec(plan_cell(m, cell, hosts), "RUN", cell, "img", {}, None)
     assert [[w for w in r["create"] if w.startswith("-e=")] for r in spec["ranks"]] == [
         ["-e=GLOO_SOCKET_IFNAME=eth0"]] * 2
@@ -169,13 +170,14 @@ def test_only_cells_that_ask_for_unlimited_locked_memory_propagate_all_but_memlo
     assert PROPAGATE == PROPAGATED
     m, cell = cell_of("torch-rn50-cpu", 2, 1, "fp32")
     argv, _, conf = pyxis_step(m, cell, plan_cell(m, cell, V100), "/f", ["srun"], "/c")
-    assert PROPAGATED not in argv and "ulimit -l" not in conf
+    assert PROPAGATED not in argv and "PropagateResourceLimitsExcept" not in conf
 
 
 def test_a_limited_locked_memory_stops_the_rank_with_the_value_and_the_fix():
     done = subprocess.run(["sh", "-c", 'ulimit -l 64 && exec "$@"', "sh", *CHECK, "echo", "ran"],
                           capture_output=True, text=True)
-    assert (done.returncode, done.stdout) == (97, "")
+    assert done.returncode == 97 and done.stdout.startswith("#repro-site rank - memlock 64 cpus ")
+    assert not any(ln == "ran" for ln in done.stdout.splitlines())
     assert done.stderr == ("repro: locked memory is limited to 64 KiB in the container of this rank; the cell asks "
                            "for unlimited (RDMA): give slurmd LimitMEMLOCK=infinity (its systemd unit) on every "
                            "compute node, or set PropagateResourceLimitsExcept=MEMLOCK in slurm.conf\n")

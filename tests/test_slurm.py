@@ -16,7 +16,11 @@ from repro.spec.manifest import find_target
 from repro.run.plan import plan_cell
 from repro.run.schedulers import parse_spec, scheduler_config
 from repro.run.schedulers.slurm import AGENT, render_pyxis, render_sbatch, seconds, srun_argv, step_spec
+from repro.run.schedulers.slurm.siteenv import RANK_WRAP
 
+#: each rank's command starts after its facts (siteenv.RANK_FACTS)
+WRAP = ["sh", "-c", RANK_WRAP, "sh"]
+W = shlex.join(WRAP)
 DIGEST = "sha256:" + "a" * 64
 
 
@@ -96,7 +100,7 @@ def test_cell_job_step_argv_exact():
     argv = srun_argv("42", ["n1", "n2"], "repro-2n1g-fp32-bs8")
     assert argv[:-1] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
                          "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
-                         "--job-name=repro-2n1g-fp32-bs8", "--", "python3", "-c"]
+                         "--export=HOME,PATH,USER", "--job-name=repro-2n1g-fp32-bs8", "--", "python3", "-c"]
     assert argv[-1] == AGENT.read_text()
     compile(argv[-1], "agent", "exec")  # the agent runs as python3 -c on the node
 
@@ -113,13 +117,14 @@ def test_mpi_step_spec_head_waits_for_worker_sshd_and_only_mpi_ranks_get_keys():
               "-e=OMP_NUM_THREADS=2"]
     assert head["node"] == "n1" and head["role"] == "mpi-head" and head["name"] == "repro-RUN-2n1g-fp32-bs8-rank0"
     assert head["create"][:len(common)] == [c.format(0) for c in common]
-    assert head["create"][len(common):len(common) + 5] == ["img@" + DIGEST, "mpirun", "--allow-run-as-root", "-np", "2"]
+    assert head["create"][len(common):len(common) + 9] == ["img@" + DIGEST, *WRAP, "mpirun", "--allow-run-as-root", "-np",
+                                                           "2"]
     assert head["files"] == {"/run/repro-mpi/id": ("KEY", 0o600),
                              "/run/repro-mpi/hostfile": ("10.0.0.1 slots=1\n10.0.0.2 slots=1\n", 0o644)}
     assert head["wait_for"] == [["10.0.0.2", 12345]]
     assert worker["create"][:len(common)] == [c.format(1) for c in common]
     # the plan's container options as they are (a CPU target: no InfiniBand devices), as over SSH
-    assert worker["create"][len(common):len(common) + 2] == ["img@" + DIGEST, "/usr/sbin/sshd"]
+    assert worker["create"][len(common):len(common) + 6] == ["img@" + DIGEST, *WRAP, "/usr/sbin/sshd"]
     assert worker["wait_for"] == [] and worker["files"]["/run/repro-mpi/id"] == ("KEY", 0o600)
     sshd_config, mode = worker["files"]["/run/repro-mpi/sshd_config"]  # the per-run sshd of the worker
     assert set(worker["files"]) == {"/run/repro-mpi/id", "/run/repro-mpi/sshd_config"} and mode == 0o644
@@ -133,7 +138,8 @@ def test_torch_step_spec_carries_the_launchers_argv_unchanged():
     spec = step_spec(plans, "RUN", cell, "img@" + DIGEST, {}, None)
     for plan, rank in zip(plans, spec["ranks"], strict=True):
         i = rank["create"].index("img@" + DIGEST)
-        assert tuple(rank["create"][i + 1:]) == plan.command.command
+        assert rank["create"][i + 1:i + 5] == WRAP  # the rank's facts first (siteenv.RANK_FACTS)
+        assert tuple(rank["create"][i + 5:]) == plan.command.command
         assert rank["files"] == {} and rank["wait_for"] == []
 
 
@@ -150,9 +156,9 @@ PYXIS_TORCH = """\
 #SBATCH --output=repro-torch-rn50-cpu-2n1g-fp32-bs8-%j.out
 export GLOO_SOCKET_IFNAME=eth0
 cat > repro-multi-prog.conf <<'REPRO_EOF'
-0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
+0 {W} torchrun --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
 /opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32
-1 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
+1 {W} torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 \
 /opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32
 REPRO_EOF
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label --export=GLOO_SOCKET_IFNAME,HOME,PATH,USER --cpu-bind=none \
@@ -170,7 +176,7 @@ def test_pyxis_torch_cell_exact():
     hosts = Hosts((Node("n1", "10.0.0.1", gpus=0), Node("n2", "10.0.0.2", gpus=0)), env={"GLOO_SOCKET_IFNAME": "eth0"})
     text = render_pyxis(m, cell, plan_cell(m, cell, hosts), "registry.example.org:5000/repro/cpu-torch@" + DIGEST,
                         {"partition": "gpu", "time": "30"})
-    assert text == _unwrap(PYXIS_TORCH)
+    assert text == _unwrap(PYXIS_TORCH).replace("{W}", W)
 
 
 def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
@@ -182,8 +188,8 @@ def test_pyxis_mpi_cell_uses_pmix_tasks_and_no_sshd():
                     "--export=HOME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS,PATH,USER",
                     "--cpu-bind=none", "--container-image=nvcr.io#nvidia/pytorch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS",
-                    "--", "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
-                    "64", "--precision", "fp32"]
+                    "--", *WRAP, "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10",
+                    "--image-size", "64", "--precision", "fp32"]
     assert "sshd" not in text and "mpirun" not in text
     assert text.splitlines()[-4:-1] == ["export OMPI_ALLOW_RUN_AS_ROOT=1", "export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                                         "export OMP_NUM_THREADS=2"]
@@ -232,7 +238,7 @@ TORCH = ("torchrun --nnodes 2 --node-rank {r} --nproc-per-node 1 --master-addr 1
          "/opt/repro/rn50_cpu.py -b 8 --prof 10 --image-size 64 --precision fp32")
 CREATE = ("  task {r} on n{n}: docker create --name repro-RUN-2n1g-fp32-bs8-rank{r} --label=repro.cell=2n1g-fp32-bs8 "
           "--label=repro.rank={r} --label=repro.run=RUN --label=repro.target=torch-rn50-cpu --network=host --ipc=host "
-          "--shm-size=1g --ulimit=memlock=8388608 -e=GLOO_SOCKET_IFNAME=eth0 repro/cpu-torch:2.13.0 " + TORCH + "\n")
+          "--shm-size=1g --ulimit=memlock=8388608 -e=GLOO_SOCKET_IFNAME=eth0 repro/cpu-torch:2.13.0 {w} " + TORCH + "\n")
 
 
 def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(tmp_path: Path):
@@ -247,9 +253,9 @@ def test_plan_under_slurm_shows_the_allocation_and_each_cells_job_step_exactly(t
                     "allocation (sbatch; none where the kit runs inside one, SLURM_JOB_ID):\n"
                     + ALLOCATION.format(target="torch-rn50-cpu") + "\ncell 2n1g-fp32-bs8: job step\n"
                     "  $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
-                    "--label --input=all --kill-on-bad-exit=1 --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
+                    "--label --input=all --kill-on-bad-exit=1 --export=HOME,PATH,USER --job-name=repro-2n1g-fp32-bs8 -- python3 -c "
                     "<repro/run/schedulers/agent.py> < SPEC\n"
-                    + CREATE.format(r=0, n=1) + CREATE.format(r=1, n=2))
+                    + CREATE.format(r=0, n=1, w=W) + CREATE.format(r=1, n=2, w=W))
     # the allocation in the plan is the batch script up submits
     assert ALLOCATION.format(target="torch-rn50-cpu").replace("  ", "", 1).replace("\n  ", "\n") == render_sbatch(
         {"partition": "debug", "time": "20"}, "repro-torch-rn50-cpu", 2)
@@ -280,11 +286,11 @@ def test_plan_under_slurm_pyxis_mpi_exact_and_stand_in_nodes_said_so(tmp_path: P
                       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,OMP_NUM_THREADS,USER --cpu-bind=none "
                       "--container-image=/tmp/repro-RUN.sqsh --no-container-mount-home --container-writable "
                       "--container-env=GLOO_SOCKET_IFNAME,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
-                      "OMP_NUM_THREADS -- env PATH=IMAGE_PATH python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 "
+                      f"OMP_NUM_THREADS -- env PATH=IMAGE_PATH {W} python3 /opt/repro/rn50_cpu.py --dist mpi -b 8 --prof 10 "
                       "--image-size 64 --precision fp32\n"
                       "  telemetry (a job step of its own beside it, on each host, no container):\n"
                       "    $ srun --jobid=JOBID --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=n1,n2 --overlap "
-                      "--label --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
+                      "--label --export=HOME,PATH,USER --job-name=repro-2n1g-fp32-bs8-telemetry -- python3 -c <repro/nodes/sampler.py> 1000 "
                       "4194304 1500\n")  # launch.timeout_s 900 and the sampler's margin, 600 s
     f.write_text("schema_version: 1\nscheduler: {kind: slurm}\n")  # no nodes: Slurm names them
     hosts, text = scheduled_plan(m, [cell], f, None)
@@ -306,7 +312,7 @@ def test_pyxis_job_step_in_the_allocation_exact():
                     "--container-image=127.0.0.1:5000#repro/cpu-torch@" + DIGEST, "--no-container-mount-home", "--container-writable",
                     "--container-env=GLOO_SOCKET_IFNAME", "--multi-prog", "/runs/r/multi-prog.conf"]
     assert env == {"GLOO_SOCKET_IFNAME": "eth0"}  # to srun's environment, not its argv
-    assert conf == "".join(f"{r} {TORCH.format(r=r)}\n" for r in (0, 1))
+    assert conf == "".join(f"{r} {W} {TORCH.format(r=r)}\n" for r in (0, 1))
 
 
 def test_task_exit_statuses_from_srun_own_lines():

@@ -37,6 +37,9 @@ class _Alloc:
     def progress(self, event) -> None:
         self.events.append(event)
 
+    def export(self) -> str:
+        return "--export=HOME,PATH,USER"
+
 
 def job_of(tmp_path: Path, nodes: int = 2) -> CellJob:
     m = find_target("torch-rn50-cpu")
@@ -48,7 +51,7 @@ def job_of(tmp_path: Path, nodes: int = 2) -> CellJob:
 def test_the_sampler_step_is_one_host_task_per_node_without_container_options():
     argv = sampler_srun("42", ["n1", "n2"], "repro-2n1g-fp32-bs8-telemetry", 300)
     assert argv == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
-                    "--overlap", "--label", "--job-name=repro-2n1g-fp32-bs8-telemetry", "--",
+                    "--overlap", "--label", "--export=HOME,PATH,USER", "--job-name=repro-2n1g-fp32-bs8-telemetry", "--",
                     "python3", "-c", SAMPLER.read_text(encoding="utf-8"), "1000", str(4 << 20), "900"]
     assert argv[argv.index("--") + 1:] == sampler_argv(300)  # the same sampler as every other path
 

@@ -18,6 +18,7 @@ from repro.run.schedulers.slurm import render_sbatch
 from repro.run.schedulers.slurm.apptainer import (BUILD, FORWARD, apptainer_step, build_argv, build_result,
                                                   seen_argv, sif_path, sif_source, unseen)
 from repro.run.schedulers.slurm.render import pyxis_head
+from repro.run.schedulers.slurm.siteenv import RANK_WRAP
 from repro.spec.hosts import Hosts, Node, load_hosts
 from repro.spec.manifest import find_target
 from repro.spec.scheduler import problems
@@ -222,6 +223,8 @@ HEAD_ARGV = ["srun", "--jobid=42", "--nodelist=n1,n2", "--overlap", "--kill-on-b
 # internal/pkg/util/env/create.go, SetContainerEnv; the user guide's environment_and_metadata.rst), so the
 # task's PMIX_*/PMI_*/SLURM_* variables are re-exported with that prefix first
 WRAP = ["sh", "-c", FORWARD, "sh"]
+#: inside the container each rank's command starts after its facts (siteenv.RANK_FACTS)
+FACTS = ["sh", "-c", RANK_WRAP, "sh"]
 
 
 def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_read_back():
@@ -232,7 +235,8 @@ def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_re
     # cmd/internal/cli/apptainer.go, registered for build in build.go); `apptainer --version` prints
     # "apptainer version X" (SetVersionTemplate in apptainer.go)
     assert build_argv("42", "n1", sif, "reg:5000/repro/cpu-torch@" + DIGEST) == [
-        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--job-name=repro-sif",
+        "srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--export=HOME,PATH,USER",
+        "--job-name=repro-sif",
         "sh", "-c", 'apptainer --version && apptainer build --force "$1" "$2" >&2 && sha256sum "$1" && '
         'stat -c "size %s" "$1"', "sh", sif, "docker://reg:5000/repro/cpu-torch@" + DIGEST]
     assert BUILD.count("apptainer build") == 1
@@ -246,7 +250,7 @@ def test_the_sif_is_built_once_from_the_locked_image_by_digest_and_its_sha256_re
 def test_every_node_of_a_cell_must_see_the_sif_where_it_was_built():
     assert seen_argv("42", ["n1", "n2"], "/shared/sif/r.sif") == [
         "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--overlap",
-        "--label", "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", "/shared/sif/r.sif"]
+        "--label", "--export=HOME,PATH,USER", "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", "/shared/sif/r.sif"]
     said = ["0: 334000128", "1: stat: cannot statx '/shared/sif/r.sif': No such file or directory",
             "srun: error: n2: task 1: Exited with exit code 1"]
     assert unseen(said, ["n1", "n2"], 334000128) == ["n2"]
@@ -268,7 +272,7 @@ def test_apptainer_torch_cell_exact():
     assert env == {"APPTAINERENV_GLOO_SOCKET_IFNAME": "eth0"}  # values to srun's environment, not argv
     # exec: --cleanenv, --no-home, --writable-tmpfs (cmd/internal/cli/action_flags.go); no --nv on a CPU target
     words = [*WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs", "/shared/sif/repro-R.sif"]
-    assert conf == "".join(f"{r} {shlex.join(words)} {TORCH.format(r=r)}\n" for r in (0, 1))
+    assert conf == "".join(f"{r} {shlex.join([*words, *FACTS])} {TORCH.format(r=r)}\n" for r in (0, 1))
 
 
 def test_apptainer_paddle_cell_gives_each_rank_its_own_pod_ip():
@@ -291,7 +295,7 @@ def test_apptainer_mpi_cell_one_task_per_rank_through_slurms_pmi_and_no_sshd():
     assert argv == ["srun", "--mpi=pmi2", *HEAD_ARGV[1:], "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                     "--label", "--export=APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT,APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,"
                     "APPTAINERENV_OMP_NUM_THREADS,HOME,PATH,USER", "--cpu-bind=none", *WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs", "/s/r.sif",
-                    "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
+                    *FACTS, "python3", "/opt/repro/rn50_cpu.py", "--dist", "mpi", "-b", "8", "--prof", "10", "--image-size",
                     "64", "--precision", "fp32"]
     assert env == {"APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT": "1", "APPTAINERENV_OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                    "APPTAINERENV_OMP_NUM_THREADS": "2"}
@@ -380,5 +384,5 @@ def test_apptainer_tf_ps_ranks_write_the_pair_runner_in_their_container_first():
     words = [*WRAP, "apptainer", "exec", "--cleanenv", "--no-home", "--writable-tmpfs",
              "--cwd=/workspace/benchmarks/scripts/tf_cnn_benchmarks", "/s/r.sif"]
     assert plans[0].command.files == {PAIR_PATH: runner}
-    assert conf == "".join(f"{r} {shlex.join([*words, 'sh', '-c', WRITE_FILE, 'sh', b64, PAIR_PATH])} "
+    assert conf == "".join(f"{r} {shlex.join([*words, *FACTS, 'sh', '-c', WRITE_FILE, 'sh', b64, PAIR_PATH])} "
                            f"{shlex.join(plans[r].command.command)}\n" for r in (0, 1))

@@ -32,6 +32,7 @@ from repro.nodes.facts import Fact, fail, ok
 from repro.redact import redact_argv, redact_env
 from repro.layout import CHART, HOSTS, INTOTO, MANIFEST, PROVENANCE, REPORTS, STATE, SUMS, is_cell_file
 from repro.record.dsse import SIGNED
+from repro.record.rankfacts import log_facts
 from repro.record.provenance_view import ProvenanceRecord
 from repro.run.rundir import RunDir
 from repro.spec.schema import load_schema, strict_validator_class
@@ -176,6 +177,9 @@ def finalize(run: RunDir, record: dict[str, Any], *, finished: str | None = None
         path = run.path / cmd["log"]
         cmd["log_sha256"] = sha256_file(path) if path.is_file() else None
         cmd["nccl_transport"] = nccl_transport(path) if path.is_file() else fail("no log")
+        seen = log_facts(path)  # each rank's own facts, where its step said them (Slurm)
+        if seen:
+            cmd["seen"] = seen
     record["logs"] = {rel: sha256_file(run.path / rel) for rel in run.files() if is_cell_file(rel)}
     state = run.read_state()
     counts = {s: 0 for s in ("done", "failed", "pending", "running")}

@@ -77,6 +77,19 @@ class RecordedCommand:
     log: str  # relative to the run directory
     log_sha256: str | None
     nccl_transport: Fact | None
+    #: each rank as it saw itself in its container (Slurm steps; ``repro.record.rankfacts``): none elsewhere
+    seen: tuple[RankSeen, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankSeen:
+    """One rank's facts read inside its container: its Slurm rank, locked memory, CPUs, environment."""
+
+    rank: int | None
+    memlock_kib: int | str  # a number, or "unlimited"
+    cpu_count: int | None
+    cpu_list: str  # Cpus_allowed_list, e.g. "0-3,8"
+    env: Mapping[str, str]  # secret values blanked
 
 
 @dataclass(frozen=True)
@@ -142,4 +155,6 @@ def _node(n: Mapping[str, Any]) -> RecordedNode:
 def _command(c: Mapping[str, Any]) -> RecordedCommand:
     return RecordedCommand(c["cell"], c["repeat"], c["rank"], c["node"], c["role"], tuple(c["argv"]),
                            _frozen(c["env"]), c["image"], c["workdir"], c["started"], c["ended"],
-                           c["exit_code"], c["log"], c["log_sha256"], c["nccl_transport"])
+                           c["exit_code"], c["log"], c["log_sha256"], c["nccl_transport"],
+                           tuple(RankSeen(s["rank"], s["memlock_kib"], s["cpus"]["count"], s["cpus"]["list"],
+                                          _frozen(s["env"])) for s in c.get("seen", ())))

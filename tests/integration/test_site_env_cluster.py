@@ -6,6 +6,14 @@
   the ranks through the pass-through list; each rank keeps every CPU Slurm gave its node (``--cpu-bind=none``,
   as the plan says for a one-launcher-a-node target);
 - detached: the same environment rule in the batch script's steps;
+- every other step the kit starts (the image import, the telemetry sampler, the detached script's shared and
+  probe steps) names what it passes too (``--export=``): none of the login shell's variables above, and the
+  import and the sampler still work with what they are given;
+- a pass-through name that looks secret (``REPRO_SITE_TOKEN``) reaches the ranks, and its value, which each
+  rank also prints bare, is in no file of the run directory once the run is judged: attached as it runs,
+  detached once ``repro report`` judged it from a shell without it (the kept batch script included);
+- what each rank said of itself in its container (its locked-memory limit, its CPUs, its environment) is in
+  the provenance with its command, attached and detached, as the rank's own probe lines say it;
 - a cell that asks for unlimited locked memory, with the submitting process under 64 KiB: each rank gets its
   node's limit (srun propagates every limit but MEMLOCK), and since the test cluster's nodes give 8 MiB, the
   check inside the container stops the cell with that value and the fix.
@@ -38,13 +46,15 @@ CELL = "2n1g-fp32-bs8"
 PROBE = ('echo "repro-probe cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2)"; '
          'echo "repro-probe cpus-on-node $SLURM_CPUS_ON_NODE"; echo "repro-probe memlock $(ulimit -l)"; '
          'echo "repro-probe leak $(ls -d /mnt/repro-leak 2>/dev/null || echo none)"; '
+         'echo "repro-probe bare $REPRO_SITE_TOKEN"; '
          'env | sort | sed "s/^/repro-env /"; exec "$@"')
 #: a login node's LD_PRELOAD names a library that is there (a missing one makes every process of the login
 #: shell, srun included, print ld.so's complaint)
 PRELOAD = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6") if Path(p).is_file())
 LEAKS = {"PYTHONPATH": f"{ROOT}:/opt/repro-leak/py", "LD_PRELOAD": PRELOAD,
          "NCCL_DEBUG_SUBSYS": "REPRO_LEAK", "UCX_TLS": "repro-leak", "PYXIS_CONTAINER_MOUNTS": "/etc:/mnt/repro-leak",
-         "REPRO_SITE_VALUE": "through"}
+         "REPRO_SITE_VALUE": "through", "REPRO_SITE_TOKEN": "repro-site-secret-0123456789"}
+SECRET = LEAKS["REPRO_SITE_TOKEN"]
 #: the site's ``module``: a shell function from a file the prelude sources
 MODULES_SH = 'module() { if [ "$1" = load ]; then SITE_MODULE="$2"; export SITE_MODULE; fi; }\n'
 
@@ -84,7 +94,7 @@ def inventory(cluster: dict, folder: Path) -> Path:
     (folder / "modules.sh").write_text(MODULES_SH)
     image_dir = f"{cluster['pyxis']['node_local']}/tmp/repro-site-env-{folder.name}"
     section = {"kind": "slurm", "partition": "debug", "time": "15", "container": "pyxis", "keep_image": "no",
-               "image_dir": image_dir, "export": ["REPRO_SITE_VALUE", "SITE_MODULE"]}
+               "image_dir": image_dir, "export": ["REPRO_SITE_VALUE", "SITE_MODULE", "REPRO_SITE_TOKEN"]}
     f = folder / "hosts.yaml"
     f.write_text(Path(cluster["hosts_file"]).read_text() + "scheduler: " + json.dumps(section) + "\n"
                  + "prelude: " + json.dumps([f". {folder / 'modules.sh'}"]) + "\nmodules: [site-mpi]\n")
@@ -133,7 +143,36 @@ def check_rank_env(logs: Path) -> list[tuple[dict[str, str], dict[str, str]]]:
         assert "NCCL_DEBUG_SUBSYS" not in environ and "UCX_TLS" not in environ
         assert environ["REPRO_SITE_VALUE"] == "through"  # named by the hosts file's scheduler.export
         assert environ["SITE_MODULE"] == "site-mpi"  # set by the prelude's `module load site-mpi`
+        assert "REPRO_SITE_TOKEN" in environ and probe["bare"]  # a secret-looking pass-through reaches it
     return out
+
+
+def exported(argv: list[str]) -> set[str]:
+    """The names an srun argv's ``--export=`` passes (``PATH=VALUE`` as PATH); none of the login shell's."""
+    (option,) = [a for a in argv if a.startswith("--export=")]
+    names = {w.partition("=")[0] for w in option[len("--export="):].split(",")}
+    assert not names & {"PYTHONPATH", "LD_PRELOAD", "NCCL_DEBUG_SUBSYS", "UCX_TLS", "PYXIS_CONTAINER_MOUNTS",
+                        "DOCKER_HOST"}, option
+    return names
+
+
+def check_seen(run: Path, ranks: list[tuple[dict[str, str], dict[str, str]]]) -> None:
+    """Each command of the cell in the provenance holds what its rank saw, as the rank's probe printed it."""
+    prov = json.loads((run / "provenance.json").read_text())
+    cmds = sorted((c for c in prov["commands"] if c["cell"] == CELL), key=lambda c: c["rank"])
+    assert len(cmds) == 2, cmds
+    for cmd, (probe, environ) in zip(cmds, ranks):
+        (seen,) = cmd["seen"]
+        assert seen["rank"] == cmd["rank"] and seen["cpus"]["list"] == probe["cpus"], (seen, probe)
+        assert seen["cpus"]["count"] == cpu_count(probe["cpus"]) and str(seen["memlock_kib"]) == probe["memlock"]
+        assert seen["env"]["REPRO_SITE_VALUE"] == "through" and seen["env"]["REPRO_SITE_TOKEN"] == "<redacted>"
+        assert "LD_PRELOAD" not in seen["env"] and seen["env"]["SITE_MODULE"] == environ["SITE_MODULE"]
+
+
+def nowhere_in(run: Path, value: str) -> None:
+    """``value`` in no file of the run directory."""
+    found = [str(f.relative_to(run)) for f in run.rglob("*") if f.is_file() and value.encode() in f.read_bytes()]
+    assert not found, found
 
 
 def test_attached_what_reaches_a_rank_its_cpus_and_the_prelude(cluster, env, targets, tmp_path):
@@ -146,6 +185,11 @@ def test_attached_what_reaches_a_rank_its_cpus_and_the_prelude(cluster, env, tar
     assert "--cpu-bind=none" in step["srun"] and step["srun"][:2] == ["sh", "-c"]  # after the prelude
     for probe, _ in ranks:  # every CPU Slurm gave the node, as the plan's --cpu-bind=none says
         assert cpu_count(probe["cpus"]) >= int(probe["cpus-on-node"]), probe
+    # the sampler's step names what it passes, and sampled on both nodes with it
+    assert {"PATH", "HOME", "USER", "REPRO_SITE_TOKEN"} <= exported(step["telemetry"]["srun"])
+    assert all((run / "cells" / CELL / "r1" / f"telemetry-rc-node{i}.txt").stat().st_size for i in (1, 2))
+    nowhere_in(run, SECRET)
+    check_seen(run, ranks)
 
 
 def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
@@ -162,7 +206,20 @@ def test_detached_what_reaches_a_rank(cluster, env, targets, tmp_path):
         assert time.monotonic() < deadline, doc
         time.sleep(2)
     assert doc["end"][0] == 0, doc
-    check_rank_env(run / "cells" / CELL / "r1")
+    script = (run / "job" / "batch.sbatch").read_text()
+    steps = [ln for ln in script.splitlines() if re.search(r"(^|[ (])srun --", ln)]
+    assert len(steps) >= 5 and all(" --export=" in ln for ln in steps), steps  # shared, image, probe, ...
+    for ln in steps:
+        exported(ln.split())
+    assert (run / "job" / "probe" / "0-rc-node1.out").stat().st_size  # the probe step ran with its list
+    ranks = check_rank_env(run / "cells" / CELL / "r1")
+    # judged from a shell without the token: what the ranks printed of it is scrubbed all the same
+    judge = {k: v for k, v in env.items() if k != "REPRO_SITE_TOKEN"}
+    report = subprocess.run([sys.executable, "-m", "repro", "report", str(run)], capture_output=True, text=True,
+                            env=judge, cwd=ROOT, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    nowhere_in(run, SECRET)
+    check_seen(run, ranks)
 
 
 def test_a_rank_gets_the_nodes_locked_memory_never_the_submitting_processs(cluster, env, targets, tmp_path):

@@ -20,6 +20,8 @@ from repro.events import Event
 from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.commands import LABELLED, cli, fields
 from repro.run.schedulers.slurm.render import pyxis_tasks_per_node, render_sbatch, srun_argv
+from repro.run.schedulers.slurm.pmicheck import default_mpi
+from repro.run.schedulers.slurm.siteenv import host_export
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import seconds
@@ -64,6 +66,11 @@ class Allocation:
         if self.cfg.get("container") not in PMI_RUNTIMES:
             return 1
         return max((pyxis_tasks_per_node(self.manifest, c) for c in self.cells), default=1)
+
+    def export(self) -> str:
+        """``--export=`` of a step on the nodes themselves (``siteenv.host_export``): what this process's
+        environment sets of what the node's tools read, the pass-through list; nothing else of it."""
+        return host_export(None, self.cfg)
 
     def where(self, key: str) -> str:
         """Where a setting came from, for errors: the command line or the inventory."""
@@ -122,13 +129,13 @@ class Allocation:
         self._check_mpi()
 
     def _check_mpi(self) -> None:
-        """Under pyxis an MPI target's ranks start through Slurm's PMI (``mpi``, pmix by default): srun here
-        must offer it."""
+        """Under pyxis an MPI target's ranks start through Slurm's PMI (``mpi``; unnamed, the first of pmix
+        and pmi2 that ``srun --mpi=list`` offers): srun here must offer it."""
         mpi_target = self.manifest is not None and self.manifest.launch.kind == "mpi"
         if self.container != "pyxis" or not (mpi_target or "mpi" in self.cfg):
             return
-        want = self.cfg.get("mpi", "pmix")
         offered = [w for w in cli(["srun", "--mpi=list"]).stdout.split() if w.isidentifier()]
+        want = self.cfg.setdefault("mpi", default_mpi(offered))  # unnamed: the first of pmix, pmi2 offered
         if want not in offered:
             plugins = [w for w in offered if w in ("pmix", "pmi2", "cray_shasta", "none")]
             raise UsageError(f"{self.where('mpi')}: {want}, but `srun --mpi=list` here offers "
@@ -216,8 +223,8 @@ class Allocation:
         """A job step on every allocated node before any cell: each must reach a Docker engine from inside
         a step."""
         names = [n.name for n in self.nodes]
-        out = cli(srun_argv(str(self.job), names, "repro-probe"), stdin=json.dumps({"probe": True}),
-                  timeout=120)
+        out = cli(srun_argv(str(self.job), names, "repro-probe", self.export()),
+                  stdin=json.dumps({"probe": True}), timeout=120)
         found = {}
         for line in out.stdout.splitlines():
             m = LABELLED.match(line)

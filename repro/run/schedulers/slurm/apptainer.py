@@ -37,7 +37,7 @@ from typing import Any
 from repro.errors import UsageError
 from repro.run.launchers.base import fill
 from repro.run.schedulers.slurm.rankfiles import files_first
-from repro.run.schedulers.slurm.siteenv import StepSite, memlock_checked, step_options
+from repro.run.schedulers.slurm.siteenv import BASE_EXPORT, StepSite, memlock_checked, step_options
 from repro.spec.manifest import Cell, Manifest
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -63,17 +63,24 @@ def sif_source(image: str) -> str:
     return f"docker://{image}"
 
 
-def build_argv(job: str, node: str, sif: str, image: str) -> list[str]:
-    """The job step that builds the SIF once, on one node, where every node sees it."""
-    return ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap",
+def build_argv(job: str, node: str, sif: str, image: str, export: str = BASE_EXPORT) -> list[str]:
+    """The job step that builds the SIF once, on one node, where every node sees it; ``export``: what it
+    passes (``siteenv.host_export``)."""
+    return ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap", export,
             "--job-name=repro-sif", "sh", "-c", BUILD, "sh", sif, sif_source(image)]
 
 
 def seen_argv(job: str, nodes: Sequence[str], sif: str) -> list[str]:
     """The job step that asks every node of a cell for the SIF's size: ``sif_dir`` must be shared."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", BASE_EXPORT,
             "--job-name=repro-sif-seen", "stat", "-c", "%s", "--", sif]
+
+
+def rm_argv(job: str, node: str, sif: str) -> list[str]:
+    """The job step that removes the run's SIF, on the node that built it."""
+    return ["srun", f"--jobid={job}", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap",
+            BASE_EXPORT, "--job-name=repro-sif-rm", "rm", "-f", "--", sif]
 
 
 def unseen(lines: Sequence[str], nodes: Sequence[str], size: int) -> list[str]:

@@ -14,8 +14,8 @@ from repro.errors import RunFailed
 from repro.run.plan import plan_cell
 from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
-from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, seen_argv,
-                                                  sif_path, unseen)
+from repro.run.schedulers.slurm.apptainer import (apptainer_step, build_argv, build_result, rm_argv,
+                                                  seen_argv, sif_path, unseen)
 from repro.run.schedulers.slurm.commands import cli
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_tasks_per_node
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
@@ -62,7 +62,7 @@ class ApptainerStep(TaskStep):
     @staticmethod
     def build(alloc: Allocation, job: CellJob, node: str) -> dict[str, Any]:
         path = sif_path(str(alloc.cfg["sif_dir"]), job.run_id)
-        argv = build_argv(str(alloc.job), node, path, str(job.image))
+        argv = build_argv(str(alloc.job), node, path, str(job.image), alloc.export())
         t0 = time.monotonic()
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=SIF_BUILD_S)
@@ -84,9 +84,7 @@ class ApptainerStep(TaskStep):
             return
         built["removed"] = True
         if alloc.job and alloc.job_state() == "RUNNING":
-            done = cli(["srun", f"--jobid={alloc.job}", "--nodes=1", "--ntasks=1",
-                        f"--nodelist={built['node']}", "--overlap", "--job-name=repro-sif-rm", "rm", "-f",
-                        "--", built["sif"]], timeout=60)
+            done = cli(rm_argv(str(alloc.job), built["node"], built["sif"]), timeout=60)
             if done.returncode == 0:
                 return
         Path(built["sif"]).unlink(missing_ok=True)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import RunFailed, UsageError
+from repro.redact import Redactor, is_secret_name
 from repro.nodes.preflight import probe_script
 from repro.run.plan import plan_cell
 from repro.run.schedulers.slurm.commands import cli, stamp
@@ -45,7 +46,8 @@ from repro.nodes.telemetry import SAMPLER
 from repro.run.schedulers.slurm.render import (AGENT, preflight_argv, pyxis_head, pyxis_step,
                                                pyxis_tasks_per_node, render_sbatch, sampler_srun, srun_argv,
                                                step_spec)
-from repro.run.schedulers.slurm.siteenv import UNSET, StepSite, clean_environ, prelude_lines
+from repro.run.schedulers.slurm.siteenv import (UNSET, StepSite, clean_environ, host_export, passthrough,
+                                                prelude_lines)
 from repro.spec.hosts import Hosts, Node
 from repro.spec.manifest import Cell, Manifest
 
@@ -141,6 +143,10 @@ class Detach:
     fail_fast: bool = False
     environ: Mapping[str, str] | None = None  # where sbatch runs (its names are exported where set)
 
+    def export(self, *own: str) -> str:
+        """``--export=`` of a step on the nodes themselves (``siteenv.host_export``) and ``own``."""
+        return host_export(self.environ, self.cfg, own)
+
     @property
     def need(self) -> int:
         return max(c.nodes for c in self.cells)
@@ -235,7 +241,7 @@ def render_detached(d: Detach) -> Script:
             "# `repro status RUN_DIR` shows its progress, `repro report RUN_DIR` judges it once it ended",
             PROLOGUE.replace("{need}", str(need)).replace("{sampling}", SAMPLING).rstrip("\n")]
     every = ["srun", f"--jobid={JOBID}", f"--nodes={need}", f"--ntasks={need}", "--ntasks-per-node=1",
-             f"--nodelist={','.join(names)}", "--overlap"]
+             f"--nodelist={','.join(names)}", "--overlap", d.export()]
     shared = [*every, "--job-name=repro-shared", "--output=${RUN_DIR}/job/shared/%n-%N", "--", "cat",
               "${RUN_DIR}/job/token"]
     head += _site_lines(d.hosts)
@@ -245,7 +251,7 @@ def render_detached(d: Detach) -> Script:
     if d.container == "docker":
         script.files["agent.py"] = AGENT.read_text(encoding="utf-8")
     lines = head + CONTAINERS[d.container].prologue(d, every)
-    probe = detached(preflight_argv(JOBID, names), "job/probe/%n-%N.out")
+    probe = detached(preflight_argv(JOBID, names, export=d.export()), "job/probe/%n-%N.out")
     lines += ["# the host facts the provenance records: preflight's probe script on every node",
               f"{sh_line(probe)} < job/probe.sh 2> job/probe/srun.err || event probe-failed $?"]
     for cell in d.order():
@@ -305,7 +311,8 @@ def _sampler_lines(d: Detach, cell: Cell, hosts: Hosts) -> list[str]:
     the step ended, and by the script's exit trap on any other way out."""
     key, names = cell.key, [n.name for n in hosts.nodes[:cell.nodes]]
     argv = detached(sampler_srun(JOBID, names, f"repro-{key}-telemetry", d.manifest.launch.timeout_s,
-                                 source="job/sampler.py"), telemetry_output(key, REPEAT, ATTEMPT))
+                                 source="job/sampler.py", export=d.export()),
+                    telemetry_output(key, REPEAT, ATTEMPT))
     prefix = telemetry_output(key, "${r}", "${attempt}").removesuffix("-%n-%N.txt")
     return [f'    {sh_line(argv)} 2> "job/steps/{key}/r${{r}}a$attempt-telemetry.srun" &',
             f'    sampling $! "{prefix}" {cell.nodes}']
@@ -333,7 +340,8 @@ class Docker:
         port = int(manifest.launch.mpi.get("ssh_port", DEFAULT_SSH_PORT)) if manifest.launch.kind == "mpi" \
             else None
         spec = step_spec(plans, d.run_id, cell, d.image, mpi_files(plans, port) if port else {}, port)
-        argv = srun_argv(JOBID, [p.command.node.name for p in plans], f"repro-{cell.key}")
+        argv = srun_argv(JOBID, [p.command.node.name for p in plans], f"repro-{cell.key}",
+                         d.export("REPRO_MARKS"))
         program = argv.index("--") + 1
         argv = detached([*argv[:program], "python3", "job/agent.py"], f"cells/{cell.key}/r{REPEAT}/%n-%N.log")
         key = cell.key
@@ -344,7 +352,7 @@ class Docker:
     @staticmethod
     def after_failure(d: Detach, cell: Cell, hosts: Hosts) -> list[str]:
         names = [n.name for n in hosts.nodes[:cell.nodes]]
-        argv = srun_argv(JOBID, names, "repro-sweep")
+        argv = srun_argv(JOBID, names, "repro-sweep", d.export())
         sweep = [*argv[:argv.index("--") + 1], "python3", "job/agent.py"]
         return [f"echo '{{\"sweep\": \"'\"$REPRO_RUN_ID\"'\"}}' | {sh_line(sweep)} > /dev/null 2>&1"]
 
@@ -368,7 +376,8 @@ class Pyxis:
     def prologue(d: Detach, every: Sequence[str]) -> list[str]:
         path, digest = Pyxis.squashfs(d)
         names = [n.name for n in stand_ins(d.hosts, d.need).nodes]
-        step = detached(image_argv(JOBID, names, d.image, path, digest, keep(d.cfg)), "job/image/%n-%N.log")
+        step = detached(image_argv(JOBID, names, d.image, path, digest, keep(d.cfg), export=d.export()),
+                        "job/image/%n-%N.log")
         return ["# the image once on every node for the run: enroot imports it by digest into a node-local",
                 "# squashfs and holds it; stopped (TERM) when this script exits, its script removes the file",
                 "mkdir -p job/image", f"{sh_line(step)} 2> job/image/srun.err &", "REPRO_IMAGE=$!",
@@ -442,20 +451,30 @@ CONTAINERS: dict[str, Any] = {"docker": Docker, "pyxis": Pyxis}
 
 def write_job(run: Path, d: Detach, script: Script) -> Path:
     """The script and the files it reads into ``run/job/``: ``in/`` (0700) holds the inputs that may hold
-    per-run keys or secret values, each 0600; the token the nodes read back."""
+    per-run keys or secret values, each 0600; the token the nodes read back. The script the run directory
+    keeps (``job/batch.sbatch``) has every secret blanked as an attached run's record has it
+    (``repro.redact``); where that changed it, the script submitted is ``in/batch.sbatch``. The
+    pass-through values whose names look secret go into ``in/passed.env``: what the ranks write of them is
+    scrubbed when the run is judged (``jobfiles.job_envs``), whichever shell judges it. Returns the script
+    to submit."""
     job = run / JOB_DIR
     (job / "in").mkdir(parents=True, mode=0o700)
     os.chmod(job / "in", 0o700)
-    for name, text in script.inputs.items():
+    environ = clean_environ(d.environ)
+    passed = {n: environ[n] for n in passthrough(d.cfg) if n in environ and is_secret_name(n)}
+    kept = Redactor.from_envs(environ, d.hosts.env, passed).text(script.text)
+    inputs = {**script.inputs, **({"batch.sbatch": script.text} if kept != script.text else {}),
+              **({"passed.env": "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(passed.items()))}
+                 if passed else {})}
+    for name, text in inputs.items():
         fd = os.open(job / "in" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
     for name, text in script.files.items():
         (job / name).write_text(text, encoding="utf-8")
     (run / TOKEN).write_text(secrets.token_hex(16), encoding="utf-8")
-    path = job / "batch.sbatch"
-    path.write_text(script.text, encoding="utf-8")
-    return path
+    (job / "batch.sbatch").write_text(kept, encoding="utf-8")
+    return job / ("in" if kept != script.text else "") / "batch.sbatch"
 
 
 def submit(run: Path, d: Detach, script_path: Path) -> str:

@@ -34,7 +34,7 @@ class AgentStep(CellStep):
 
     def __init__(self, alloc: Allocation, job: CellJob, results: list[NodeResult],
                  spec: dict[str, Any]) -> None:
-        argv = srun_argv(str(alloc.job), [r.node for r in results], f"repro-{job.cell.key}")
+        argv = srun_argv(str(alloc.job), [r.node for r in results], f"repro-{job.cell.key}", alloc.export())
         super().__init__(alloc, job, results, argv, stdin=json.dumps(spec).encode())
         self.decisive = {r.rank for r in results if r.role != "mpi-sshd"}
         self.telemetry = TelemetryFiles(job.log_dir)
@@ -139,7 +139,8 @@ class AgentStep(CellStep):
         still runs)."""
         if self.alloc.job_state() != "RUNNING":
             return
-        argv = srun_argv(str(self.alloc.job), [r.node for r in self.results], "repro-sweep")
+        argv = srun_argv(str(self.alloc.job), [r.node for r in self.results], "repro-sweep",
+                         self.alloc.export())
         cli(argv, stdin=json.dumps({"sweep": self.job.run_id}), timeout=60)
 
 

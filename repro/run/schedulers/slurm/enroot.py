@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from repro.run.schedulers.slurm.siteenv import BASE_EXPORT
+
 #: The node's side of the image step. Lines marked ``##repro`` are the kit's: ``step JOB.STEP``, ``enroot
 #: VERSION``, ``imported DIGEST`` or ``reused DIGEST`` (the record beside a kept file), ``path PATH`` (the
 #: image's own PATH, from the /etc/environment enroot wrote into the squashfs), ``ready``,
@@ -83,11 +85,12 @@ def image_file(cfg: Mapping[str, str], run_id: str, target: str) -> str:
 
 
 def image_argv(job: str, nodes: Sequence[str], image: str, path: str, digest: str, kept: bool,
-               earlier: Sequence[str] = ()) -> list[str]:
+               earlier: Sequence[str] = (), export: str = BASE_EXPORT) -> list[str]:
     """The job step that imports ``image`` once on each node into ``path`` and holds it for the run;
-    ``earlier``: the run's earlier jobs, whose leftover containers it removes first."""
+    ``earlier``: the run's earlier jobs, whose leftover containers it removes first; ``export``: what it
+    passes (enroot reads ``ENROOT_*`` and a site's proxy: ``siteenv.host_export``)."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", export,
             "--job-name=repro-image", "--", "sh", "-c", IMPORT_SCRIPT, "sh", enroot_uri(image), path, digest,
             "yes" if kept else "no", " ".join(j for j in earlier if j.isdigit())]
 

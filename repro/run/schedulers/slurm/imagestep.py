@@ -37,7 +37,8 @@ class ImageStep(JobStep):
         self.sinks = [FileSink(log_dir / f"{i}-{n}.log") for i, n in enumerate(names)]
         self.nodes: list[dict[str, Any]] = [{"node": n} for n in names]
         demux = Demux(self.sinks, control=self.control)
-        argv = image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg), earlier or [])
+        argv = image_argv(str(alloc.job), names, image, path, digest, keep(alloc.cfg), earlier or [],
+                          alloc.export())
         super().__init__(alloc, argv, demux)
 
     def control(self, rank: int, word: str, rest: str) -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 from repro.run.plan import plan_cell
 from repro.run.cell import CellJob
 from repro.run.schedulers.slurm.allocation import Allocation
+from repro.run.schedulers.slurm.commands import cli
+from repro.run.schedulers.slurm.pmicheck import check_pmi, pmi_probe_argv, pmi_said
 from repro.run.schedulers.slurm.render import pyxis_head, pyxis_step
 from repro.run.schedulers.slurm.samplerstep import SamplerStep
+from repro.run.schedulers.slurm.siteenv import clean_environ
 from repro.run.schedulers.slurm.steps import TaskStep, step_site
 
 
@@ -33,8 +36,23 @@ class PyxisStep(TaskStep):
         # cells/KEY/rN in the run directory: the run's image step logs beside the cells
         squashfs = alloc.run_image.path(str(job.image or plans[0].image), [n.name for n in job.hosts.nodes],
                                         job.run_id, manifest.id, job.log_dir.parents[2])
+        if manifest.launch.kind == "mpi":
+            cls.pmi(alloc, names, squashfs)
         argv, env, conf = pyxis_step(manifest, cell, plans, squashfs,
                                      pyxis_head(str(alloc.job), names, f"repro-{cell.key}"), str(conf_path),
                                      mpi=alloc.cfg.get("mpi", "pmix"), image_env=alloc.run_image.env,
                                      site=step_site(alloc, job))
         return cls.from_argv(alloc, job, plans, argv, env, conf, conf_path, SamplerStep(alloc, job, names))
+
+    @staticmethod
+    def pmi(alloc: Allocation, names: list[str], squashfs: str) -> None:
+        """Before an MPI cell's first step on nodes not yet asked: Slurm's PMI as a rank's container sees it
+        (``pmicheck``), once a node for the run; RunFailed with the fix where a node lacks it."""
+        done = alloc.extra.setdefault("pmi", {"mpi": alloc.cfg.get("mpi", "pmix"), "seen_on": []})
+        new = [n for n in names if n not in done["seen_on"]]
+        if not new:
+            return
+        out = cli(pmi_probe_argv(str(alloc.job), new, squashfs, done["mpi"], clean_environ(),
+                                 alloc.run_image.env.get("PATH")), timeout=300)
+        check_pmi(pmi_said(out.stdout.splitlines()), new, done["mpi"], " ".join(out.stderr.split())[-300:])
+        done["seen_on"] += new

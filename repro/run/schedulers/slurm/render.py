@@ -24,8 +24,10 @@ from repro.run.schedulers import KEYS
 from repro.run.schedulers.slurm.apptainer import apptainer_step, build_argv, sif_path
 from repro.run.schedulers.slurm.rankfiles import files_first
 from repro.run.schedulers.slurm.enroot import image_file
-from repro.run.schedulers.slurm.siteenv import (MEMLOCK_CHECK, StepSite, binding, clean_environ,
-                                                memlock_checked, prelude_lines, step_options, wants_memlock)
+from repro.run.schedulers.slurm.siteenv import (BASE_EXPORT, MEMLOCK_CHECK, RANK_WRAP, StepSite, binding,
+                                                clean_environ,
+                                                host_export, memlock_checked, prelude_lines, step_options,
+                                                wants_memlock)
 from repro.spec.hosts import Hosts
 from repro.spec.manifest import Cell, Manifest
 from repro.spec.scheduler import GPU_REQUEST, SETTINGS, lines_of, problems
@@ -64,22 +66,23 @@ def site_options(cfg: Mapping[str, Any], gpus: int | None) -> list[str]:
     return out + lines_of(cfg.get("sbatch_extra"))
 
 
-def srun_argv(job: str, nodes: Sequence[str], step: str) -> list[str]:
-    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank."""
+def srun_argv(job: str, nodes: Sequence[str], step: str, export: str = BASE_EXPORT) -> list[str]:
+    """The job step of one cell in docker mode: the agent once on each node, output labelled by rank;
+    ``export``: what it passes (``siteenv.host_export``)."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
-            "--kill-on-bad-exit=1", f"--job-name={step}", "--", "python3", "-c",
+            "--kill-on-bad-exit=1", export, f"--job-name={step}", "--", "python3", "-c",
             AGENT.read_text(encoding="utf-8")]
 
 
 def sampler_srun(job: str, nodes: Sequence[str], step: str, max_s: float,
-                 source: str | None = None) -> list[str]:
+                 source: str | None = None, export: str = BASE_EXPORT) -> list[str]:
     """The telemetry sampler's job step beside a pyxis or Apptainer cell: one task per node on the host itself
     (no container options), output labelled by task; ``max_s``: the cell's deadline (the sampler ends by
     itself a margin after it). No ``--kill-on-bad-exit``: a node without python3 loses its own telemetry, not
-    the other nodes'. ``source``: as ``sampler_argv`` takes it."""
+    the other nodes'. ``source``: as ``sampler_argv`` takes it; ``export``: what it passes."""
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", export,
             f"--job-name={step}", "--", *sampler_argv(max_s, source=source)]
 
 
@@ -94,19 +97,22 @@ PREFLIGHT_STEP = ["env", "-u", "DOCKER_HOST", "sh", "-c",
 PREFLIGHT_ENROOT = 'printf "enroot %s\\n" "$(enroot version 2>/dev/null | head -n 1 | grep . || echo -)"; '
 
 
-def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False) -> list[str]:
-    """The job step that runs preflight's probe script once on each node, output labelled by task."""
+def preflight_argv(job: str, nodes: Sequence[str], enroot: bool = False,
+                   export: str = BASE_EXPORT) -> list[str]:
+    """The job step that runs preflight's probe script once on each node, output labelled by task;
+    ``export``: what it passes."""
     last = PREFLIGHT_STEP[-1].replace("exec sh -s", PREFLIGHT_ENROOT + "exec sh -s") if enroot else None
     step = [*PREFLIGHT_STEP[:-1], last] if last else PREFLIGHT_STEP
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--overlap", "--label", "--input=all",
-            "--job-name=repro-preflight", "--", *step]
+            export, "--job-name=repro-preflight", "--", *step]
 
 
 def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
               files: Mapping[str, tuple[bytes, int]], ssh_port: int | None) -> dict[str, Any]:
     """What the agent on each node does: the docker create flags (the plan's container options, InfiniBand
-    devices included), files, the ports to wait for."""
+    devices included), each rank's command after its facts (``siteenv.RANK_FACTS``), files, the ports to
+    wait for."""
     workers = [p.command.node.rendezvous for p in plans if p.command.role == "mpi-sshd"]
     ranks = []
     for p in plans:
@@ -117,7 +123,7 @@ def step_spec(plans: Sequence[Any], run_id: str, cell: Cell, image: str,
         mine = {path: (data.decode(), mode) for path, (data, mode) in files.items()} if mpi else {}
         mine.update({path: (text, 0o644) for path, text in c.files.items()})
         ranks.append({"node": c.node.name, "role": c.role, "name": f"repro-{run_id}-{cell.key}-rank{c.rank}",
-                      "create": [*flags, image, *c.command], "files": mine,
+                      "create": [*flags, image, "sh", "-c", RANK_WRAP, "sh", *c.command], "files": mine,
                       "wait_for": [[a, ssh_port] for a in workers] if c.role == "mpi-head" else []})
     return {"ranks": ranks, "ready_s": 60}
 
@@ -198,11 +204,12 @@ def rank_argv(plan: Any, shared: Mapping[str, str], image_env: Mapping[str, str]
               check: bool = False) -> list[str]:
     """A rank's command, after ``env NAME=VALUE`` for each of its variables not ``shared`` by every rank
     (and the ``image_env`` every rank gets), each of its files written first (``rankfiles.files_first``),
-    after the locked-memory check where ``check`` (``siteenv.MEMLOCK_CHECK``)."""
+    after the rank's facts (``siteenv.RANK_FACTS``) and the locked-memory check where ``check``
+    (``siteenv.MEMLOCK_CHECK``)."""
     own = [f"{k}={v}" for k, v in sorted({**(image_env or {}), **plan.container["environment"]}.items())
            if k not in shared]
     argv = files_first(plan.command.command, plan.command.files)
-    return [*(["env", *own] if own else []), *(["sh", "-c", MEMLOCK_CHECK, "sh"] if check else []), *argv]
+    return [*(["env", *own] if own else []), "sh", "-c", MEMLOCK_CHECK if check else RANK_WRAP, "sh", *argv]
 
 
 def pyxis_tasks_per_node(manifest: Manifest, cell: Cell) -> int:
@@ -262,7 +269,8 @@ def render_plan_slurm(cfg: Mapping[str, Any], manifest: Manifest, hosts: Hosts, 
         image = squashfs
     if runtime == "apptainer":
         sif = sif_path(str(cfg.get("sif_dir", "SIF_DIR")), "RUN")
-        head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"))
+        head = build_argv("JOBID", hosts.nodes[0].name, sif, image.replace("@DIGEST", "@sha256:DIGEST"),
+                          host_export(None, cfg))
         lines += ["SIF (built once per run, on the first node; its sha256 goes into the provenance):",
                   f"  $ {shlex.join(head)}"]
     for cell in cells:
@@ -292,8 +300,8 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
     names = [p.command.node.name for p in plans]
     conf = "RUN_DIR/cells/" + cell.key + "/rN/multi-prog.conf"
     if runtime == "docker":
-        lines = [f"  $ {shlex.join(srun_argv('JOBID', names, f'repro-{cell.key}')[:-1])} "
-                 "<repro/run/schedulers/agent.py> < SPEC"]
+        agent = srun_argv("JOBID", names, f"repro-{cell.key}", host_export(None, cfg))
+        lines = [f"  $ {shlex.join(agent[:-1])} <repro/run/schedulers/agent.py> < SPEC"]
         spec = step_spec(plans, "RUN", cell, image, {}, None)
         for i, rank in enumerate(spec["ranks"]):
             lines.append(f"  task {i} on {rank['node']}: docker create --name "
@@ -316,7 +324,7 @@ def _plan_step(cfg: Mapping[str, Any], runtime: str, manifest: Manifest, cell: C
         lines.append("  multi-prog.conf:")
         lines += [f"    {redact_text(ln)}" for ln in text.splitlines()]
     sampler = shown_sampler(sampler_srun("JOBID", names, f"repro-{cell.key}-telemetry",
-                                         manifest.launch.timeout_s))
+                                         manifest.launch.timeout_s, export=host_export(None, cfg)))
     return lines + ["  telemetry (a job step of its own beside it, on each host, no container):",
                     "    $ " + " ".join(w if w == SHOWN else shlex.quote(w) for w in sampler)]
 

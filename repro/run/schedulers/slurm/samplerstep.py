@@ -58,7 +58,8 @@ class SamplerStep(JobStep):
         self.files = TelemetryFiles(job.log_dir)
         self.warned: set[str] = set()
         self.begun = False
-        argv = sampler_srun(str(alloc.job), self.nodes, f"repro-{job.cell.key}-telemetry", job.timeout)
+        argv = sampler_srun(str(alloc.job), self.nodes, f"repro-{job.cell.key}-telemetry", job.timeout,
+                            export=alloc.export())
         super().__init__(alloc, argv, SamplerLines(self.files, self.nodes))
 
     def begin(self, ready_s: float = READY_S) -> None:

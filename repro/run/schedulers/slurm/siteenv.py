@@ -7,6 +7,10 @@
   variables and the hosts file's pass-through list (``scheduler: {export: [NAME, ...]}``). Slurm adds its own
   ``SLURM_*``, ``PMIX_*`` and ``CUDA_VISIBLE_DEVICES``. Nothing else of the process that ran ``repro up``
   (a login node's ``PYTHONPATH``, ``LD_PRELOAD``, ``NCCL_*``, ``UCX_*``) reaches a rank.
+- ``host_export``: every other step the kit starts (preflight, the image import, the SIF build, the telemetry
+  sampler, the docker agent) runs on the node itself and names what it passes too: ``PATH``, ``HOME``,
+  ``USER``, ``ENROOT_*``/``NVIDIA_*`` where set, what the node's tools read where set (``DOCKER_CONFIG``, a
+  site's proxy, ``APPTAINER_*``), the pass-through list and the step's own variables (``REPRO_MARKS``).
 - ``clean_environ``: the environment srun itself starts with, without ``PYXIS_*`` (pyxis reads its options
   from there too: a login shell's must not change the container); the batch script unsets them (``UNSET``).
 - ``propagate_option``: a cell that asks for unlimited locked memory (RDMA) propagates every resource limit
@@ -31,17 +35,31 @@ ALWAYS = ("HOME", "USER")
 #: ...and these where set where srun starts
 SITE_NAMES = ("MELLANOX_VISIBLE_DEVICES",)
 SITE_PREFIXES = ("ENROOT_", "NVIDIA_")
+#: what a step on the node itself reads beside those, where set: docker's configuration, a site's proxy (the
+#: image import and the SIF build fetch), Apptainer's settings
+HOST_NAMES = ("DOCKER_CONFIG", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+              "NO_PROXY")
+HOST_PREFIXES = ("APPTAINER_", "SINGULARITY_")
 #: Slurm's resource limit names (slurm.conf PropagateResourceLimits)
 LIMITS = ("AS", "CORE", "CPU", "DATA", "FSIZE", "MEMLOCK", "NOFILE", "NPROC", "RSS", "STACK")
 PROPAGATE = "--propagate=" + ",".join(limit for limit in LIMITS if limit != "MEMLOCK")
 MEMLOCK_EXIT = 97
-#: run inside the container before the target's command; no single quote (srun's --multi-prog reads a
-#: single-quoted word only where it holds none)
-MEMLOCK_CHECK = (
-    'l=$(ulimit -l); [ "$l" = unlimited ] || { echo "repro: locked memory is limited to $l KiB in the '
-    "container of this rank; the cell asks for unlimited (RDMA): give slurmd LimitMEMLOCK=infinity (its "
-    'systemd unit) on every compute node, or set PropagateResourceLimitsExcept=MEMLOCK in slurm.conf" >&2; '
-    f'exit {MEMLOCK_EXIT}; }}; exec "$@"')
+#: what each rank says of itself inside its container before the target's command, into its log (the
+#: provenance reads it back: ``repro.record.rankfacts``): its Slurm rank, its locked-memory limit (KiB), its
+#: CPUs (``Cpus_allowed_list``), then its environment, one variable a line. No single quote (srun's
+#: --multi-prog reads a single-quoted word only where it holds none), no ``##repro`` (the agent's marks)
+RANK_FACTS = ('r=${SLURM_PROCID:--}; echo "#repro-site rank $r memlock $(ulimit -l) cpus $(sed -n '
+              '"s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"; '
+              'env | sed "s/^/#repro-site env $r /"; ')
+RANK_WRAP = RANK_FACTS + 'exec "$@"'
+#: then, where the cell asks for unlimited locked memory, each node's first task of the step
+#: (``SLURM_LOCALID`` 0: every task of a node has the limit its slurmstepd gives) checks it; each step
+#: checks again (a retried or resumed repeat may run on other nodes)
+MEMLOCK_CHECK = RANK_FACTS + (
+    '[ "${SLURM_LOCALID:-0}" != 0 ] || { l=$(ulimit -l); [ "$l" = unlimited ] || { echo "repro: locked '
+    "memory is limited to $l KiB in the container of this rank; the cell asks for unlimited (RDMA): give "
+    "slurmd LimitMEMLOCK=infinity (its systemd unit) on every compute node, or set "
+    f'PropagateResourceLimitsExcept=MEMLOCK in slurm.conf" >&2; exit {MEMLOCK_EXIT}; }}; }}; exec "$@"')
 #: the batch script drops what pyxis would read from the job's environment as its options
 UNSET = ('for v in $(env | sed -n "s/^\\(PYXIS_[A-Za-z0-9_]*\\)=.*/\\1/p"); do unset "$v"; done')
 
@@ -73,6 +91,20 @@ def export_option(names: Iterable[str], path: str | None = None) -> str:
     return "--export=" + ",".join([*([f"PATH={path}"] if path else []), *sorted(set(names))])
 
 
+def host_export(environ: Mapping[str, str] | None = None, cfg: Mapping[str, Any] | None = None,
+                own: Iterable[str] = ()) -> str:
+    """``--export=`` of a step on the node itself (no container of the kit's): ``PATH`` by name, the site's
+    names, what the node's tools read (``HOST_NAMES``, ``HOST_PREFIXES``) where ``environ`` (this process's)
+    sets them, the pass-through list of ``cfg`` and ``own``."""
+    env = clean_environ(environ)
+    tools = [k for k in env if k in HOST_NAMES or k.startswith(HOST_PREFIXES)]
+    return export_option({"PATH", *site_names(env), *tools, *passthrough(cfg or {}), *own})
+
+
+#: a step's export where its caller names no environment: PATH, HOME and USER
+BASE_EXPORT = export_option(["HOME", "PATH", "USER"])
+
+
 def clean_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """srun's own environment: ``environ`` (this process's) without pyxis's option variables."""
     return {k: v for k, v in (os.environ if environ is None else environ).items()
@@ -91,8 +123,9 @@ def propagate_option(manifest: Any, cell: Any) -> list[str]:
 
 
 def memlock_checked(manifest: Any, cell: Any, argv: Sequence[str]) -> list[str]:
-    """``argv`` after the in-container check of the locked-memory limit where the cell asks for unlimited."""
-    return ["sh", "-c", MEMLOCK_CHECK, "sh", *argv] if wants_memlock(manifest, cell) else list(argv)
+    """``argv`` after the rank's facts (``RANK_FACTS``) and the in-container check of the locked-memory limit
+    where the cell asks for unlimited."""
+    return ["sh", "-c", MEMLOCK_CHECK if wants_memlock(manifest, cell) else RANK_WRAP, "sh", *argv]
 
 
 def binding(manifest: Any, cell: Any) -> str:

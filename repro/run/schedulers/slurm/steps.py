@@ -234,8 +234,8 @@ class PreflightStep(JobStep):
         script = probe_script(Node(names[0], names[0]), dataset)  # docker_host None: each node's own engine
         self.enroot = alloc.container == "pyxis"
         self.tasks = [LineSink(3 if self.enroot else 2) for _ in names]
-        super().__init__(alloc, preflight_argv(str(alloc.job), names, self.enroot), Demux(self.tasks),
-                         stdin=script.encode())
+        super().__init__(alloc, preflight_argv(str(alloc.job), names, self.enroot, alloc.export()),
+                         Demux(self.tasks), stdin=script.encode())
 
     def reports(self, engines: bool) -> list[NodeReport]:
         assert self.proc is not None
