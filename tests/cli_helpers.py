@@ -54,6 +54,22 @@ def _alarm(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
+#: what a command may set for its own process (``up`` ignores these once it is stopping): a process ends with
+#: the command, this test process does not, and every process it starts afterwards would inherit an ignored
+#: signal (a shell cannot trap one it was started ignoring)
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    before = {s: signal.getsignal(s) for s in _STOPS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def run_cli(*args: str | Path, cwd: Path | str = ROOT, env: Mapping[str, str] | None = None,
             input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``repro ARGS`` in ``cwd`` (the checkout unless given), in this process."""
@@ -63,7 +79,7 @@ def run_cli(*args: str | Path, cwd: Path | str = ROOT, env: Mapping[str, str] | 
         overrides = {k: None for k in os.environ if k not in env}
         overrides.update(env)
     try:
-        with _alarm(timeout), contextlib.chdir(cwd):
+        with _alarm(timeout), contextlib.chdir(cwd), _signals_kept():
             res = CliRunner().invoke(cli, argv, input=input, env=overrides, prog_name="repro")
     except _PastTimeout:
         raise subprocess.TimeoutExpired(["repro", *argv], timeout) from None
