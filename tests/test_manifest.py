@@ -67,8 +67,12 @@ def test_repro_list_shows_every_shipped_id() -> None:
     assert {r["id"] for r in rows if "perf-2.5-a100" in r["tables"].split(", ")} == {
         "paddle-rn50-a100", "ngc-tf1-rn50-a100", "ngc-pytorch-rn50-a100", "ngc-mxnet-rn50-a100"}
     dlperf = next(r for r in rows if r["id"] == DLPERF)
-    assert dlperf == {"id": DLPERF, "framework": "pytorch", "cells": 10, "tables": "dlperf-ngc-pytorch-v1",
-                      "published": "Oneflow-Inc/DLPerf@c89430b NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md"}
+    assert dlperf == {"id": DLPERF, "framework": "pytorch", "cells": 10,
+                      "tables": "dlperf-ngc-pytorch-v1, dlperf-v1-rn50-fp32, dlperf-v1-rn50-amp",
+                      "published": "Oneflow-Inc/DLPerf@c89430b NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md, "
+                                   "Oneflow-Inc/DLPerf@c89430b README.md, Oneflow-Inc/DLPerf@c89430b README.md"}
+    summary = {r["id"] for r in rows if "dlperf-v1-rn50-fp32" in r["tables"].split(", ")}
+    assert len(summary) == 7  # DLPerf's ResNet-50 summary: every row with a target, FP32 in one table
 
 
 def test_every_shipped_parser_is_registered() -> None:
@@ -145,7 +149,7 @@ def test_dlperf_published_cells_are_matrix_cells() -> None:
     four = next(c for c in table.cells if c.nodes == 4 and c.precision == "amp")
     assert (four.value, four.decimals, four.speedup, four.tolerance_pct) == ("22551.16", 2, "28.09", 3)
     assert four.repeats == ("22978.13", "22053.98", "22551.16", "23049.75", "22364.13")
-    with pytest.raises(UsageError, match="no published table 'nope'; it has: dlperf-ngc-pytorch-v1"):
+    with pytest.raises(UsageError, match="no published table 'nope'; it has: dlperf-ngc-pytorch-v1, dlperf-v1-rn50"):
         m.table("nope")
 
 
