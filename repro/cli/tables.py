@@ -473,10 +473,8 @@ def audit(run: Path, target: str | None, key: Path | None, require_signature: bo
         raise UsageError("--require-signature needs a key (--key): the key whose signature is required",
                          hint="repro audit RUN (with --require-signature and --key)")
     checks = audit_run(run, target, keys=load_keys(key) if key else None)
-    echo(
-        json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
-        nl=fmt == "json",
-    )
+    echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2) if fmt == "json" else render(checks),
+         nl=fmt == "json")
     bad = failing(checks)
     if bad and all(c.status == NOT_SEALED for c in bad):
         raise NotSealed(f"{run} was never sealed: nothing in it can be verified",

@@ -269,6 +269,19 @@ class Allocation:
                 "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed,
                 "steps": self.steps, **self.extra}
 
+    def steps_ended(self, keep: str | None = None, timeout: float = 120) -> None:
+        """Wait, at most ``timeout`` seconds, until no step of the job is listed but ``keep``, the batch
+        script's and the extern step (steps being torn down are listed until they are gone)."""
+        if not self.job:
+            return
+        ours = {keep, f"{self.job}.batch", f"{self.job}.extern"}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            listed = cli(["squeue", "-h", "-s", "-j", str(self.job), "-o", "%i"]).stdout.split()
+            if not set(listed) - ours:
+                return
+            time.sleep(0.5)
+
     def job_state(self) -> str:
         """The job's state once settled: a job being torn down (COMPLETING) is waited for, up to a minute."""
         for _ in range(120):

@@ -140,6 +140,11 @@ class RunImage:
             f"{n['node']} {n['action']} ({n.get('enroot', '?')})" for n in self.step.nodes)))
         return path
 
+    @property
+    def step_id(self) -> str | None:
+        """The image step's own ``JOB.STEP`` once it said it."""
+        return self.step.demux.step_id if self.step is not None else None
+
     def release(self) -> None:
         if self.step is not None:
             self.step.release()

@@ -23,7 +23,10 @@ class PyxisStep(TaskStep):
 
     @staticmethod
     def release(alloc: Allocation) -> None:
-        """The run's image off the nodes (the image step removes it), while the job still runs."""
+        """The run's image off the nodes (the image step removes it), while the job still runs: once the job's
+        other steps have ended (pyxis removes a step's container as the step ends, and a removal Slurm cut
+        short at KillWait is left to the image step's sweep, which must not run before it)."""
+        alloc.steps_ended(keep=alloc.run_image.step_id)
         alloc.run_image.release()
 
     @classmethod
