@@ -206,6 +206,8 @@ def test_mpi_ranks_start_through_pmix_without_sshd(cluster, env, targets, image_
     assert [n["image"]["labels"]["repro.mpi.variant"] for n in prov["nodes"]] == ["pmi", "pmi"]
     step = next(s for s in prov["scheduler"][0]["steps"] if s["cell"] == "2n1g-fp32-bs8")
     assert step["srun"][:2] == ["srun", "--mpi=pmix"] and "mpirun" not in step["srun"]
+    # before the first MPI step, a task in each node's container saw the PMIx server
+    assert prov["scheduler"][0]["pmi"] == {"mpi": "pmix", "seen_on": ["rc-node1", "rc-node2"]}
     head = (run / "cells" / "2n1g-fp32-bs8" / "r1" / "0-rc-node1.log").read_text()
     assert "rank 0 of 2" in head, head[-2000:]
     assert "rank 1 of 2" in (run / "cells" / "2n1g-fp32-bs8" / "r1" / "1-rc-node2.log").read_text()
