@@ -79,6 +79,7 @@ FORMATS = {
     "dlperf-ngc-tf1-rn50-v100-xla": "imagenet-tfrecord-dali",
     "dlperf-oneflow-rn50-v100": "imagenet-ofrecord",
     "dlperf-ngc-mxnet-rn50-v100": "imagenet-recordio",
+    "dlperf-mxnet-gluoncv-rn50-v100": "imagenet-recordio",
     "mpi-rn50-cpu": None, "paddle-rn50-cpu": None, "torch-rn50-cpu": None, "tf-cnn-rn50-p100-synthetic": None,
     "tf-cnn-ps-cpu": None,
     "tf-cnn-alexnet-p100-synthetic": None,

@@ -85,6 +85,13 @@ FRAMEWORKS: dict[str, Framework] = {
                          Table("dlperf-ngc-mxnet-rn50-v100", "fp16", 256))),),
         amp_precision="fp16",  # the summary's 30713.68 / 22.03 is the README's "without amp" table
     ),
+    "MXNet": Framework(
+        targets=("dlperf-mxnet-gluoncv-rn50-v100",),
+        sources=(Source("mxnet-gluoncv-README.md", "MxNet/Classification/RN50v1b/README.md",
+                        (Table("dlperf-mxnet-gluoncv-rn50-v100", "fp32", 128),
+                         Table("dlperf-mxnet-gluoncv-rn50-v100", "fp16", 256))),),
+        amp_precision="fp16",  # --dtype=float16 casts the network to float16: no AMP
+    ),
 }
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")

@@ -59,7 +59,8 @@ PERFREPORT_MX = "wanghuancoder-PerformanceReport@d53a112/ngc-mxnet/ResNet50V1.5/
 def test_registered_parser_names() -> None:
     assert PARSERS.names() == sorted(
         ["paddleclas", "ngc-pytorch", "ngc-tf1", "ngc-mxnet", "tf2-keras", "tf-cnn-benchmarks", "pytorch-examples",
-         "paddlecv-18", "oneflow-bert", "ngc-pytorch-bert", "oneflow-cnns", "ngc-mxnet-ranks"]
+         "paddlecv-18", "oneflow-bert", "ngc-pytorch-bert", "oneflow-cnns", "ngc-mxnet-ranks",
+         "gluoncv-imagenet"]
     )
 
 
@@ -467,7 +468,7 @@ def test_detect_picks_the_first_matching_parser_and_lists_known_ones() -> None:
     assert (
         detect(["I0826 15:48:34.674365 1401 classifier_trainer.py:180] Base params: {"]).name == "tf2-keras"
     )
-    with pytest.raises(ParseError, match="known parsers: ngc-mxnet, ngc-mxnet-ranks, ngc-pytorch"):
+    with pytest.raises(ParseError, match="known parsers: gluoncv-imagenet, ngc-mxnet, ngc-mxnet-ranks, ngc-pytorch"):
         detect(["just some text"])
 
 
