@@ -22,9 +22,9 @@ SUMMARY_TABLE = "dlperf-v1-bert-base"
 
 #: summary row (its framework cell, links and superscripts dropped) -> the target that reproduces it
 ROWS = {"OneFlow": "dlperf-oneflow-bert-v100", "OneFlow W/O clip": "dlperf-oneflow-bert-noclip-v100",
-        "NGC PyTorch": "dlperf-ngc-pytorch-bert-v100"}
+        "NGC PyTorch": "dlperf-ngc-pytorch-bert-v100", "TensorFlow 2.x": "dlperf-tf2-bert-v100"}
 #: summary rows with no target yet
-PENDING = {"NGC TensorFlow 1.x", "PaddlePaddle", "MXNet W/O clip", "TensorFlow 2.x", "MindSpore"}
+PENDING = {"NGC TensorFlow 1.x", "PaddlePaddle", "MXNet W/O clip", "MindSpore"}
 
 #: per-framework report -> {(precision, section words): (target, published table id)}
 REPORTS = {
@@ -38,11 +38,23 @@ REPORTS = {
         ("fp32", "FP32"): ("dlperf-ngc-pytorch-bert-v100", "dlperf-ngc-pytorch-bert-fp32"),
         ("amp", "FP16 dynamic loss scale"): ("dlperf-ngc-pytorch-bert-v100", "dlperf-ngc-pytorch-bert-amp"),
     },
+    "tf2.md": {
+        ("fp32", "FP32 without xla"): ("dlperf-tf2-bert-v100", "dlperf-tf2-bert-fp32"),
+        ("amp", "FP16 without xla"): ("dlperf-tf2-bert-v100", "dlperf-tf2-bert-amp"),
+    },
 }
 #: per-framework tables no target cites yet (report, (precision, section))
 REPORTS_PENDING = {
     # the README names no loss scale, so the run cannot be pinned
     ("ngc-pytorch.md", ("amp", "FP16 static loss scale")),
+    # another run (--enable_xla=true, TF_XLA_FLAGS), for a target of its own
+    ("tf2.md", ("fp32", "FP32 with xla")),
+    ("tf2.md", ("amp", "FP16 with xla")),
+}
+#: reports that quote their extract script's output for every repeat: report -> (target, table, batch)
+PRINTED_REPEATS = {
+    "ngc-pytorch.md": ("dlperf-ngc-pytorch-bert-v100", "dlperf-ngc-pytorch-bert-amp", 96),
+    "tf2.md": ("dlperf-tf2-bert-v100", "dlperf-tf2-bert-fp32", 64),
 }
 
 
@@ -79,22 +91,24 @@ def summary_rows() -> dict[str, list[tuple[str, int | None, str]]]:
 
 def report_rows(name: str) -> dict[tuple[str, str], list[tuple[int, int, int, str, str]]]:
     """(precision, section) -> its rows (nodes, gpus per node, batch per GPU, throughput, speedup). A section is the
-    FP16/FP32 heading a table is under, with the loss-scale variant line before it where the report has one."""
+    FP16/FP32 heading a table is under, with the loss-scale variant line before it where the report has one, or the
+    XLA variant of a ``batch size=N & with(out) xla`` heading (whose tables print total GPUs and no batch)."""
     out: dict[tuple[str, str], list[tuple[int, int, int, str, str]]] = {}
     section = variant = ""
+    batch = 0
     for line in (DATA / name).read_text(encoding="utf-8").splitlines():
-        heading = re.fullmatch(r"#+ (FP16|FP32)(.*)", line.strip())
+        heading = re.fullmatch(r"#+ (?:BERT-Base )?(FP16|FP32)(.*)", line.strip())
         if heading:
             section, variant = (heading.group(1) + heading.group(2)).strip(), ""
-        marker = re.fullmatch(r"`(\w+ loss scale)`", line.strip())
+        marker = re.fullmatch(r"`(\w+ loss scale)`|#+ batch size ?= ?(\d+) & (with(?:out)? xla)", line.strip())
         if marker:
-            variant = marker.group(1)
-        m = re.fullmatch(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", line.strip())
-        if m:
+            variant, batch = marker.group(1) or marker.group(3), int(marker.group(2) or 0)
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and all(re.fullmatch(r"[\d.]+", c) for c in cells):
             precision = "amp" if section.startswith("FP16") else "fp32"
-            n, g, b = (int(x) for x in m.groups()[:3])
-            label = f"{section} {variant}".strip()
-            out.setdefault((precision, label), []).append((n, g, b, m.group(4), m.group(5)))
+            n, g = int(cells[0]), int(cells[1])
+            row = (n, g, int(cells[2]), *cells[3:]) if len(cells) == 5 else (n, g // n, batch, *cells[2:])
+            out.setdefault((precision, f"{section} {variant}".strip()), []).append(row)  # type: ignore[arg-type]
     return out
 
 
@@ -156,11 +170,15 @@ def test_every_report_section_is_cited_or_pending() -> None:
         assert set(report_rows(report)) == set(keys) | pending and not set(keys) & pending, report
 
 
-def test_printed_repeats_are_cited_in_repeat_order() -> None:
-    """The NGC PyTorch README quotes its extract script's output for AMP bs96: every repeat of every case."""
-    printed = printed_repeats("ngc-pytorch.md")
-    assert len(printed) == 5 and all(len(v) == 5 for v in printed.values())
-    table = _table(find_target("dlperf-ngc-pytorch-bert-v100"), "dlperf-ngc-pytorch-bert-amp")
+@pytest.mark.parametrize("report", sorted(PRINTED_REPEATS))
+def test_printed_repeats_are_cited_in_repeat_order(report: str) -> None:
+    """The NGC PyTorch README quotes its extract script's output for AMP bs96, the TensorFlow 2.x README for FP32
+    bs64: every repeat of every case."""
+    target, table_id, batch = PRINTED_REPEATS[report]
+    printed = printed_repeats(report)
+    assert {k[2] for k in printed} == {batch} and all(len(v) == 5 for v in printed.values())
+    assert len(printed) == len({(n, g) for n, g, b, *_ in sum(report_rows(report).values(), []) if b == batch})
+    table = _table(find_target(target), table_id)
     cited = {(c.nodes, c.gpus // c.nodes, c.batch_size): list(c.repeats) for c in table.cells if c.repeats}
     assert cited == printed
     for c in table.cells:  # and each cell's figure is their median

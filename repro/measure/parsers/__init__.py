@@ -36,6 +36,7 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.ngc_pytorch_bert",
         "repro.measure.parsers.oneflow",
         "repro.measure.parsers.ngc_mxnet_ranks",
+        "repro.measure.parsers.tf2_bert",
     ],
 )
 
