@@ -76,6 +76,7 @@ FORMATS = {
     "dlperf-oneflow-bert-noclip-v100": "bert-ofrecord",
     "dlperf-ngc-pytorch-bert-v100": "bert-hdf5",
     "dlperf-tf2-bert-v100": "bert-tfrecord",
+    "dlperf-paddle-bert-v100": "bert-paddle-text",
     "dlperf-ngc-tf1-rn50-v100": "imagenet-tfrecord-dali",
     "dlperf-ngc-tf1-rn50-v100-xla": "imagenet-tfrecord-dali",
     "dlperf-oneflow-rn50-v100": "imagenet-ofrecord",
@@ -211,6 +212,11 @@ def bert_tfrecord(root: Path) -> Path:
     return root
 
 
+def paddle_text(root: Path) -> Path:
+    touch(root, "demo_wiki_train_50.gz")
+    return root
+
+
 def tfrecord_dali(root: Path) -> Path:
     shards = [f"train-{i:05d}-of-01024" for i in range(2)]
     touch(root, *[f"tfrecords/{n}" for n in shards], *[f"dali_idx/{n}" for n in shards])
@@ -238,6 +244,7 @@ GOOD = [
     ("bert-ofrecord", ofrecord_parts, "2 part files\n"),
     ("bert-hdf5", hdf5_files, "1 hdf5 files\n"),
     ("bert-tfrecord", bert_tfrecord, "wiki/: 1 tfrecord files\n"),
+    ("bert-paddle-text", paddle_text, "1 gz files\n"),
     ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards with as many DALI indexes\n"),
     ("imagenet-ofrecord", ofrecord, "train/: 4 parts\n"),
 ]
@@ -265,6 +272,9 @@ def _break(fmt: str, root: Path) -> None:
             f.rename(f.with_suffix(".h5"))  # not the suffix DLE's pretraining reads
     elif fmt == "bert-tfrecord":  # the records without the model's configuration beside them
         (root / "uncased_L-12_H-768_A-12" / "bert_config.json").unlink()
+    elif fmt == "bert-paddle-text":  # unpacked, as make_pretrain_data.sh leaves it before its last gzip
+        for f in root.glob("*.gz"):
+            f.rename(f.with_suffix(""))
     elif fmt == "bert-ofrecord":
         for f in root.glob("part-*"):
             f.rename(root / f"shard{f.name[4:]}")  # named otherwise than OneFlow's reader opens
@@ -284,6 +294,7 @@ BROKEN = [
     ("imagenet-recordio", recordio, "no train.idx in {root} (or it is empty)"),
     ("bert-ofrecord", ofrecord_parts, "no part-N files in {root}"),
     ("bert-hdf5", hdf5_files, "no .hdf5 files in {root}"),
+    ("bert-paddle-text", paddle_text, "no .gz files in {root}"),
     ("bert-tfrecord", bert_tfrecord, "no uncased_L-12_H-768_A-12/bert_config.json in {root}"),
     ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards in tfrecords/ but 1 indexes in dali_idx/"),
     ("imagenet-ofrecord", ofrecord, "no part-NNNNN files in {root}/train"),

@@ -59,7 +59,8 @@ PERFREPORT_MX = "wanghuancoder-PerformanceReport@d53a112/ngc-mxnet/ResNet50V1.5/
 def test_registered_parser_names() -> None:
     assert PARSERS.names() == sorted(
         ["paddleclas", "ngc-pytorch", "ngc-tf1", "ngc-mxnet", "tf2-keras", "tf-cnn-benchmarks", "pytorch-examples",
-         "paddlecv-18", "oneflow-bert", "ngc-pytorch-bert", "oneflow-cnns", "ngc-mxnet-ranks", "tf2-bert"]
+         "paddlecv-18", "oneflow-bert", "ngc-pytorch-bert", "oneflow-cnns", "ngc-mxnet-ranks", "tf2-bert",
+         "paddle-bert"]
     )
 
 

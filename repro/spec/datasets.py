@@ -90,6 +90,13 @@ n=$(find "$P/wiki/" -mindepth 1 -maxdepth 1 -type f -name '*.tfrecord' 2>/dev/nu
 echo "wiki/: $n tfrecord files"
 """
 
+_GZ = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.gz' | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no .gz files in $P"; exit 1; }
+echo "$n gz files"
+"""
+
 _TFRECORD_DALI = r"""
 [ -d "$P" ] || { echo "no directory $P"; exit 2; }
 N='[0-9][0-9][0-9][0-9][0-9]'
@@ -153,6 +160,13 @@ FORMATS: dict[str, Format] = {
         "(--max_seq_length 128 --max_predictions_per_seq 20, vocab uncased_L-12_H-768_A-12/vocab.txt) into "
         "wiki/, and unpack Google's uncased_L-12_H-768_A-12 beside it",
         _BERT_TFRECORD),
+    "bert-paddle-text": Format(
+        "gzip files (*.gz) of PaddleNLP BERT's text pretraining samples (token ids;sentence types;positions;"
+        "next sentence label per line), as data/train/demo_wiki_train.gz",
+        "make demo_wiki_train_50.gz with DLPerf's PaddlePaddle/bert/scripts/make_pretrain_data.sh in "
+        "PaddlePaddle/models release/1.8 PaddleNLP/pretrain_language_models/BERT/data (50 copies of "
+        "train/demo_wiki_train.gz) and put it alone in the directory",
+        _GZ),
     "imagenet-tfrecord-dali": Format(
         "tfrecords/ with TFRecord shards train-00000-of-01024 ... and dali_idx/ with one DALI index "
         "per shard",

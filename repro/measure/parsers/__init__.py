@@ -37,6 +37,7 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.oneflow",
         "repro.measure.parsers.ngc_mxnet_ranks",
         "repro.measure.parsers.tf2_bert",
+        "repro.measure.parsers.paddle_bert",
     ],
 )
 
