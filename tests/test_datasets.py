@@ -75,6 +75,8 @@ FORMATS = {
     "dlperf-oneflow-bert-v100": "bert-ofrecord",
     "dlperf-oneflow-bert-noclip-v100": "bert-ofrecord",
     "dlperf-ngc-pytorch-bert-v100": "bert-hdf5",
+    "dlperf-tf2-bert-v100": "bert-tfrecord",
+    "dlperf-paddle-bert-v100": "bert-paddle-text",
     "dlperf-ngc-tf1-rn50-v100": "imagenet-tfrecord-dali",
     "dlperf-ngc-tf1-rn50-v100-xla": "imagenet-tfrecord-dali",
     "dlperf-oneflow-rn50-v100": "imagenet-ofrecord",
@@ -206,6 +208,16 @@ def hdf5_files(root: Path) -> Path:
     return root
 
 
+def bert_tfrecord(root: Path) -> Path:
+    touch(root, "wiki/wiki_AA.tfrecord", "uncased_L-12_H-768_A-12/bert_config.json")
+    return root
+
+
+def paddle_text(root: Path) -> Path:
+    touch(root, "demo_wiki_train_50.gz")
+    return root
+
+
 def tfrecord_dali(root: Path) -> Path:
     shards = [f"train-{i:05d}-of-01024" for i in range(2)]
     touch(root, *[f"tfrecords/{n}" for n in shards], *[f"dali_idx/{n}" for n in shards])
@@ -232,6 +244,8 @@ GOOD = [
     ("imagenet-recordio", recordio, "train.rec, train.idx, val.rec, val.idx\n"),
     ("bert-ofrecord", ofrecord_parts, "2 part files\n"),
     ("bert-hdf5", hdf5_files, "1 hdf5 files\n"),
+    ("bert-tfrecord", bert_tfrecord, "wiki/: 1 tfrecord files\n"),
+    ("bert-paddle-text", paddle_text, "1 gz files\n"),
     ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards with as many DALI indexes\n"),
     ("imagenet-ofrecord", ofrecord, "train/: 4 parts\n"),
 ]
@@ -257,6 +271,11 @@ def _break(fmt: str, root: Path) -> None:
     elif fmt == "bert-hdf5":
         for f in root.glob("*.hdf5"):
             f.rename(f.with_suffix(".h5"))  # not the suffix DLE's pretraining reads
+    elif fmt == "bert-tfrecord":  # the records without the model's configuration beside them
+        (root / "uncased_L-12_H-768_A-12" / "bert_config.json").unlink()
+    elif fmt == "bert-paddle-text":  # unpacked, as make_pretrain_data.sh leaves it before its last gzip
+        for f in root.glob("*.gz"):
+            f.rename(f.with_suffix(""))
     elif fmt == "bert-ofrecord":
         for f in root.glob("part-*"):
             f.rename(root / f"shard{f.name[4:]}")  # named otherwise than OneFlow's reader opens
@@ -276,6 +295,8 @@ BROKEN = [
     ("imagenet-recordio", recordio, "no train.idx in {root} (or it is empty)"),
     ("bert-ofrecord", ofrecord_parts, "no part-N files in {root}"),
     ("bert-hdf5", hdf5_files, "no .hdf5 files in {root}"),
+    ("bert-paddle-text", paddle_text, "no .gz files in {root}"),
+    ("bert-tfrecord", bert_tfrecord, "no uncased_L-12_H-768_A-12/bert_config.json in {root}"),
     ("imagenet-tfrecord-dali", tfrecord_dali, "2 train shards in tfrecords/ but 1 indexes in dali_idx/"),
     ("imagenet-ofrecord", ofrecord, "no part-NNNNN files in {root}/train"),
 ]

@@ -74,7 +74,7 @@ def test_every_seed_whose_build_runs_pip_declares_its_base_and_has_a_current_loc
     assert unlockable == {"dlperf-oneflow-bert-v100", "dlperf-oneflow-bert-noclip-v100", "dlperf-oneflow-rn50-v100",
                           "dlperf-mxnet-gluoncv-rn50-v100"}
     locked = [m for m in pip if m.id not in exempt | unlockable]
-    assert len(locked) == 20
+    assert len(locked) == 21
     assert [p for m in locked for p in base_and_lock_problems(m)] == []
     tf2 = deps.pins(deps.deps_lock_path(find_target(TARGET)).read_text(encoding="utf-8"))
     assert tf2["pyyaml"] == "5.3.1" and "tensorflow" not in tf2 and "tensorflow-gpu" not in tf2

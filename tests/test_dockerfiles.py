@@ -286,7 +286,8 @@ def test_rdma_accessor_is_the_strategy_or_none() -> None:
         "ngc-tf1-rn50-v100": "image", "ngc-tf1-rn50-v100-2.3": "image",
         "paddle-rn50-v100": "mlnx-ofed", "paddle-rn50-v100-2.3": "mlnx-ofed",
         "dlperf-oneflow-bert-v100": "mlnx-ofed", "dlperf-oneflow-bert-noclip-v100": "mlnx-ofed",
-        "dlperf-ngc-pytorch-bert-v100": "mlnx-ofed", "dlperf-mxnet-gluoncv-rn50-v100": "mlnx-ofed"}
+        "dlperf-ngc-pytorch-bert-v100": "mlnx-ofed", "dlperf-mxnet-gluoncv-rn50-v100": "mlnx-ofed",
+        "dlperf-tf2-bert-v100": "mlnx-ofed", "dlperf-paddle-bert-v100": "mlnx-ofed"}
     assert seen["torch-rn50-cpu"] is None and seen["ngc-mxnet-rn50-v100"] is None
 
 

@@ -60,7 +60,7 @@ def test_registered_parser_names() -> None:
     assert PARSERS.names() == sorted(
         ["paddleclas", "ngc-pytorch", "ngc-tf1", "ngc-mxnet", "tf2-keras", "tf-cnn-benchmarks", "pytorch-examples",
          "paddlecv-18", "oneflow-bert", "ngc-pytorch-bert", "oneflow-cnns", "ngc-mxnet-ranks",
-         "gluoncv-imagenet"]
+         "gluoncv-imagenet", "tf2-bert", "paddle-bert"]
     )
 
 

@@ -76,12 +76,13 @@ def shipped(manifest: Manifest) -> dict[str, str]:
 
 
 def requirements_in(manifest: Manifest) -> list[str]:
-    """What the build installs, as requirement lines (tf2-models: its two pinned packages)."""
+    """What the build installs, as requirement lines (tf2-models: tf-models-official, and tensorflow-datasets
+    where its version is pinned too)."""
     build = manifest.image["build"]
     if build["dockerfile"] == "tf2-models":
         args = build.get("args", {})
         return [f"tf-models-official=={args['TF_MODELS_OFFICIAL']}",
-                f"tensorflow-datasets=={args['TENSORFLOW_DATASETS']}"]
+                *(f"tensorflow-datasets=={v}" for v in [args.get("TENSORFLOW_DATASETS")] if v)]
     reqs = declared(manifest) or {}
     if reqs.get("requirements"):
         return list(reqs["requirements"])

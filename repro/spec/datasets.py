@@ -81,6 +81,22 @@ n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.hdf5' | wc -l | tr -d ' 
 echo "$n hdf5 files"
 """
 
+_BERT_TFRECORD = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/wiki/" -mindepth 1 -maxdepth 1 -type f -name '*.tfrecord' 2>/dev/null | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no .tfrecord files in $P/wiki"; exit 1; }
+[ -f "$P/uncased_L-12_H-768_A-12/bert_config.json" ] || {
+  echo "no uncased_L-12_H-768_A-12/bert_config.json in $P"; exit 1; }
+echo "wiki/: $n tfrecord files"
+"""
+
+_GZ = r"""
+[ -d "$P" ] || { echo "no directory $P"; exit 2; }
+n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.gz' | wc -l | tr -d ' ')
+[ "$n" -gt 0 ] || { echo "no .gz files in $P"; exit 1; }
+echo "$n gz files"
+"""
+
 _TFRECORD_DALI = r"""
 [ -d "$P" ] || { echo "no directory $P"; exit 2; }
 N='[0-9][0-9][0-9][0-9][0-9]'
@@ -137,6 +153,20 @@ FORMATS: dict[str, Format] = {
         "data/create_datasets_from_start.sh (its folder hdf5_lower_case_1_seq_len_128_max_pred_20_..."
         "/wikicorpus_en)",
         _HDF5),
+    "bert-tfrecord": Format(
+        "wiki/*.tfrecord (BERT pretraining samples, sequence length 128 with 20 predictions) and "
+        "uncased_L-12_H-768_A-12/bert_config.json (Google's BERT-base uncased)",
+        "make the TFRecords with the TensorFlow models' official/nlp/data/create_pretraining_data.py "
+        "(--max_seq_length 128 --max_predictions_per_seq 20, vocab uncased_L-12_H-768_A-12/vocab.txt) into "
+        "wiki/, and unpack Google's uncased_L-12_H-768_A-12 beside it",
+        _BERT_TFRECORD),
+    "bert-paddle-text": Format(
+        "gzip files (*.gz) of PaddleNLP BERT's text pretraining samples (token ids;sentence types;positions;"
+        "next sentence label per line), as data/train/demo_wiki_train.gz",
+        "make demo_wiki_train_50.gz with DLPerf's PaddlePaddle/bert/scripts/make_pretrain_data.sh in "
+        "PaddlePaddle/models release/1.8 PaddleNLP/pretrain_language_models/BERT/data (50 copies of "
+        "train/demo_wiki_train.gz) and put it alone in the directory",
+        _GZ),
     "imagenet-tfrecord-dali": Format(
         "tfrecords/ with TFRecord shards train-00000-of-01024 ... and dali_idx/ with one DALI index "
         "per shard",

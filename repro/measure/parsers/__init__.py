@@ -37,6 +37,8 @@ PARSERS = Registry[LogParser](
         "repro.measure.parsers.oneflow",
         "repro.measure.parsers.ngc_mxnet_ranks",
         "repro.measure.parsers.gluoncv",
+        "repro.measure.parsers.tf2_bert",
+        "repro.measure.parsers.paddle_bert",
     ],
 )
 
