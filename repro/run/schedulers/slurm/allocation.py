@@ -269,7 +269,7 @@ class Allocation:
                 "allocation_wait_s": round(self.waited_s or 0.0, 3), "probe": self.probed,
                 "steps": self.steps, **self.extra}
 
-    def steps_ended(self, keep: str | None = None, timeout: float = 120) -> None:
+    def steps_ended(self, keep: str | None = None, timeout: float = 180) -> None:
         """Wait, at most ``timeout`` seconds, until no step of the job is listed but ``keep``, the batch
         script's and the extern step (steps being torn down are listed until they are gone)."""
         if not self.job:

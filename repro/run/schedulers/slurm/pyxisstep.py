@@ -25,9 +25,11 @@ class PyxisStep(TaskStep):
     def release(alloc: Allocation) -> None:
         """The run's image off the nodes (the image step removes it), while the job still runs: once the job's
         other steps have ended (pyxis removes a step's container as the step ends, and a removal Slurm cut
-        short at KillWait is left to the image step's sweep, which must not run before it)."""
+        short is left to the image step's sweep, which must not run before it), and the sweep to its end (a
+        step cancelled mid-removal leaves a 1 GB tree whose removal takes a minute on a loaded node)."""
         alloc.steps_ended(keep=alloc.run_image.step_id)
         alloc.run_image.release()
+        alloc.steps_ended()  # the image step's sweep runs to its end before the job is cancelled
 
     @classmethod
     def make(cls, alloc: Allocation, job: CellJob) -> PyxisStep:
