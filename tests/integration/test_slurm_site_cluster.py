@@ -128,7 +128,9 @@ def test_apptainer_multi_prog_lines_reach_each_rank_whole_with_its_own_pod_ip(ho
     for rank, addr in ((0, "10.77.0.11"), (1, "10.77.0.12")):
         args = [s[4:] for s in ranks[rank] if s.startswith("ARG ")]
         assert args[:5] == ["exec", "--cleanenv", "--no-home", "--writable-tmpfs", f"--env=POD_IP={addr}"]
-        assert args[5:8] == ["/shared/r.sif", "python", "/opt/repro/with_node_address.py"]
+        # the image, the kit's rank wrapper (each rank's facts, the memlock check) and then the rank's command
+        assert args[5:7] == ["/shared/r.sif", "sh"] and args[7] == "-c" and "#repro-site rank" in args[8]
+        assert args[9:12] == ["sh", "python", "/opt/repro/with_node_address.py"]
         env = [s for s in ranks[rank] if s.startswith("APPTAINERENV_")]
         assert f"APPTAINERENV_SLURM_PROCID={rank}" in env and "APPTAINERENV_PYTHONUNBUFFERED=1" in env
 
