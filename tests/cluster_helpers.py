@@ -36,3 +36,24 @@ def cpu_summary(run: Path, cell: str) -> str:
 
     s = summary(run, cell)
     return json.dumps({k: s[k] for k in ("cpu", "gpu")})
+
+
+def plain_lines(json_lines: str) -> str:
+    """``--json-logs`` progress as the plain lines a terminal shows (repro.progress.PlainProgress's format):
+    ``HH:MM:SS kind  [node] message``, quiet kinds left out; other lines as they are."""
+    import json
+
+    from repro.progress import PlainProgress
+
+    out = []
+    for line in json_lines.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        if not isinstance(ev, dict) or ev.get("kind") in PlainProgress.QUIET:
+            continue
+        where = f"[{ev['node']}] " if ev.get("node") else ""
+        out.append(f"{ev['time'][11:19]} {ev['kind']:<5} {where}{ev['message']}")
+    return "\n".join(out)

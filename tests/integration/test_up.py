@@ -19,6 +19,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from cluster_helpers import plain_lines
 from docs_examples import assert_cluster_example
 
 pytestmark = [pytest.mark.ssh, pytest.mark.docker]
@@ -91,7 +92,7 @@ def test_full_matrix_runs_and_prints_the_table(cluster, target, locked, env, tmp
             assert logs == (["0-rc-node1.log"] if key.startswith("1n") else ["0-rc-node1.log", "1-rc-node2.log"])
     assert "| 1 worker (1 node)" in proc.stdout and "| 2 workers (2 nodes)" in proc.stdout
     assert "(median of 3)" in proc.stdout and "Verdict: 2 measured of 2 cells." in proc.stdout
-    assert_cluster_example("ssh-docker-up", proc.stderr, proc.stdout)
+    assert_cluster_example("ssh-docker-up", plain_lines(proc.stderr), proc.stdout)
     report = json.loads((run / "report.json").read_text())
     assert all(c["reproduced"] > 0 and c["repeats"] == 3 and c["device"] == "CPU" for c in report)
     assert "<img alt='published vs reproduced' src='data:image/png;base64," in (run / "report.html").read_text()
