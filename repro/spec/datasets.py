@@ -67,19 +67,17 @@ done
 echo "train.rec, train.idx, val.rec, val.idx"
 """
 
-_OFRECORD_PARTS = r"""
-[ -d "$P" ] || { echo "no directory $P"; exit 2; }
-n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name 'part-*' | wc -l | tr -d ' ')
-[ "$n" -gt 0 ] || { echo "no part-N files in $P"; exit 1; }
-echo "$n part files"
-"""
+def _count_files(pattern: str, missing: str, label: str) -> str:
+    """A check that the folder holds files matching ``pattern`` and how many (one per format's layout)."""
+    return (f'\n[ -d "$P" ] || {{ echo "no directory $P"; exit 2; }}\n'
+            f"n=$(find \"$P/\" -mindepth 1 -maxdepth 1 -type f -name '{pattern}' | wc -l | tr -d ' ')\n"
+            f'[ "$n" -gt 0 ] || {{ echo "no {missing} files in $P"; exit 1; }}\n'
+            f'echo "$n {label} files"\n')
 
-_HDF5 = r"""
-[ -d "$P" ] || { echo "no directory $P"; exit 2; }
-n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.hdf5' | wc -l | tr -d ' ')
-[ "$n" -gt 0 ] || { echo "no .hdf5 files in $P"; exit 1; }
-echo "$n hdf5 files"
-"""
+
+_OFRECORD_PARTS = _count_files("part-*", "part-N", "part")
+
+_HDF5 = _count_files("*.hdf5", ".hdf5", "hdf5")
 
 _BERT_TFRECORD = r"""
 [ -d "$P" ] || { echo "no directory $P"; exit 2; }
@@ -90,12 +88,7 @@ n=$(find "$P/wiki/" -mindepth 1 -maxdepth 1 -type f -name '*.tfrecord' 2>/dev/nu
 echo "wiki/: $n tfrecord files"
 """
 
-_GZ = r"""
-[ -d "$P" ] || { echo "no directory $P"; exit 2; }
-n=$(find "$P/" -mindepth 1 -maxdepth 1 -type f -name '*.gz' | wc -l | tr -d ' ')
-[ "$n" -gt 0 ] || { echo "no .gz files in $P"; exit 1; }
-echo "$n gz files"
-"""
+_GZ = _count_files("*.gz", ".gz", "gz")
 
 _TFRECORD_DALI = r"""
 [ -d "$P" ] || { echo "no directory $P"; exit 2; }
